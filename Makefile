@@ -1,0 +1,92 @@
+# sharder: make help lists the targets.
+
+SHELL := /usr/bin/env bash -o pipefail
+.SHELLFLAGS := -ec
+.DEFAULT_GOAL := help
+
+ROOT := $(abspath .)
+BIN := $(ROOT)/bin
+GO ?= go
+export GOFLAGS ?= -buildvcs=false
+
+# Local control plane, built from Go modules (hack/tools/go.mod pins the same versions).
+KUBERNETES_VERSION := v1.36.3
+ETCD_VERSION := v3.6.8
+CONTROL_PLANE := $(BIN)/k8s/$(KUBERNETES_VERSION)-etcd-$(ETCD_VERSION)
+export KUBEBUILDER_ASSETS := $(CONTROL_PLANE)
+KUBECTL := $(CONTROL_PLANE)/kubectl
+
+# Tools, pinned and installed into bin/.
+CONTROLLER_GEN_VERSION := v0.21.0
+GOLANGCI_LINT_VERSION := v2.15.0
+HELM_VERSION := v3.22.0
+GOTESTSUM_VERSION := v1.13.0
+CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
+GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+HELM := $(BIN)/helm-$(HELM_VERSION)
+GOTESTSUM := $(BIN)/gotestsum-$(GOTESTSUM_VERSION)
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X github.com/sharder-dev/sharder/cmd/sharder/app.version=$(VERSION)
+
+TEST_TIMEOUT ?= 15m
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: build
+build: ## Build the sharder binary into bin/.
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/sharder ./cmd/sharder
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs and RBAC.
+	hack/generate.sh $(CONTROLLER_GEN)
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## Run golangci-lint.
+	$(GOLANGCI_LINT) run ./...
+
+.PHONY: test
+test: control-plane tools ## Run every test: unit, integration (real API server) and e2e.
+	$(GOTESTSUM) --format testname -- -race -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: e2e
+e2e: control-plane build ## Run only the end-to-end tests.
+	$(GO) test -timeout $(TEST_TIMEOUT) -v ./e2e/...
+
+.PHONY: bench
+bench: control-plane build ## Run the benchmarks and print their figures.
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+
+.PHONY: demo
+demo: control-plane build ## Run the sharder on a local control plane.
+	hack/demo.sh
+
+.PHONY: clean
+clean: ## Remove built binaries and tools (bin/).
+	rm -rf $(BIN) dist
+
+##@ Dependencies
+
+.PHONY: control-plane
+control-plane: $(CONTROL_PLANE)/kube-apiserver ## Build etcd, kube-apiserver and kubectl from Go modules (cached).
+
+$(CONTROL_PLANE)/kube-apiserver:
+	hack/build-control-plane.sh $(CONTROL_PLANE)
+
+.PHONY: tools
+tools: $(CONTROLLER_GEN) $(HELM) $(GOTESTSUM) ## Install the pinned tools into bin/ (cached).
+
+$(CONTROLLER_GEN):
+	hack/go-install.sh controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen $(CONTROLLER_GEN_VERSION)
+$(GOLANGCI_LINT):
+	hack/go-install.sh golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint $(GOLANGCI_LINT_VERSION)
+$(HELM):
+	hack/go-install.sh helm helm.sh/helm/v3/cmd/helm $(HELM_VERSION)
+$(GOTESTSUM):
+	hack/go-install.sh gotestsum gotest.tools/gotestsum $(GOTESTSUM_VERSION)

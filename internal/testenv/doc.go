@@ -1,0 +1,19 @@
+// Package testenv starts a real control plane (etcd and kube-apiserver, built
+// from Go modules into bin/ by the Makefile) for tests, the demo and the e2e
+// suite.
+//
+// Most tests need only Start in TestMain and Env.Namespace per test:
+//
+//	var env *testenv.Env
+//
+//	func TestMain(m *testing.M) { os.Exit(testenv.Run(m, &env, testenv.Options{})) }
+//
+//	func TestSomething(t *testing.T) {
+//		ns := env.Namespace(t)
+//		...
+//	}
+//
+// The binaries are found through KUBEBUILDER_ASSETS, or else in the
+// repository's bin/k8s/<version> folder that `make control-plane` fills.
+// Nothing here fakes the API server.
+package testenv

@@ -1,0 +1,239 @@
+package v1alpha1
+
+import (
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Labels and values on the wire (DESIGN §1).
+const (
+	// LabelRing on an instance Lease names the ring the instance belongs to.
+	LabelRing = "sharder.dev/ring"
+	// LabelVirtualNodes on an instance Lease sets the instance's weight: a
+	// positive integer; absent means the ring's default.
+	LabelVirtualNodes = "sharder.dev/virtual-nodes"
+	// LabelState on an instance Lease is the state the sharder last computed,
+	// written for people (kubectl get leases -L sharder.dev/state).
+	LabelState = "sharder.dev/state"
+
+	// ShardLabelPrefix + ring name is the label holding an object's instance.
+	ShardLabelPrefix = "shard.sharder.dev/"
+	// DrainLabelPrefix + ring name is the label asking the instance to let go
+	// of an object; its value is "true".
+	DrainLabelPrefix = "drain.sharder.dev/"
+)
+
+// ShardLabel returns the label key carrying the instance an object of ring is
+// assigned to.
+func ShardLabel(ring string) string { return ShardLabelPrefix + ring }
+
+// DrainLabel returns the label key asking an instance of ring to drain an object.
+func DrainLabel(ring string) string { return DrainLabelPrefix + ring }
+
+// Algorithms a ring can use.
+const (
+	AlgorithmConsistentHash = "consistent-hash"
+	AlgorithmRendezvous     = "rendezvous"
+	AlgorithmHashMod        = "hash-mod"
+	AlgorithmRange          = "range"
+)
+
+// Defaults of ControllerRingSpec fields.
+const (
+	DefaultAlgorithm    = AlgorithmConsistentHash
+	DefaultVirtualNodes = 128
+	DefaultDrainTimeout = 30 // seconds
+)
+
+// ControllerRingSpec declares which resources are sharded over which instances.
+// +kubebuilder:validation:XValidation:rule="self.resources.all(r, self.resources.exists_one(o, o.group == r.group && o.resource == r.resource))",message="a resource is listed more than once in spec.resources"
+type ControllerRingSpec struct {
+	// LeaseNamespace is the namespace holding the instances' Leases, each
+	// labelled sharder.dev/ring=<ring name>.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	LeaseNamespace string `json:"leaseNamespace"`
+
+	// Resources are the ring's main resources, each with the resources its
+	// controller owns. Every object of a main resource is assigned to one
+	// instance; controlled objects follow their controller.
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	Resources []RingResource `json:"resources"`
+
+	// NamespaceSelector selects the namespaces whose objects are sharded.
+	// Default (unset): every namespace except kube-system.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
+	// Algorithm maps objects to instances.
+	// Default: consistent-hash.
+	// +optional
+	// +kubebuilder:default=consistent-hash
+	// +kubebuilder:validation:Enum=consistent-hash;rendezvous;hash-mod;range
+	Algorithm string `json:"algorithm,omitempty"`
+
+	// VirtualNodes is the weight of an instance whose Lease carries no
+	// sharder.dev/virtual-nodes label.
+	// Default: 128.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	VirtualNodes *int32 `json:"virtualNodes,omitempty"`
+
+	// DrainTimeout is how long the sharder waits for an instance to
+	// acknowledge a drain before it moves the object anyway.
+	// Default: 30s.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="drainTimeout must be positive"
+	DrainTimeout *metav1.Duration `json:"drainTimeout,omitempty"`
+
+	// InstanceServiceAccounts are the identities of the ring's instances: the
+	// webhook lets only them (and the sharder) acknowledge a drain by removing
+	// both labels.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	InstanceServiceAccounts []ServiceAccountReference `json:"instanceServiceAccounts,omitempty"`
+
+	// Webhook configures how the label-protecting webhook treats this ring.
+	// +optional
+	Webhook *RingWebhook `json:"webhook,omitempty"`
+}
+
+// RingResource is a main resource of a ring and the resources it controls.
+type RingResource struct {
+	// Group is the API group; empty for the core group.
+	// +optional
+	Group string `json:"group"`
+	// Resource is the plural resource name, e.g. "configmaps".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Resource string `json:"resource"`
+
+	// ControlledResources are resources whose objects carry a controller
+	// ownerReference to an object of this resource (or of another controlled
+	// resource of it). They are assigned with their controller.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	ControlledResources []metav1.GroupResource `json:"controlledResources,omitempty"`
+}
+
+// ServiceAccountReference names a ServiceAccount.
+type ServiceAccountReference struct {
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Namespace string `json:"namespace"`
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+}
+
+// RingWebhook configures the validating webhook for one ring.
+type RingWebhook struct {
+	// FailurePolicy applies when the webhook cannot answer: Ignore lets
+	// writes through unprotected (availability first), Fail rejects them.
+	// Default: Ignore.
+	// +optional
+	// +kubebuilder:validation:Enum=Ignore;Fail
+	FailurePolicy *admissionregistrationv1.FailurePolicyType `json:"failurePolicy,omitempty"`
+}
+
+// Condition types and reasons of a ControllerRing.
+const (
+	// ConditionReady is True when every resource of the ring is watched and
+	// at least one instance is ready.
+	ConditionReady = "Ready"
+
+	ReasonReady             = "Ready"
+	ReasonNoReadyInstances  = "NoReadyInstances"
+	ReasonResourceNotServed = "ResourceNotServed"
+	ReasonResourceForbidden = "ResourceForbidden"
+	ReasonInvalidSpec       = "InvalidSpec"
+	ReasonCachesNotSynced   = "CachesNotSynced"
+)
+
+// ControllerRingStatus is the ring as the sharder last observed it.
+type ControllerRingStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Instances is the number of instance Leases of the ring.
+	// +optional
+	Instances int32 `json:"instances"`
+	// AvailableInstances is the number of ready instances.
+	// +optional
+	AvailableInstances int32 `json:"availableInstances"`
+	// Objects is the number of main objects of the ring.
+	// +optional
+	Objects int32 `json:"objects"`
+	// UnassignedObjects is the number of objects carrying no shard label.
+	// +optional
+	UnassignedObjects int32 `json:"unassignedObjects,omitempty"`
+	// Drains is the number of drains in flight.
+	// +optional
+	Drains int32 `json:"drains,omitempty"`
+	// Members are the ring's instances, sorted by name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Members []MemberStatus `json:"members,omitempty"`
+}
+
+// MemberStatus is one instance of a ring.
+type MemberStatus struct {
+	// Name is the instance ID (= Lease name).
+	Name string `json:"name"`
+	// State is ready, expired, uncertain, dead or orphaned.
+	State string `json:"state"`
+	// VirtualNodes is the instance's weight.
+	// +optional
+	VirtualNodes int32 `json:"virtualNodes,omitempty"`
+	// Objects is the number of main objects assigned to the instance.
+	// +optional
+	Objects int32 `json:"objects"`
+}
+
+// ControllerRing declares a ring: resources whose objects are spread over the
+// instances of one controller.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=ring;rings,categories=sharder
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.availableInstances`
+// +kubebuilder:printcolumn:name="Instances",type=integer,JSONPath=`.status.instances`
+// +kubebuilder:printcolumn:name="Objects",type=integer,JSONPath=`.status.objects`
+// +kubebuilder:printcolumn:name="Algorithm",type=string,JSONPath=`.spec.algorithm`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="the ring name must be a DNS label (at most 63 lowercase letters, digits and '-'): it is used in label keys"
+type ControllerRing struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ControllerRingSpec   `json:"spec,omitempty"`
+	Status ControllerRingStatus `json:"status,omitempty"`
+}
+
+// ControllerRingList is a list of ControllerRings.
+// +kubebuilder:object:root=true
+type ControllerRingList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ControllerRing `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ControllerRing{}, &ControllerRingList{})
+}
