@@ -1,0 +1,71 @@
+package framework
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/sharder-dev/sharder/internal/testenv"
+)
+
+// Packages of the binaries a run builds.
+const (
+	SharderPackage  = "./cmd/sharder"
+	OperatorPackage = "./examples/etcd-operator"
+)
+
+// Binaries are the built programs of a run.
+type Binaries struct {
+	// Sharder is the path of the sharder binary.
+	Sharder string
+	// Operator is the path of the example operator binary.
+	Operator string
+}
+
+// BuildOptions configures Build.
+type BuildOptions struct {
+	// Dir receives the binaries. Required.
+	Dir string
+	// Operator builds the example operator as well. Default: false.
+	Operator bool
+}
+
+// Build compiles the sharder (and the example operator when asked) from the
+// repository into Dir. Each binary is built once; callers share the result.
+func Build(opts BuildOptions) (Binaries, error) {
+	var b Binaries
+	var err error
+	if b.Sharder, err = BuildPackage(opts.Dir, SharderPackage, "sharder"); err != nil {
+		return b, err
+	}
+	if opts.Operator {
+		if b.Operator, err = BuildPackage(opts.Dir, OperatorPackage, "etcd-operator"); err != nil {
+			return b, err
+		}
+	}
+	return b, nil
+}
+
+// BuildPackage runs `go build` for pkg (relative to the repository root)
+// and returns the path of the binary name in dir.
+func BuildPackage(dir, pkg, name string) (string, error) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
+	var output bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &output, &output
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building %s: %w\n%s", pkg, err, output.String())
+	}
+	return out, nil
+}
