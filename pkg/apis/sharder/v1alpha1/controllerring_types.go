@@ -107,13 +107,18 @@ type ControllerRingSpec struct {
 }
 
 // RingResource is a main resource of a ring and the resources it controls.
+// +kubebuilder:validation:XValidation:rule="!has(self.controlledResources) || self.controlledResources.all(c, self.controlledResources.exists_one(o, o.group == c.group && o.resource == c.resource))",message="a resource is listed more than once in controlledResources"
+// +kubebuilder:validation:XValidation:rule="!has(self.controlledResources) || !self.controlledResources.exists(c, c.group == self.group && c.resource == self.resource)",message="a resource cannot control itself: remove it from its own controlledResources"
 type RingResource struct {
 	// Group is the API group; empty for the core group.
 	// +optional
+	// +kubebuilder:validation:MaxLength=253
 	Group string `json:"group"`
 	// Resource is the plural resource name, e.g. "configmaps".
 	// +required
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
 	Resource string `json:"resource"`
 
 	// ControlledResources are resources whose objects carry a controller

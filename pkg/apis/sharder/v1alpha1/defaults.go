@@ -1,0 +1,64 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// LabelNamespaceName is the label the API server sets on every Namespace to
+// its own name; the default namespace selector matches on it.
+const LabelNamespaceName = "kubernetes.io/metadata.name"
+
+// DefaultNamespaceSelector returns the selector used when a ring sets none:
+// every namespace except kube-system.
+func DefaultNamespaceSelector() *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key:      LabelNamespaceName,
+		Operator: metav1.LabelSelectorOpNotIn,
+		Values:   []string{metav1.NamespaceSystem},
+	}}}
+}
+
+// NamespaceLabelSelector returns the ring's namespace selector (or the
+// default) as a labels.Selector. An empty selector ({}) selects every
+// namespace. A malformed selector gives an error naming the field.
+func (s *ControllerRingSpec) NamespaceLabelSelector() (labels.Selector, error) {
+	ls := s.NamespaceSelector
+	if ls == nil {
+		ls = DefaultNamespaceSelector()
+	}
+	sel, err := metav1.LabelSelectorAsSelector(ls)
+	if err != nil {
+		return nil, fmt.Errorf("spec.namespaceSelector: %w", err)
+	}
+	return sel, nil
+}
+
+// EffectiveAlgorithm returns spec.algorithm, or DefaultAlgorithm when empty.
+func (s *ControllerRingSpec) EffectiveAlgorithm() string {
+	if s.Algorithm == "" {
+		return DefaultAlgorithm
+	}
+	return s.Algorithm
+}
+
+// EffectiveVirtualNodes returns spec.virtualNodes, or DefaultVirtualNodes
+// when unset or not positive.
+func (s *ControllerRingSpec) EffectiveVirtualNodes() int {
+	if s.VirtualNodes == nil || *s.VirtualNodes < 1 {
+		return DefaultVirtualNodes
+	}
+	return int(*s.VirtualNodes)
+}
+
+// EffectiveDrainTimeout returns spec.drainTimeout, or DefaultDrainTimeout
+// seconds when unset or not positive.
+func (s *ControllerRingSpec) EffectiveDrainTimeout() time.Duration {
+	if s.DrainTimeout == nil || s.DrainTimeout.Duration <= 0 {
+		return DefaultDrainTimeout * time.Second
+	}
+	return s.DrainTimeout.Duration
+}

@@ -1,0 +1,128 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Label names shared by the assignment metrics.
+const (
+	LabelRing     = "ring"
+	LabelState    = "state"
+	LabelInstance = "instance"
+	LabelReason   = "reason"
+	LabelOutcome  = "outcome"
+)
+
+// Reasons of a move (label "reason" of MovesTotal).
+const (
+	// MoveRebalance: the object left a ready instance that acknowledged the drain.
+	MoveRebalance = "rebalance"
+	// MoveDead: the object left a dead (released or taken) instance at once.
+	MoveDead = "dead"
+	// MoveForced: the drain was not acknowledged within the ring's drainTimeout.
+	MoveForced = "forced"
+)
+
+// Outcomes of a drain (label "outcome" of DrainDuration).
+const (
+	DrainAcknowledged = "acknowledged"
+	DrainForced       = "forced"
+)
+
+var (
+	// Instances is the number of instances of a ring per Lease state.
+	Instances = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sharder_ring_instances",
+		Help: "Instances of a ring by Lease state (ready, expired, uncertain, dead, orphaned).",
+	}, []string{LabelRing, LabelState})
+
+	// Objects is the number of main objects assigned to each instance of a
+	// ring, as seen in the sharder's caches.
+	Objects = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sharder_ring_objects",
+		Help: "Main objects of a ring assigned to each instance.",
+	}, []string{LabelRing, LabelInstance})
+
+	// UnassignedObjects is the number of main objects of a ring without a
+	// shard label.
+	UnassignedObjects = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sharder_ring_unassigned_objects",
+		Help: "Main objects of a ring carrying no shard label.",
+	}, []string{LabelRing})
+
+	// AssignmentsTotal counts shard labels written on unassigned main
+	// objects (new objects, and objects whose drain was acknowledged).
+	AssignmentsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sharder_assignments_total",
+		Help: "Unassigned main objects labelled with their instance.",
+	}, []string{LabelRing})
+
+	// MovesTotal counts main objects that reached a new instance, by reason
+	// (rebalance, dead, forced).
+	MovesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sharder_moves_total",
+		Help: "Main objects moved to another instance, by reason (rebalance, dead, forced).",
+	}, []string{LabelRing, LabelReason})
+
+	// DrainsTotal counts drain labels the sharder set.
+	DrainsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sharder_drains_total",
+		Help: "Drain requests written (drain label set on an object of a ready instance).",
+	}, []string{LabelRing})
+
+	// DrainsInFlight is the number of main objects of a ring carrying the
+	// drain label.
+	DrainsInFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sharder_drains_in_flight",
+		Help: "Main objects of a ring carrying the drain label.",
+	}, []string{LabelRing})
+
+	// DrainDuration is the time from a drain request (or from the sharder
+	// first seeing the drain label) to its end, by outcome.
+	DrainDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "sharder_drain_duration_seconds",
+		Help:    "Time from drain request to acknowledgement or forced move, by outcome (acknowledged, forced).",
+		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+	}, []string{LabelRing, LabelOutcome})
+
+	// AssignmentLatency is the time from the sharder seeing an unassigned
+	// main object to its shard label being written.
+	AssignmentLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "sharder_assignment_latency_seconds",
+		Help:    "Time from the sharder seeing an unassigned object to its shard label being written.",
+		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+	}, []string{LabelRing})
+
+	// RingRebuildsTotal counts rebuilds of a ring's lookup structure (on
+	// membership or configuration changes, never per object).
+	RingRebuildsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sharder_ring_rebuilds_total",
+		Help: "Rebuilds of a ring after a membership or configuration change.",
+	}, []string{LabelRing})
+)
+
+func init() {
+	crmetrics.Registry.MustRegister(
+		Instances, Objects, UnassignedObjects,
+		AssignmentsTotal, MovesTotal,
+		DrainsTotal, DrainsInFlight, DrainDuration,
+		AssignmentLatency, RingRebuildsTotal,
+	)
+}
+
+// ForgetRing deletes every assignment series of ring, so a deleted ring
+// leaves no stale gauges behind.
+func ForgetRing(ring string) {
+	match := prometheus.Labels{LabelRing: ring}
+	Instances.DeletePartialMatch(match)
+	Objects.DeletePartialMatch(match)
+	UnassignedObjects.DeletePartialMatch(match)
+	AssignmentsTotal.DeletePartialMatch(match)
+	MovesTotal.DeletePartialMatch(match)
+	DrainsTotal.DeletePartialMatch(match)
+	DrainsInFlight.DeletePartialMatch(match)
+	DrainDuration.DeletePartialMatch(match)
+	AssignmentLatency.DeletePartialMatch(match)
+	RingRebuildsTotal.DeletePartialMatch(match)
+}
