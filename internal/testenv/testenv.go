@@ -196,7 +196,7 @@ func (e *Env) KubeConfig() []byte { return e.Environment.KubeConfig }
 
 // WriteKubeConfig writes the admin kubeconfig to path (mode 0600).
 func (e *Env) WriteKubeConfig(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return err
 	}
 	return os.WriteFile(path, e.KubeConfig(), 0o600)
