@@ -1,0 +1,207 @@
+package framework
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Reconcile phases in an instance's reconcile log.
+const (
+	PhaseStart = "start"
+	PhaseEnd   = "end"
+)
+
+// ReconcileRecord is one line of an instance's reconcile log: the example
+// operator writes one when it starts and one when it finishes reconciling
+// an object.
+type ReconcileRecord struct {
+	// Instance is the instance ID of the writer.
+	Instance string
+	// Object is namespace/name of the reconciled object.
+	Object string
+	// Phase is PhaseStart or PhaseEnd.
+	Phase string
+	// Time is when the phase happened (same host clock for every instance).
+	Time time.Time
+	// Generation is the object's generation the reconcile saw (0 if unknown).
+	Generation int64
+}
+
+// ReadReconcileLog reads a reconcile log file; a missing file is an empty
+// log (the instance never reconciled anything). A torn last line, as a
+// killed process leaves behind, is ignored.
+func ReadReconcileLog(path string) ([]ReconcileRecord, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return parseReconcileLog(f)
+}
+
+func parseReconcileLog(r io.Reader) ([]ReconcileRecord, error) {
+	var out []ReconcileRecord
+	s := bufio.NewScanner(r)
+	s.Buffer(make([]byte, 64*1024), 1024*1024)
+	var pendingErr error
+	for s.Scan() {
+		line := strings.TrimSpace(s.Text())
+		if line == "" {
+			continue
+		}
+		if pendingErr != nil {
+			return nil, pendingErr
+		}
+		rec, err := decodeRecord([]byte(line))
+		if err != nil {
+			// Only the last line may be torn.
+			pendingErr = err
+			continue
+		}
+		out = append(out, rec)
+	}
+	return out, s.Err()
+}
+
+// decodeRecord reads one line of the example operator's reconcile log.
+func decodeRecord(line []byte) (ReconcileRecord, error) {
+	var raw struct {
+		Instance   string    `json:"instance"`
+		Namespace  string    `json:"namespace"`
+		Name       string    `json:"name"`
+		Phase      string    `json:"phase"`
+		Time       time.Time `json:"time"`
+		Generation int64     `json:"generation"`
+	}
+	if err := json.Unmarshal(line, &raw); err != nil {
+		return ReconcileRecord{}, fmt.Errorf("reconcile log line %q: %w", line, err)
+	}
+	if raw.Phase != PhaseStart && raw.Phase != PhaseEnd {
+		return ReconcileRecord{}, fmt.Errorf("reconcile log line %q: unknown phase %q", line, raw.Phase)
+	}
+	return ReconcileRecord{Instance: raw.Instance, Object: raw.Namespace + "/" + raw.Name, Phase: raw.Phase,
+		Time: raw.Time, Generation: raw.Generation}, nil
+}
+
+// Interval is one reconcile of one object by one instance.
+type Interval struct {
+	Instance   string
+	Object     string
+	Start, End time.Time
+	// Open is true when no end was logged (the instance was killed or is
+	// still reconciling); End is then the instance's exit time or now.
+	Open       bool
+	Generation int64
+}
+
+// Intervals pairs start and end records per instance and object. An
+// instance reconciles one object at most once at a time, so an end closes
+// the latest start. exited gives, per instance, when its process exited;
+// a start without an end lasts until then (or until now).
+func Intervals(records []ReconcileRecord, exited map[string]time.Time, now time.Time) []Interval {
+	type key struct{ instance, object string }
+	open := map[key]*Interval{}
+	var out []Interval
+	sorted := append([]ReconcileRecord(nil), records...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Time.Before(sorted[j].Time) })
+	for _, r := range sorted {
+		k := key{r.Instance, r.Object}
+		switch r.Phase {
+		case PhaseStart:
+			if prev := open[k]; prev != nil {
+				// Two starts in a row: the first end was lost; keep the
+				// earlier start to be conservative.
+				continue
+			}
+			open[k] = &Interval{Instance: r.Instance, Object: r.Object, Start: r.Time, Generation: r.Generation}
+		case PhaseEnd:
+			iv := open[k]
+			if iv == nil {
+				continue
+			}
+			iv.End = r.Time
+			if r.Generation != 0 {
+				iv.Generation = r.Generation
+			}
+			out = append(out, *iv)
+			delete(open, k)
+		}
+	}
+	for _, iv := range open {
+		iv.Open = true
+		iv.End = now
+		if t, ok := exited[iv.Instance]; ok {
+			iv.End = t
+		}
+		out = append(out, *iv)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Object != out[j].Object {
+			return out[i].Object < out[j].Object
+		}
+		return out[i].Start.Before(out[j].Start)
+	})
+	return out
+}
+
+// Overlap is two instances reconciling one object at the same time.
+type Overlap struct {
+	A, B Interval
+}
+
+func (o Overlap) String() string {
+	return fmt.Sprintf("%s: %s reconciled it %s..%s while %s reconciled it %s..%s", o.A.Object,
+		o.A.Instance, o.A.Start.Format(time.StampMicro), o.A.End.Format(time.StampMicro),
+		o.B.Instance, o.B.Start.Format(time.StampMicro), o.B.End.Format(time.StampMicro))
+}
+
+// Overlaps returns every pair of intervals of different instances on the
+// same object that share a moment.
+func Overlaps(intervals []Interval) []Overlap {
+	byObject := map[string][]Interval{}
+	for _, iv := range intervals {
+		byObject[iv.Object] = append(byObject[iv.Object], iv)
+	}
+	var out []Overlap
+	objects := make([]string, 0, len(byObject))
+	for o := range byObject {
+		objects = append(objects, o)
+	}
+	sort.Strings(objects)
+	for _, o := range objects {
+		ivs := byObject[o]
+		sort.Slice(ivs, func(i, j int) bool { return ivs[i].Start.Before(ivs[j].Start) })
+		for i := range ivs {
+			for j := i + 1; j < len(ivs) && !ivs[j].Start.After(ivs[i].End); j++ {
+				if ivs[i].Instance != ivs[j].Instance {
+					out = append(out, Overlap{A: ivs[i], B: ivs[j]})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// LastReconcile returns, per object, the latest finished reconcile.
+func LastReconcile(intervals []Interval) map[string]Interval {
+	out := map[string]Interval{}
+	for _, iv := range intervals {
+		if iv.Open {
+			continue
+		}
+		if prev, ok := out[iv.Object]; !ok || iv.End.After(prev.End) {
+			out[iv.Object] = iv
+		}
+	}
+	return out
+}

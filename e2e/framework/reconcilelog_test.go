@@ -1,0 +1,106 @@
+package framework
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+)
+
+func at(ms int) time.Time { return time.Date(2026, 1, 1, 0, 0, 0, ms*int(time.Millisecond), time.UTC) }
+
+func rec(instance, object, phase string, ms int) ReconcileRecord {
+	return ReconcileRecord{Instance: instance, Object: object, Phase: phase, Time: at(ms)}
+}
+
+func TestOverlaps(t *testing.T) {
+	tests := []struct {
+		name    string
+		records []ReconcileRecord
+		exited  map[string]time.Time
+		want    int
+	}{
+		{
+			name: "handover after end",
+			records: []ReconcileRecord{
+				rec("a", "ns/x", PhaseStart, 0), rec("a", "ns/x", PhaseEnd, 10),
+				rec("b", "ns/x", PhaseStart, 11), rec("b", "ns/x", PhaseEnd, 20),
+			},
+		},
+		{
+			name: "second instance starts before the first ends",
+			records: []ReconcileRecord{
+				rec("a", "ns/x", PhaseStart, 0), rec("b", "ns/x", PhaseStart, 5),
+				rec("a", "ns/x", PhaseEnd, 10), rec("b", "ns/x", PhaseEnd, 20),
+			},
+			want: 1,
+		},
+		{
+			name: "same instance twice is no overlap",
+			records: []ReconcileRecord{
+				rec("a", "ns/x", PhaseStart, 0), rec("a", "ns/x", PhaseEnd, 10),
+				rec("a", "ns/x", PhaseStart, 10), rec("a", "ns/x", PhaseEnd, 20),
+			},
+		},
+		{
+			name: "different objects never overlap",
+			records: []ReconcileRecord{
+				rec("a", "ns/x", PhaseStart, 0), rec("b", "ns/y", PhaseStart, 1),
+				rec("a", "ns/x", PhaseEnd, 10), rec("b", "ns/y", PhaseEnd, 10),
+			},
+		},
+		{
+			name: "killed mid-reconcile: open until its exit",
+			records: []ReconcileRecord{
+				rec("a", "ns/x", PhaseStart, 0),
+				rec("b", "ns/x", PhaseStart, 50), rec("b", "ns/x", PhaseEnd, 60),
+			},
+			exited: map[string]time.Time{"a": at(40)},
+		},
+		{
+			name: "killed after the other started",
+			records: []ReconcileRecord{
+				rec("a", "ns/x", PhaseStart, 0),
+				rec("b", "ns/x", PhaseStart, 50), rec("b", "ns/x", PhaseEnd, 60),
+			},
+			exited: map[string]time.Time{"a": at(55)},
+			want:   1,
+		},
+		{
+			name: "still running open interval overlaps",
+			records: []ReconcileRecord{
+				rec("a", "ns/x", PhaseStart, 0),
+				rec("b", "ns/x", PhaseStart, 50), rec("b", "ns/x", PhaseEnd, 60),
+			},
+			want: 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Overlaps(Intervals(tt.records, tt.exited, at(1000)))
+			if len(got) != tt.want {
+				t.Fatalf("got %d overlaps %v, want %d", len(got), got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseReconcileLog(t *testing.T) {
+	g := gomega.NewWithT(t)
+	in := `{"instance":"a","namespace":"ns","name":"x","phase":"start","time":"2026-01-01T00:00:00.000001Z","generation":2}
+{"instance":"a","namespace":"ns","name":"x","phase":"end","time":"2026-01-01T00:00:00.5Z","generation":2}
+{"instance":"a","namespace":"ns","na`
+	recs, err := parseReconcileLog(strings.NewReader(in))
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	g.Expect(recs).To(gomega.HaveLen(2))
+	g.Expect(recs[0]).To(gomega.Equal(ReconcileRecord{Instance: "a", Object: "ns/x", Phase: PhaseStart,
+		Time: time.Date(2026, 1, 1, 0, 0, 0, 1000, time.UTC), Generation: 2}))
+
+	_, err = parseReconcileLog(strings.NewReader("garbage\n" + in))
+	g.Expect(err).To(gomega.HaveOccurred(), "a broken line that is not the last one is an error")
+
+	ivs := Intervals(recs, nil, time.Time{})
+	g.Expect(ivs).To(gomega.HaveLen(1))
+	g.Expect(LastReconcile(ivs)["ns/x"].End).To(gomega.Equal(time.Date(2026, 1, 1, 0, 0, 0, 5e8, time.UTC)))
+}
