@@ -1,0 +1,148 @@
+package leases
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+)
+
+// Timing constants of the protocol (DESIGN §3). All are multiples of the
+// Lease's own leaseDurationSeconds (d).
+const (
+	// DefaultLeaseDuration is the lease duration of the instance holder, and
+	// the duration assumed for a Lease whose leaseDurationSeconds is missing
+	// or not positive.
+	DefaultLeaseDuration = 15 * time.Second
+	// DefaultRenewPeriod is how often the instance holder renews with the
+	// default lease duration (a third of it).
+	DefaultRenewPeriod = 5 * time.Second
+	// MaxLeaseDuration bounds the duration StateOf assumes: a Lease asking
+	// for more counts as holding for MaxLeaseDuration.
+	MaxLeaseDuration = 24 * time.Hour
+
+	// uncertainAfter: an expired Lease becomes uncertain at t + 2d.
+	uncertainAfter = 2
+	// orphanedAfter: a dead Lease becomes orphaned at t + 10d.
+	orphanedAfter = 10
+	// takeoverFactor: the sharder holds an uncertain Lease for 2d.
+	takeoverFactor = 2
+)
+
+// MaxVirtualNodes is the largest weight a Lease may ask for with the
+// sharder.dev/virtual-nodes label (the same bound as a ring's
+// spec.virtualNodes). Larger values are rejected rather than capped, so that
+// one Lease cannot blow up the size of a ring.
+const MaxVirtualNodes = 10000
+
+// ErrInvalidVirtualNodes is wrapped by VirtualNodesOf for a label that is not
+// an integer in [1, MaxVirtualNodes].
+var ErrInvalidVirtualNodes = errors.New("invalid " + v1alpha1.LabelVirtualNodes + " label")
+
+// StateOf returns the state of an instance Lease at now and the time of its
+// next transition by the passage of time alone (zero when there is none:
+// uncertain and orphaned Leases change only by a write).
+//
+// With t the Lease's reference time and d its duration:
+//
+//	ready      holder = Lease name, now < t+d
+//	expired    holder = Lease name, t+d <= now < t+2d
+//	uncertain  holder = Lease name, now >= t+2d
+//	dead       holder empty (released) or another holder (taken), now < t+10d
+//	orphaned   dead, now >= t+10d
+//
+// Malformed Leases get a state by the same table, never an error:
+//   - t is spec.renewTime; without it spec.acquireTime; without that the
+//     creation time; a Lease without any of them counts as renewed at the
+//     zero time (so it is uncertain, or orphaned when it has no holder).
+//   - d is spec.leaseDurationSeconds; a missing or non-positive value counts
+//     as DefaultLeaseDuration, a value above MaxLeaseDuration as
+//     MaxLeaseDuration.
+//   - a missing holderIdentity is an empty one: dead.
+//
+// StateOf reads only the Lease and now: the sharder assumes its clock and the
+// instances' clocks agree to well within d, as leader election does.
+func StateOf(lease *coordinationv1.Lease, now time.Time) (State, time.Time) {
+	t := referenceTime(lease)
+	d := durationOf(lease)
+	holder := ""
+	if lease.Spec.HolderIdentity != nil {
+		holder = *lease.Spec.HolderIdentity
+	}
+
+	if holder == "" || holder != lease.Name {
+		orphaned := t.Add(orphanedAfter * d)
+		if now.Before(orphaned) {
+			return StateDead, orphaned
+		}
+		return StateOrphaned, time.Time{}
+	}
+	expired := t.Add(d)
+	if now.Before(expired) {
+		return StateReady, expired
+	}
+	uncertain := t.Add(uncertainAfter * d)
+	if now.Before(uncertain) {
+		return StateExpired, uncertain
+	}
+	return StateUncertain, time.Time{}
+}
+
+// VirtualNodesOf returns the weight a Lease asks for with its
+// sharder.dev/virtual-nodes label: 0 and no error when the label is absent
+// (the ring's default applies); 0 and an error wrapping
+// ErrInvalidVirtualNodes when the value is not an integer in
+// [1, MaxVirtualNodes].
+func VirtualNodesOf(lease *coordinationv1.Lease) (int, error) {
+	value, ok := lease.Labels[v1alpha1.LabelVirtualNodes]
+	if !ok {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(value)
+	if err != nil || n < 1 || n > MaxVirtualNodes {
+		return 0, fmt.Errorf("%w: %q is not an integer from 1 to %d", ErrInvalidVirtualNodes, value, MaxVirtualNodes)
+	}
+	return n, nil
+}
+
+// MemberOf returns the Lease as a ring member at now. A malformed weight
+// label gives VirtualNodes 0 (the ring's default): the instance keeps its
+// place in the ring with the default weight; the lease controller reports
+// the malformed label in an event.
+func MemberOf(lease *coordinationv1.Lease, now time.Time) Member {
+	state, _ := StateOf(lease, now)
+	weight, err := VirtualNodesOf(lease)
+	if err != nil {
+		weight = 0
+	}
+	return Member{ID: lease.Name, VirtualNodes: weight, State: state}
+}
+
+// referenceTime returns t: renewTime, else acquireTime, else creation time.
+func referenceTime(lease *coordinationv1.Lease) time.Time {
+	switch {
+	case lease.Spec.RenewTime != nil:
+		return lease.Spec.RenewTime.Time
+	case lease.Spec.AcquireTime != nil:
+		return lease.Spec.AcquireTime.Time
+	default:
+		return lease.CreationTimestamp.Time
+	}
+}
+
+// durationOf returns d: leaseDurationSeconds within (0, MaxLeaseDuration],
+// else DefaultLeaseDuration.
+func durationOf(lease *coordinationv1.Lease) time.Duration {
+	s := lease.Spec.LeaseDurationSeconds
+	switch {
+	case s == nil || *s <= 0:
+		return DefaultLeaseDuration
+	case time.Duration(*s)*time.Second > MaxLeaseDuration:
+		return MaxLeaseDuration
+	}
+	return time.Duration(*s) * time.Second
+}
