@@ -1,0 +1,144 @@
+package inflight
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func key(name string) Key {
+	return Key{GroupKind: schema.GroupKind{Kind: "ConfigMap"}, NamespacedName: types.NamespacedName{Namespace: "n", Name: name}}
+}
+
+func TestAdmission(t *testing.T) {
+	g := NewWithT(t)
+	tr := New()
+	g.Expect(tr.Begin(key("a"))).To(Equal(NotOpen))
+	tr.Open()
+	g.Expect(tr.Begin(key("a"))).To(Equal(Admitted))
+	g.Expect(tr.Begin(key("a"))).To(Equal(Admitted), "two controllers may reconcile one object")
+	g.Expect(tr.Running()).To(Equal(2))
+	tr.Close()
+	g.Expect(tr.Begin(key("b"))).To(Equal(Closed))
+	tr.End(key("a"))
+	tr.End(key("a"))
+	g.Expect(tr.Running()).To(BeZero())
+	tr.End(key("a")) // unmatched End is ignored
+	g.Expect(tr.Running()).To(BeZero())
+}
+
+func TestDrainWaitsForOtherReconciles(t *testing.T) {
+	g := NewWithT(t)
+	tr := New()
+	tr.Open()
+	a := key("a")
+	g.Expect(tr.Begin(a)).To(Equal(Admitted)) // another controller's reconcile
+	g.Expect(tr.Begin(a)).To(Equal(Admitted)) // the one that found the drain label
+
+	drained := make(chan bool)
+	go func() {
+		ok, err := tr.Drain(context.Background(), a)
+		g.Expect(err).NotTo(HaveOccurred())
+		drained <- ok
+	}()
+	// While the drain waits, new reconciles of a are turned away, others not.
+	g.Eventually(func() Admission {
+		adm := tr.Begin(a)
+		if adm == Admitted {
+			tr.End(a)
+		}
+		return adm
+	}).Should(Equal(Draining))
+	g.Expect(tr.Begin(key("b"))).To(Equal(Admitted))
+	g.Consistently(drained, 50*time.Millisecond).ShouldNot(Receive())
+
+	tr.End(a) // the other reconcile ends
+	g.Eventually(drained).Should(Receive(BeTrue()))
+
+	ok, err := tr.Drain(context.Background(), a)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ok).To(BeFalse(), "a second drain of the same object is refused")
+
+	tr.End(a) // acknowledgement done
+	g.Expect(tr.Begin(a)).To(Equal(Admitted), "the object may be reconciled again once reassigned")
+}
+
+func TestDrainGivesUpWithContext(t *testing.T) {
+	g := NewWithT(t)
+	tr := New()
+	tr.Open()
+	a := key("a")
+	g.Expect(tr.Begin(a)).To(Equal(Admitted))
+	g.Expect(tr.Begin(a)).To(Equal(Admitted))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	ok, err := tr.Drain(ctx, a)
+	g.Expect(ok).To(BeFalse())
+	g.Expect(err).To(MatchError(context.DeadlineExceeded))
+	tr.End(a)
+	g.Expect(tr.Begin(a)).To(Equal(Admitted), "a withdrawn drain does not block the object")
+}
+
+func TestDrainWithoutBegin(t *testing.T) {
+	g := NewWithT(t)
+	tr := New()
+	tr.Open()
+	ok, err := tr.Drain(context.Background(), key("a"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ok).To(BeFalse())
+}
+
+func TestWait(t *testing.T) {
+	g := NewWithT(t)
+	tr := New()
+	tr.Open()
+	g.Expect(tr.Wait(context.Background())).To(Succeed())
+
+	var wg sync.WaitGroup
+	for _, name := range []string{"a", "b", "c"} {
+		g.Expect(tr.Begin(key(name))).To(Equal(Admitted))
+	}
+	waited := make(chan error)
+	go func() { waited <- tr.Wait(context.Background()) }()
+	for _, name := range []string{"a", "b"} {
+		wg.Go(func() { tr.End(key(name)) })
+	}
+	wg.Wait()
+	g.Consistently(waited, 50*time.Millisecond).ShouldNot(Receive())
+	tr.End(key("c"))
+	g.Eventually(waited).Should(Receive(BeNil()))
+
+	g.Expect(tr.Begin(key("d"))).To(Equal(Admitted))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	g.Expect(tr.Wait(ctx)).To(MatchError(context.Canceled))
+}
+
+func TestConcurrentUse(t *testing.T) {
+	tr := New()
+	tr.Open()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			k := key(string(rune('a' + i%3)))
+			for range 1000 {
+				if tr.Begin(k) != Admitted {
+					continue
+				}
+				if i%4 == 0 {
+					_, _ = tr.Drain(context.Background(), k)
+				}
+				tr.End(k)
+			}
+		})
+	}
+	wg.Wait()
+	if n := tr.Running(); n != 0 {
+		t.Fatalf("running = %d after all reconciles ended", n)
+	}
+}
