@@ -13,7 +13,7 @@ import (
 // Packages of the binaries a run builds.
 const (
 	SharderPackage  = "./cmd/sharder"
-	OperatorPackage = "./examples/etcd-operator"
+	OperatorPackage = "./examples/etcd-operator/cmd/etcd-operator"
 )
 
 // Binaries are the built programs of a run.

@@ -75,8 +75,9 @@ func (a Assignment) Counts() map[string]int {
 	return m
 }
 
-// Settled returns nil when every object is assigned to one of instances and
-// none is draining; otherwise an error describing the first few exceptions.
+// Settled returns nil when every object is assigned to one of instances
+// (to any instance when none is given) and none is draining; otherwise an
+// error describing the first few exceptions.
 func (a Assignment) Settled(instances ...string) error {
 	allowed := map[string]bool{}
 	for _, i := range instances {
@@ -87,7 +88,7 @@ func (a Assignment) Settled(instances ...string) error {
 		switch {
 		case o.Instance == "":
 			bad = append(bad, o.Key+" unassigned")
-		case !allowed[o.Instance]:
+		case len(allowed) > 0 && !allowed[o.Instance]:
 			bad = append(bad, o.Key+" on "+o.Instance)
 		case o.Draining:
 			bad = append(bad, o.Key+" draining")

@@ -1,0 +1,218 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// SharderUserName is the user name the sharder authenticates as. Its
+// group system:masters grants every permission under RBAC.
+const SharderUserName = "sharder"
+
+// ClusterOptions configures NewCluster.
+type ClusterOptions struct {
+	// Dir receives kubeconfigs, binaries and logs. Required.
+	Dir string
+	// CRDs are installed at start. Default: DefaultCRDs().
+	CRDs []string
+	// Operator builds the example operator too. Default: false.
+	Operator bool
+}
+
+// Cluster is a local control plane with the sharder's binaries and the
+// processes a run started.
+type Cluster struct {
+	// Dir holds everything of the run.
+	Dir string
+	// LogDir holds the processes' logs.
+	LogDir string
+	// ControlPlane is the running etcd and kube-apiserver.
+	ControlPlane *ControlPlane
+	// Binaries are the built programs.
+	Binaries Binaries
+	// SharderUser is the sharder's identity.
+	SharderUser *User
+	// Processes are the processes started on this cluster.
+	Processes Processes
+}
+
+// NewCluster builds the binaries and starts the control plane. Call Stop
+// when done.
+func NewCluster(opts ClusterOptions) (*Cluster, error) {
+	if opts.Dir == "" {
+		return nil, fmt.Errorf("cluster: Dir is required")
+	}
+	if opts.CRDs == nil {
+		opts.CRDs = DefaultCRDs()
+	}
+	c := &Cluster{Dir: opts.Dir, LogDir: filepath.Join(opts.Dir, "logs")}
+	var err error
+	if c.Binaries, err = Build(BuildOptions{Dir: filepath.Join(opts.Dir, "bin"), Operator: opts.Operator}); err != nil {
+		return nil, err
+	}
+	if c.ControlPlane, err = StartControlPlane(ControlPlaneOptions{Dir: filepath.Join(opts.Dir, "kubeconfigs"), CRDs: opts.CRDs}); err != nil {
+		return nil, err
+	}
+	if c.SharderUser, err = c.ControlPlane.AddUser("sharder", SharderUserName, "system:masters"); err != nil {
+		_ = c.ControlPlane.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Client returns the admin client.
+func (c *Cluster) Client() client.Client { return c.ControlPlane.Client }
+
+// Stop kills every process of the run and stops the control plane.
+func (c *Cluster) Stop() error {
+	if c == nil {
+		return nil
+	}
+	c.Processes.KillAll()
+	return c.ControlPlane.Stop()
+}
+
+// DumpLogs writes the logs of every process of the run to w.
+func (c *Cluster) DumpLogs(w io.Writer) { c.Processes.DumpLogs(w) }
+
+// Start starts a process whose log goes into the run's log folder and
+// tracks it.
+func (c *Cluster) Start(opts ProcessOptions) (*Process, error) {
+	if opts.LogDir == "" {
+		opts.LogDir = c.LogDir
+	}
+	p, err := StartProcess(opts)
+	if err != nil {
+		return nil, err
+	}
+	c.Processes.Add(p)
+	return p, nil
+}
+
+// EnsureNamespace creates namespace name unless it exists.
+func EnsureNamespace(ctx context.Context, c client.Client, name string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// FreeAddress returns 127.0.0.1:<free port>.
+func FreeAddress() (string, error) {
+	p, err := FreePort()
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), nil
+}
+
+// TempDir creates a folder for a run that is not a test (demo, bench),
+// under dir when given.
+func TempDir(dir, pattern string) (string, error) {
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return "", err
+		}
+	}
+	return os.MkdirTemp(dir, pattern)
+}
+
+// since formats a duration for people.
+func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }
+
+// SharderOptions configures one sharder replica.
+type SharderOptions struct {
+	// Name of the process, e.g. sharder-0. Required.
+	Name string
+	// Namespace holds the leader election Lease and the webhook Secret.
+	// Default: sharder-system.
+	Namespace string
+	// LeaderLeaseDuration is the leader election Lease duration; renew
+	// deadline and retry period follow from it. Default: 4s.
+	LeaderLeaseDuration time.Duration
+	// Args are added to the command line. Default: none.
+	Args []string
+}
+
+// Sharder is a running sharder replica.
+type Sharder struct {
+	*Process
+	// HealthAddress serves /healthz and /readyz.
+	HealthAddress string
+	// MetricsAddress serves /metrics over plain HTTP on loopback.
+	MetricsAddress string
+	// WebhookPort is the webhook server's port on 127.0.0.1.
+	WebhookPort int
+}
+
+// StartSharder starts a sharder replica as the sharder user, with leader
+// election, its webhook on a free loopback port and short timings.
+func (c *Cluster) StartSharder(ctx context.Context, opts SharderOptions) (*Sharder, error) {
+	if opts.Namespace == "" {
+		opts.Namespace = "sharder-system"
+	}
+	if opts.LeaderLeaseDuration == 0 {
+		opts.LeaderLeaseDuration = 4 * time.Second
+	}
+	if err := EnsureNamespace(ctx, c.Client(), opts.Namespace); err != nil {
+		return nil, err
+	}
+	s := &Sharder{}
+	var err error
+	if s.HealthAddress, err = FreeAddress(); err != nil {
+		return nil, err
+	}
+	if s.MetricsAddress, err = FreeAddress(); err != nil {
+		return nil, err
+	}
+	if s.WebhookPort, err = FreePort(); err != nil {
+		return nil, err
+	}
+	d := opts.LeaderLeaseDuration
+	args := []string{"run",
+		"--kubeconfig", c.SharderUser.Kubeconfig,
+		"--leader-elect=true",
+		"--leader-election-namespace", opts.Namespace,
+		"--leader-election-lease-duration", d.String(),
+		"--leader-election-renew-deadline", (d * 3 / 4).String(),
+		"--leader-election-retry-period", (d / 8).String(),
+		"--webhook-port", strconv.Itoa(s.WebhookPort),
+		"--webhook-cert-dir", filepath.Join(c.Dir, opts.Name, "webhook-certs"),
+		"--webhook-service-namespace", opts.Namespace,
+		"--metrics-bind-address", s.MetricsAddress,
+		"--metrics-secure=false",
+		"--health-probe-bind-address", s.HealthAddress,
+		"--log-format", "console",
+		"--shutdown-timeout", "10s",
+	}
+	args = append(args, opts.Args...)
+	p, err := c.Start(ProcessOptions{Name: opts.Name, Path: c.Binaries.Sharder, Args: args,
+		Env: []string{"POD_NAMESPACE=" + opts.Namespace, "POD_NAME=" + opts.Name}})
+	if err != nil {
+		return nil, err
+	}
+	s.Process = p
+	return s, nil
+}

@@ -1,0 +1,173 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+)
+
+// Tracked is what a Tracker knows of one object.
+type Tracked struct {
+	ObjectState
+	// FirstAssigned is when the tracker first saw a shard label on it.
+	FirstAssigned time.Time
+	// Changed is when the tracker last saw its shard label change.
+	Changed time.Time
+}
+
+// Tracker watches the metadata of one resource and records, as they
+// arrive, each object's shard and drain labels of a ring and when they
+// changed. Times are when the watch event reached the tracker, so they
+// include the API server's watch delay, as any instance would see it.
+type Tracker struct {
+	ring     string
+	informer cache.SharedIndexInformer
+
+	mu      sync.Mutex
+	objects map[string]*Tracked
+	changed chan struct{}
+}
+
+// NewTracker returns a tracker of gvr in namespace ("" for all) for ring.
+// Call Start before reading it.
+func NewTracker(cfg *rest.Config, gvr schema.GroupVersionResource, namespace, ring string) (*Tracker, error) {
+	mc, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating metadata client: %w", err)
+	}
+	t := &Tracker{ring: ring, objects: map[string]*Tracked{}, changed: make(chan struct{})}
+	t.informer = metadatainformer.NewFilteredMetadataInformer(mc, gvr, namespace, 0, cache.Indexers{}, nil).Informer()
+	_, err = t.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { t.observe(obj, false) },
+		UpdateFunc: func(_, obj any) { t.observe(obj, false) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			t.observe(obj, true)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Start runs the watch until ctx ends and waits for the first list.
+func (t *Tracker) Start(ctx context.Context) error {
+	go t.informer.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), t.informer.HasSynced) {
+		return fmt.Errorf("tracker of ring %s: watch did not sync", t.ring)
+	}
+	return nil
+}
+
+func (t *Tracker) observe(obj any, deleted bool) {
+	now := time.Now()
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return
+	}
+	key := m.Namespace + "/" + m.Name
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if deleted {
+		delete(t.objects, key)
+	} else {
+		labels := m.Labels
+		instance := labels[sharderv1alpha1.ShardLabel(t.ring)]
+		o := t.objects[key]
+		if o == nil {
+			o = &Tracked{}
+			t.objects[key] = o
+		}
+		if instance != o.Instance {
+			o.Changed = now
+			if o.FirstAssigned.IsZero() && instance != "" {
+				o.FirstAssigned = now
+			}
+		}
+		o.ObjectState = ObjectState{Key: key, Instance: instance,
+			Draining: labels[sharderv1alpha1.DrainLabel(t.ring)] == "true", Generation: m.Generation}
+	}
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// Get returns what the tracker knows of namespace/name.
+func (t *Tracker) Get(key string) (Tracked, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	o, ok := t.objects[key]
+	if !ok {
+		return Tracked{}, false
+	}
+	return *o, true
+}
+
+// Snapshot returns every tracked object, sorted by key.
+func (t *Tracker) Snapshot() []Tracked {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]Tracked, 0, len(t.objects))
+	for _, o := range t.objects {
+		out = append(out, *o)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+// Assignment returns the current labels of every tracked object.
+func (t *Tracker) Assignment() Assignment {
+	snap := t.Snapshot()
+	a := make(Assignment, len(snap))
+	for i, o := range snap {
+		a[i] = o.ObjectState
+	}
+	return a
+}
+
+// Wait blocks until cond holds for the tracked objects or ctx ends; cond
+// is checked after every change.
+func (t *Tracker) Wait(ctx context.Context, cond func([]Tracked) error) error {
+	for {
+		t.mu.Lock()
+		ch := t.changed
+		t.mu.Unlock()
+		err := cond(t.Snapshot())
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", ctx.Err(), err)
+		}
+	}
+}
+
+// AllAssigned is a Wait condition: n objects tracked, each assigned to one
+// of instances (any instance when none given) and none draining.
+func AllAssigned(n int, instances ...string) func([]Tracked) error {
+	return func(objs []Tracked) error {
+		if len(objs) != n {
+			return fmt.Errorf("%d objects tracked, want %d", len(objs), n)
+		}
+		a := make(Assignment, len(objs))
+		for i, o := range objs {
+			a[i] = o.ObjectState
+		}
+		return a.Settled(instances...)
+	}
+}
