@@ -64,7 +64,7 @@ func Acknowledge(ctx context.Context, c client.Client, obj client.Object, ring s
 // It returns ErrNotDraining when obj carries no drain label of ring, and an
 // error when obj has no resourceVersion (it was not read from the server).
 func AcknowledgePatch(obj metav1.Object, ring string) ([]byte, error) {
-	if _, ok := obj.GetLabels()[v1alpha1.DrainLabel(ring)]; !ok {
+	if !Requested(obj, ring) {
 		return nil, fmt.Errorf("acknowledging drain of %s/%s for ring %s: %w", obj.GetNamespace(), obj.GetName(), ring, ErrNotDraining)
 	}
 	if obj.GetResourceVersion() == "" {

@@ -85,6 +85,14 @@ func (t *Tracker) Close() {
 	t.closed = true
 }
 
+// Admitting reports whether the tracker admits reconciles: opened and not
+// closed.
+func (t *Tracker) Admitting() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.open && !t.closed
+}
+
 // Begin asks to start a reconcile of key. Only when it returns Admitted must
 // the caller call End(key) once the reconcile has finished.
 func (t *Tracker) Begin(key Key) Admission {
@@ -186,4 +194,3 @@ func (t *Tracker) Wait(ctx context.Context) error {
 		}
 	}
 }
-

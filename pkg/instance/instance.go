@@ -1,0 +1,303 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/instance/internal/inflight"
+	"github.com/sharder-dev/sharder/pkg/leases"
+)
+
+// The instance reads and renews its Lease, reads its objects and removes the
+// shard and drain labels of those it drains (the reconciled resources need
+// get, list, watch and patch as well: grant them for your resources).
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
+
+// Instance is one instance of a ring on a controller-runtime manager: it holds
+// the instance's Lease, admits reconciles only while it holds it, tracks the
+// reconciles in flight, acknowledges drains and reports gained and lost
+// objects. Create it with Setup.
+type Instance struct {
+	opts      Options
+	client    client.Client // the manager's client: reads from its cache
+	apiReader client.Reader // reads from the API server
+	cache     cache.Cache
+	mgr       manager.Manager
+	log       logr.Logger
+	tracker   *inflight.Tracker
+	holder    *leases.Holder
+
+	// acked holds the objects whose drain this instance is acknowledging or
+	// has acknowledged, until they leave the cache.
+	acked sync.Map // inflight.Key -> struct{}
+
+	mu        sync.Mutex
+	kinds     map[schema.GroupVersionKind]client.Object
+	notifiers []Notifier
+	startCtx  context.Context // set once started
+}
+
+var (
+	_ manager.Runnable               = &Instance{}
+	_ manager.LeaderElectionRunnable = &Instance{}
+)
+
+// Setup makes the manager's process an instance of opts.Ring: it adds the
+// instance's Lease holder and the instance itself to mgr, and a readiness
+// check "instance-<ring>" that passes once the Lease is held.
+//
+// The manager's cache must already select the instance's objects (see
+// CacheByObject with the same ring and identity): cache selectors are fixed
+// when the manager is created. Wrap each reconciler of the ring's main
+// resources with the returned Instance.
+//
+// The instance runs on every replica (NeedLeaderElection is false); run the
+// manager without leader election, since each instance reconciles only its
+// own objects.
+func Setup(mgr manager.Manager, opts Options) (*Instance, error) {
+	opts, err := opts.complete()
+	if err != nil {
+		return nil, fmt.Errorf("instance options: %w", err)
+	}
+	// The Lease is read and written directly: the manager's cache must not
+	// start watching every Lease in the cluster for this.
+	direct, err := client.New(mgr.GetConfig(), client.Options{
+		HTTPClient: mgr.GetHTTPClient(),
+		Scheme:     mgr.GetScheme(),
+		Mapper:     mgr.GetRESTMapper(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the Lease client: %w", err)
+	}
+	i := &Instance{
+		opts:      opts,
+		client:    mgr.GetClient(),
+		apiReader: mgr.GetAPIReader(),
+		cache:     mgr.GetCache(),
+		mgr:       mgr,
+		log:       mgr.GetLogger().WithName("instance").WithValues("ring", opts.Ring, "instance", opts.Identity),
+		tracker:   inflight.New(),
+		kinds:     map[schema.GroupVersionKind]client.Object{},
+	}
+	i.holder, err = leases.NewHolder(direct, leases.HolderOptions{
+		Ring:          opts.Ring,
+		Namespace:     opts.LeaseNamespace,
+		Identity:      opts.Identity,
+		VirtualNodes:  opts.VirtualNodes,
+		LeaseDuration: opts.LeaseDuration,
+		RenewPeriod:   opts.RenewPeriod,
+		Pod:           opts.Pod,
+		OnLost:        i.lost,
+		BeforeRelease: i.beforeRelease,
+		Clock:         opts.Clock,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the Lease holder: %w", err)
+	}
+	if err := mgr.Add(i.holder); err != nil {
+		return nil, fmt.Errorf("adding the Lease holder: %w", err)
+	}
+	if err := mgr.Add(i); err != nil {
+		return nil, fmt.Errorf("adding the instance: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("instance-"+opts.Ring, i.readyz); err != nil {
+		return nil, fmt.Errorf("adding the readiness check: %w", err)
+	}
+	return i, nil
+}
+
+// Ring returns the ring's name.
+func (i *Instance) Ring() string { return i.opts.Ring }
+
+// Identity returns the instance ID.
+func (i *Instance) Identity() string { return i.opts.Identity }
+
+// AddNotifier registers n for the objects of every kind passed to Wrap. Add
+// notifiers before the manager starts, or they miss the objects already
+// reported as gained.
+func (i *Instance) AddNotifier(n Notifier) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.notifiers = append(i.notifiers, n)
+}
+
+// LabelChild gives child its owner's shard label of the instance's ring, so
+// that a child created during a reconcile of owner is assigned with its owner
+// from the start: the instance's own label-selected cache sees it at once,
+// and the sharder and the webhook find it where they would put it. Call it
+// before creating child (next to setting its controller reference). It
+// reports false, leaving child alone, when owner carries no shard label.
+func (i *Instance) LabelChild(owner, child metav1.Object) bool {
+	return LabelChild(i.opts.Ring, owner, child)
+}
+
+// LabelChild is Instance.LabelChild for a given ring.
+func LabelChild(ring string, owner, child metav1.Object) bool {
+	value, ok := owner.GetLabels()[v1alpha1.ShardLabel(ring)]
+	if !ok || value == "" {
+		return false
+	}
+	labels := child.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[v1alpha1.ShardLabel(ring)] = value
+	child.SetLabels(labels)
+	return true
+}
+
+// NeedLeaderElection returns false: every instance runs.
+func (i *Instance) NeedLeaderElection() bool { return false }
+
+// Start registers the notifications with the cache, waits until the instance
+// holds its Lease, then admits reconciles until ctx ends.
+func (i *Instance) Start(ctx context.Context) error {
+	i.mu.Lock()
+	i.startCtx = ctx
+	kinds := make([]client.Object, 0, len(i.kinds))
+	for _, proto := range i.kinds {
+		kinds = append(kinds, proto)
+	}
+	i.mu.Unlock()
+	for _, proto := range kinds {
+		if err := i.watch(ctx, proto); err != nil {
+			return err
+		}
+	}
+
+	err := wait.PollUntilContextCancel(ctx, i.opts.RetryPeriod/4, true, i.holdsLease)
+	if err != nil {
+		return nil //nolint:nilerr // ctx ended before the Lease was held: a normal shutdown
+	}
+	i.tracker.Open()
+	i.log.Info("Instance holds its Lease, reconciling")
+	<-ctx.Done()
+	return nil
+}
+
+// holdsLease reports whether the instance's Lease names it as holder and has
+// not expired. The holder acquires the Lease; this only observes it.
+func (i *Instance) holdsLease(ctx context.Context) (bool, error) {
+	lease := &coordinationv1.Lease{}
+	err := i.apiReader.Get(ctx, types.NamespacedName{Namespace: i.opts.LeaseNamespace, Name: i.opts.Identity}, lease)
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			i.log.V(1).Info("Reading the instance Lease failed", "err", err.Error())
+		}
+		return false, nil
+	}
+	state, _ := leases.StateOf(lease, i.opts.Clock.Now())
+	held := lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity == i.opts.Identity && state == leases.StateReady
+	return held, nil
+}
+
+func (i *Instance) readyz(_ *http.Request) error {
+	if i.tracker.Admitting() {
+		return nil
+	}
+	return errors.New("the instance does not hold its Lease")
+}
+
+// watch registers the notification handler for proto's kind.
+func (i *Instance) watch(ctx context.Context, proto client.Object) error {
+	gvk, err := apiutil.GVKForObject(proto, i.mgr.GetScheme())
+	if err != nil {
+		return fmt.Errorf("finding the kind of %T: %w", proto, err)
+	}
+	informer, err := i.cache.GetInformer(ctx, proto)
+	if err != nil {
+		return fmt.Errorf("getting the informer for %s: %w", gvk.Kind, err)
+	}
+	if _, err := informer.AddEventHandler(eventHandler{inst: i, gk: gvk.GroupKind()}); err != nil {
+		return fmt.Errorf("adding the notification handler for %s: %w", gvk.Kind, err)
+	}
+	return nil
+}
+
+// register remembers proto's kind for notifications.
+func (i *Instance) register(gvk schema.GroupVersionKind, proto client.Object) {
+	i.mu.Lock()
+	if _, ok := i.kinds[gvk]; ok {
+		i.mu.Unlock()
+		return
+	}
+	i.kinds[gvk] = proto
+	ctx := i.startCtx
+	i.mu.Unlock()
+	if ctx != nil { // wrapped after the start: watch now
+		if err := i.watch(ctx, proto); err != nil {
+			i.log.Error(err, "Notifications unavailable", "kind", gvk.Kind)
+		}
+	}
+}
+
+// assigned reports whether obj carries this instance's shard label.
+func (i *Instance) assigned(obj metav1.Object) bool {
+	return obj.GetLabels()[v1alpha1.ShardLabel(i.opts.Ring)] == i.opts.Identity
+}
+
+func (i *Instance) shardLabel() string { return v1alpha1.ShardLabel(i.opts.Ring) }
+
+// notify calls every notifier.
+func (i *Instance) notify(call func(Notifier)) {
+	i.mu.Lock()
+	notifiers := slices.Clone(i.notifiers)
+	i.mu.Unlock()
+	for _, n := range notifiers {
+		call(n)
+	}
+}
+
+// left reports that obj is no longer this instance's.
+func (i *Instance) left(gk schema.GroupKind, obj client.Object) {
+	key := inflight.Key{GroupKind: gk, NamespacedName: client.ObjectKeyFromObject(obj)}
+	if _, drained := i.acked.LoadAndDelete(key); drained {
+		i.notify(func(n Notifier) { n.OnDrained(obj) })
+		return
+	}
+	i.notify(func(n Notifier) { n.OnLost(obj) })
+}
+
+// lost is the Lease holder's OnLost: stop at once, then the user's answer.
+func (i *Instance) lost() {
+	i.tracker.Close()
+	i.log.Info("Instance lost its Lease, no longer reconciling")
+	if i.opts.OnLost != nil {
+		i.opts.OnLost()
+		return
+	}
+	i.log.Error(errors.New("lease lost"), "Exiting: the instance lost its Lease")
+	os.Exit(1)
+}
+
+// beforeRelease is the Lease holder's BeforeRelease: admit no new reconcile
+// and wait for those in flight, so that no other instance starts on an
+// object this one is still working on.
+func (i *Instance) beforeRelease(ctx context.Context) {
+	i.tracker.Close()
+	running := i.tracker.Running()
+	if running > 0 {
+		i.log.Info("Waiting for reconciles in flight before releasing the Lease", "running", running)
+	}
+	if err := i.tracker.Wait(ctx); err != nil {
+		i.log.Error(err, "Releasing the Lease with reconciles still in flight", "running", i.tracker.Running())
+	}
+}

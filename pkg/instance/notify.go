@@ -1,0 +1,103 @@
+package instance
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Notifier is told when objects of the ring come to this instance and leave
+// it. Each object's story is Gained, then exactly one of Drained or Lost; it
+// may start again if the object is assigned back later.
+//
+// Notifications are delivered synchronously from the instance cache's event
+// delivery for the object's kind: for one kind they arrive one at a time, in
+// the order the cache saw the changes; kinds are independent of each other.
+// They are not ordered with respect to reconciles: a reconcile of a gained
+// object may start before or after OnGained returns. A slow notifier delays
+// only later notifications (events are buffered, reconciles are not held
+// up); hand long work to a queue. The object passed is the cache's copy and
+// must not be modified.
+type Notifier interface {
+	// OnGained: the object is now assigned to this instance. On start, every
+	// object already assigned is reported once the cache has listed it.
+	OnGained(obj client.Object)
+	// OnDrained: this instance acknowledged the sharder's drain request and
+	// the object left its cache; the sharder assigns it elsewhere.
+	OnDrained(obj client.Object)
+	// OnLost: the object left this instance without its acknowledgement: it
+	// was deleted, or the sharder moved it away at once (this instance was
+	// considered dead, or the drain timed out).
+	OnLost(obj client.Object)
+}
+
+// NotifierFuncs is a Notifier made of functions; nil ones are skipped.
+type NotifierFuncs struct {
+	GainedFunc  func(obj client.Object)
+	DrainedFunc func(obj client.Object)
+	LostFunc    func(obj client.Object)
+}
+
+var _ Notifier = NotifierFuncs{}
+
+// OnGained calls GainedFunc if set.
+func (f NotifierFuncs) OnGained(obj client.Object) {
+	if f.GainedFunc != nil {
+		f.GainedFunc(obj)
+	}
+}
+
+// OnDrained calls DrainedFunc if set.
+func (f NotifierFuncs) OnDrained(obj client.Object) {
+	if f.DrainedFunc != nil {
+		f.DrainedFunc(obj)
+	}
+}
+
+// OnLost calls LostFunc if set.
+func (f NotifierFuncs) OnLost(obj client.Object) {
+	if f.LostFunc != nil {
+		f.LostFunc(obj)
+	}
+}
+
+// eventHandler turns the cache's events for one kind into notifications.
+type eventHandler struct {
+	inst *Instance
+	gk   schema.GroupKind
+}
+
+var _ toolscache.ResourceEventHandler = eventHandler{}
+
+func (h eventHandler) OnAdd(obj any, _ bool) {
+	if o, ok := obj.(client.Object); ok && h.inst.assigned(o) {
+		h.inst.notify(func(n Notifier) { n.OnGained(o) })
+	}
+}
+
+func (h eventHandler) OnUpdate(oldObj, newObj any) {
+	o, okOld := oldObj.(client.Object)
+	n, okNew := newObj.(client.Object)
+	if !okOld || !okNew {
+		return
+	}
+	// With the instance's selector on the cache, objects leave through
+	// OnDelete; updates that change the shard label only show up in caches
+	// without the selector.
+	was, is := h.inst.assigned(o), h.inst.assigned(n)
+	switch {
+	case !was && is:
+		h.inst.notify(func(nt Notifier) { nt.OnGained(n) })
+	case was && !is:
+		h.inst.left(h.gk, n)
+	}
+}
+
+func (h eventHandler) OnDelete(obj any) {
+	if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	if o, ok := obj.(client.Object); ok && h.inst.assigned(o) {
+		h.inst.left(h.gk, o)
+	}
+}

@@ -1,0 +1,115 @@
+package instance
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/clock"
+
+	"github.com/sharder-dev/sharder/pkg/leases"
+)
+
+// Options configures an instance. Ring and LeaseNamespace are required.
+type Options struct {
+	// Ring is the name of the ControllerRing whose objects this instance
+	// reconciles. Required.
+	Ring string
+
+	// LeaseNamespace is the ring's spec.leaseNamespace: the instance's Lease
+	// is created there. Required.
+	LeaseNamespace string
+
+	// Identity is the instance ID: the name of its Lease and the value of the
+	// shard label on its objects. It must be the identity given to
+	// CacheByObject, and stable across restarts of the same instance (a new
+	// identity moves every object).
+	// Default: DefaultIdentity() (the POD_NAME variable, else the hostname).
+	Identity string
+
+	// VirtualNodes is the instance's weight in the ring, written to its
+	// Lease's sharder.dev/virtual-nodes label.
+	// Default: 0, no label: the ring's spec.virtualNodes.
+	VirtualNodes int
+
+	// LeaseDuration is the Lease's duration: the sharder moves this instance's
+	// objects away when it has not renewed the Lease for about twice as long.
+	// Default: 15s.
+	LeaseDuration time.Duration
+
+	// RenewPeriod is how often the Lease is renewed; it must be shorter than
+	// LeaseDuration.
+	// Default: 5s.
+	RenewPeriod time.Duration
+
+	// Pod, when set, becomes the Lease's owner, so that garbage collection
+	// removes the Lease with the instance's Pod.
+	// Default: none.
+	Pod *metav1.OwnerReference
+
+	// OnLost is called once the instance has lost its Lease (it could not
+	// renew it in time, or another party took it). By then the instance has
+	// stopped admitting reconciles for good; the usual answer is to exit and
+	// let the process restart, as after lost leader election.
+	// Default: log and exit the process with status 1.
+	OnLost func()
+
+	// RetryPeriod is how soon a request that arrives before the instance holds
+	// its Lease is tried again.
+	// Default: 1s.
+	RetryPeriod time.Duration
+
+	// Clock is used for the Lease's timing.
+	// Default: the real clock.
+	Clock clock.Clock
+}
+
+const defaultRetryPeriod = time.Second
+
+// DefaultIdentity returns the default instance ID: the POD_NAME environment
+// variable, else the hostname.
+func DefaultIdentity() (string, error) {
+	return leases.DefaultIdentity()
+}
+
+// complete fills in defaults and checks the options. Durations the lease
+// holder owns (LeaseDuration, RenewPeriod) are checked by it.
+func (o Options) complete() (Options, error) {
+	var errs []error
+	if msgs := validation.IsDNS1123Label(o.Ring); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("ring %q is not a valid ring name: %v", o.Ring, msgs))
+	}
+	if msgs := validation.IsDNS1123Label(o.LeaseNamespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("lease namespace %q is not a valid namespace name: %v", o.LeaseNamespace, msgs))
+	}
+	if o.Identity == "" {
+		id, err := DefaultIdentity()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("finding the default instance identity: %w", err))
+		}
+		o.Identity = id
+	}
+	if o.Identity != "" {
+		if msgs := validation.IsValidLabelValue(o.Identity); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("identity %q cannot be a label value: %v", o.Identity, msgs))
+		}
+		if msgs := validation.IsDNS1123Subdomain(o.Identity); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("identity %q cannot be a Lease name: %v", o.Identity, msgs))
+		}
+	}
+	if o.VirtualNodes < 0 {
+		errs = append(errs, fmt.Errorf("virtual nodes must not be negative, got %d", o.VirtualNodes))
+	}
+	if o.RetryPeriod < 0 {
+		errs = append(errs, fmt.Errorf("retry period must not be negative, got %s", o.RetryPeriod))
+	}
+	if o.RetryPeriod == 0 {
+		o.RetryPeriod = defaultRetryPeriod
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return o, errors.Join(errs...)
+}

@@ -1,0 +1,176 @@
+package instance
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/sharder-dev/sharder/pkg/drain"
+	"github.com/sharder-dev/sharder/pkg/instance/internal/inflight"
+)
+
+// acknowledgeAttempts bounds how often a drain acknowledgement is retried
+// after conflicts within one request.
+const acknowledgeAttempts = 3
+
+// Wrap returns a reconciler for the ring's main resource of obj's kind (pass
+// an empty object, e.g. &corev1.ConfigMap{}; unstructured objects and
+// metav1.PartialObjectMetadata need their GroupVersionKind set) that runs
+// next only for objects assigned to this instance. For each request it reads
+// the object from the manager's cache and:
+//
+//   - assigned to this instance: calls next;
+//   - carrying the ring's drain label: acknowledges the drain (drain.Acknowledge)
+//     instead of calling next, once no other reconcile of the object runs in
+//     this instance; reconciles of the object that arrive meanwhile are
+//     dropped;
+//   - assigned to another instance or to none: drops the request, even when it
+//     was queued while the object was still assigned here;
+//   - absent from the cache: asks the API server; if the object is gone,
+//     calls next so that it can finish its deletion handling, otherwise (it
+//     moved away) drops the request.
+//
+// Wrapping every controller of the kind with the same Instance is what makes
+// the drain wait for all of them. No reconcile is admitted before the
+// instance holds its Lease (requests are retried after Options.RetryPeriod),
+// none after it lost the Lease or began shutting down; shutdown waits for
+// those in flight before the Lease is released. Call Wrap before the manager
+// starts.
+//
+// Wrap returns an error when obj's kind is not in the manager's scheme.
+func (i *Instance) Wrap(obj client.Object, next reconcile.Reconciler) (reconcile.Reconciler, error) {
+	gvk, err := apiutil.GVKForObject(obj, i.mgr.GetScheme())
+	if err != nil {
+		return nil, fmt.Errorf("wrapping a reconciler of %T: %w", obj, err)
+	}
+	i.register(gvk, obj)
+	return &reconciler{inst: i, gvk: gvk, proto: obj, next: next}, nil
+}
+
+type reconciler struct {
+	inst  *Instance
+	gvk   schema.GroupVersionKind
+	proto client.Object
+	next  reconcile.Reconciler
+}
+
+var _ reconcile.Reconciler = &reconciler{}
+
+func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	key := inflight.Key{GroupKind: r.gvk.GroupKind(), NamespacedName: req.NamespacedName}
+	log := logf.FromContext(ctx)
+	switch admission := r.inst.tracker.Begin(key); admission {
+	case inflight.Admitted:
+	case inflight.NotOpen:
+		return reconcile.Result{RequeueAfter: r.inst.opts.RetryPeriod}, nil
+	default:
+		log.V(1).Info("Request dropped", "reason", admission.String())
+		return reconcile.Result{}, nil
+	}
+	defer r.inst.tracker.End(key)
+
+	obj, ok := r.proto.DeepCopyObject().(client.Object)
+	if !ok {
+		return reconcile.Result{}, reconcile.TerminalError(fmt.Errorf("%T is not a client.Object", r.proto))
+	}
+	if err := r.inst.client.Get(ctx, req.NamespacedName, obj); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("reading %s %s: %w", r.gvk.Kind, req.NamespacedName, err)
+		}
+		return r.absent(ctx, req)
+	}
+	if !r.inst.assigned(obj) {
+		log.V(1).Info("Request dropped: object not assigned to this instance",
+			"assignedTo", obj.GetLabels()[r.inst.shardLabel()])
+		return reconcile.Result{}, nil
+	}
+	if drain.Requested(obj, r.inst.opts.Ring) {
+		return r.acknowledge(ctx, key, obj)
+	}
+	return r.next.Reconcile(ctx, req)
+}
+
+// absent handles a request for an object the cache does not hold: deleted, or
+// no longer assigned here.
+func (r *reconciler) absent(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	live, err := r.readLive(ctx, req)
+	if apierrors.IsNotFound(err) {
+		return r.next.Reconcile(ctx, req)
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	// It exists: moved away, or assigned here and not yet in the cache (its
+	// arrival queues a request of its own).
+	logf.FromContext(ctx).V(1).Info("Request dropped: object not in this instance's cache",
+		"assignedTo", live.GetLabels()[r.inst.shardLabel()])
+	return reconcile.Result{}, nil
+}
+
+// acknowledge answers a drain request once no other reconcile of the object
+// runs in this instance.
+func (r *reconciler) acknowledge(ctx context.Context, key inflight.Key, cached client.Object) (reconcile.Result, error) {
+	log := logf.FromContext(ctx)
+	ok, err := r.inst.tracker.Drain(ctx, key)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("waiting for reconciles of %s in flight: %w", key.NamespacedName, err)
+	}
+	if !ok {
+		return reconcile.Result{}, nil // another controller of this instance acknowledges it
+	}
+	r.inst.acked.Store(key, struct{}{})
+	var obj client.Object = cached
+	if cp, ok := cached.DeepCopyObject().(client.Object); ok {
+		obj = cp
+	}
+	for attempt := 1; ; attempt++ {
+		err := drain.Acknowledge(ctx, r.inst.client, obj, r.inst.opts.Ring)
+		if err == nil {
+			log.Info("Drain acknowledged", "object", klog.KObj(obj))
+			return reconcile.Result{}, nil
+		}
+		if !apierrors.IsConflict(err) || attempt == acknowledgeAttempts {
+			r.inst.acked.Delete(key)
+			return reconcile.Result{}, err
+		}
+		// The object changed since the cache saw it: decide on its current
+		// state.
+		live, err := r.readLive(ctx, reconcile.Request{NamespacedName: key.NamespacedName})
+		switch {
+		case apierrors.IsNotFound(err):
+			r.inst.acked.Delete(key)
+			return reconcile.Result{}, nil
+		case err != nil:
+			r.inst.acked.Delete(key)
+			return reconcile.Result{}, err
+		case !r.inst.assigned(live) || !drain.Requested(live, r.inst.opts.Ring):
+			// Moved by the sharder, or the drain was withdrawn: the cache's
+			// next event for it brings a fresh request.
+			r.inst.acked.Delete(key)
+			log.V(1).Info("Drain no longer requested", "object", klog.KObj(live))
+			return reconcile.Result{}, nil
+		}
+		obj = live
+	}
+}
+
+// readLive reads the object's metadata from the API server.
+func (r *reconciler) readLive(ctx context.Context, req reconcile.Request) (*metav1.PartialObjectMetadata, error) {
+	live := &metav1.PartialObjectMetadata{}
+	live.SetGroupVersionKind(r.gvk)
+	if err := r.inst.apiReader.Get(ctx, req.NamespacedName, live); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("reading %s %s from the API server: %w", r.gvk.Kind, req.NamespacedName, err)
+	}
+	return live, nil
+}
