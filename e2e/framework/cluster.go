@@ -45,6 +45,9 @@ type Cluster struct {
 	SharderUser *User
 	// Processes are the processes started on this cluster.
 	Processes Processes
+	// Webhook stands in for the Service in front of the sharder replicas'
+	// webhook servers: the API server calls https://<its address>.
+	Webhook *Balancer
 }
 
 // NewCluster builds the binaries and starts the control plane. Call Stop
@@ -68,6 +71,10 @@ func NewCluster(opts ClusterOptions) (*Cluster, error) {
 		_ = c.ControlPlane.Stop()
 		return nil, err
 	}
+	if c.Webhook, err = NewBalancer(); err != nil {
+		_ = c.ControlPlane.Stop()
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -80,6 +87,9 @@ func (c *Cluster) Stop() error {
 		return nil
 	}
 	c.Processes.KillAll()
+	if c.Webhook != nil {
+		_ = c.Webhook.Close()
+	}
 	return c.ControlPlane.Stop()
 }
 
@@ -139,9 +149,6 @@ func TempDir(dir, pattern string) (string, error) {
 	return os.MkdirTemp(dir, pattern)
 }
 
-// since formats a duration for people.
-func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }
-
 // SharderOptions configures one sharder replica.
 type SharderOptions struct {
 	// Name of the process, e.g. sharder-0. Required.
@@ -200,7 +207,7 @@ func (c *Cluster) StartSharder(ctx context.Context, opts SharderOptions) (*Shard
 		"--leader-election-retry-period", (d / 8).String(),
 		"--webhook-port", strconv.Itoa(s.WebhookPort),
 		"--webhook-cert-dir", filepath.Join(c.Dir, opts.Name, "webhook-certs"),
-		"--webhook-service-namespace", opts.Namespace,
+		"--webhook-url", "https://" + c.Webhook.Address(),
 		"--metrics-bind-address", s.MetricsAddress,
 		"--metrics-secure=false",
 		"--health-probe-bind-address", s.HealthAddress,
@@ -214,5 +221,6 @@ func (c *Cluster) StartSharder(ctx context.Context, opts SharderOptions) (*Shard
 		return nil, err
 	}
 	s.Process = p
+	c.Webhook.AddBackend(net.JoinHostPort("127.0.0.1", strconv.Itoa(s.WebhookPort)))
 	return s, nil
 }
