@@ -2,11 +2,35 @@ package ring
 
 import (
 	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
 )
 
 // ErrNoInstance is returned by Lookup when the ring has no instance to
 // assign a key to.
 var ErrNoInstance = errors.New("no instance available")
+
+// ErrUnknownAlgorithm is wrapped by New when no algorithm has the given name.
+var ErrUnknownAlgorithm = errors.New("unknown ring algorithm")
+
+// ErrInvalidMember is wrapped by New and the built-in algorithms when a
+// member cannot be placed on a ring (an empty ID).
+var ErrInvalidMember = errors.New("invalid ring member")
+
+// Names of the built-in algorithms. They equal the values the ControllerRing
+// API accepts in spec.algorithm.
+const (
+	ConsistentHash = "consistent-hash"
+	Rendezvous     = "rendezvous"
+	HashMod        = "hash-mod"
+	Range          = "range"
+)
+
+// MaxVirtualNodes is the largest weight a member can have; larger values are
+// capped. It matches the ControllerRing API's maximum for spec.virtualNodes.
+const MaxVirtualNodes = 10000
 
 // Member is an instance of a ring with its weight.
 type Member struct {
@@ -34,4 +58,129 @@ type Algorithm interface {
 	// Build returns a ring for members. An empty membership gives a ring
 	// whose Lookup returns ErrNoInstance.
 	Build(members []Member) (Ring, error)
+}
+
+// AlgorithmFunc adapts a function to the Algorithm interface.
+type AlgorithmFunc func(members []Member) (Ring, error)
+
+// Build calls f(members).
+func (f AlgorithmFunc) Build(members []Member) (Ring, error) { return f(members) }
+
+var _ Algorithm = AlgorithmFunc(nil)
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]Algorithm{
+		ConsistentHash: defaultConsistentHash,
+		Rendezvous:     AlgorithmFunc(buildRendezvous),
+		HashMod:        AlgorithmFunc(buildHashMod),
+		Range:          AlgorithmFunc(buildRange),
+	}
+)
+
+// Register makes a under name available to New, replacing any algorithm
+// registered under that name before (built-ins included). It is meant to be
+// called from init functions or main before rings are built; it is safe for
+// concurrent use. A nil a or an empty name is ignored.
+//
+// New normalizes the membership before it calls a.Build: members are sorted
+// by ID, deduplicated and their weights clamped to [1, MaxVirtualNodes], so a
+// registered algorithm only has to be deterministic for that input.
+func Register(name string, a Algorithm) {
+	if name == "" || a == nil {
+		return
+	}
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	registry[name] = a
+}
+
+// Algorithms returns the names New accepts, sorted.
+func Algorithms() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	names := make([]string, 0, len(registry))
+	for name := range registry {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// New builds a ring for members with the algorithm registered under
+// algorithm; "" means ConsistentHash. The membership is normalized first (see
+// Normalize). An unknown name gives an error wrapping ErrUnknownAlgorithm.
+// New never panics: a panic inside an algorithm is returned as an error.
+func New(algorithm string, members []Member) (r Ring, err error) {
+	if algorithm == "" {
+		algorithm = ConsistentHash
+	}
+	registryMu.RLock()
+	a, ok := registry[algorithm]
+	registryMu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknownAlgorithm, algorithm, Algorithms())
+	}
+	normalized, err := Normalize(members)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			r, err = nil, fmt.Errorf("building %s ring of %d members: %v", algorithm, len(normalized), p)
+		}
+	}()
+	r, err = a.Build(normalized)
+	if err != nil {
+		return nil, fmt.Errorf("building %s ring of %d members: %w", algorithm, len(normalized), err)
+	}
+	if r == nil {
+		return nil, fmt.Errorf("building %s ring of %d members: algorithm returned no ring", algorithm, len(normalized))
+	}
+	return r, nil
+}
+
+// Normalize returns members sorted by ID, with weights clamped to
+// [1, MaxVirtualNodes] and duplicate IDs merged into one member with the
+// largest weight given for that ID, so that the result does not depend on the
+// order of members. A member with an empty ID is an error wrapping
+// ErrInvalidMember. members is not modified.
+func Normalize(members []Member) ([]Member, error) {
+	out := make([]Member, 0, len(members))
+	for _, m := range members {
+		if m.ID == "" {
+			return nil, fmt.Errorf("%w: empty instance ID", ErrInvalidMember)
+		}
+		out = append(out, Member{ID: m.ID, VirtualNodes: min(max(m.VirtualNodes, 1), MaxVirtualNodes)})
+	}
+	slices.SortFunc(out, func(a, b Member) int {
+		if a.ID != b.ID {
+			if a.ID < b.ID {
+				return -1
+			}
+			return 1
+		}
+		return b.VirtualNodes - a.VirtualNodes // largest weight first, kept by Compact
+	})
+	return slices.CompactFunc(out, func(a, b Member) bool { return a.ID == b.ID }), nil
+}
+
+// emptyRing is the ring of no members.
+type emptyRing struct{}
+
+func (emptyRing) Lookup(string) (string, error) { return "", ErrNoInstance }
+func (emptyRing) Members() []Member             { return nil }
+
+// memberList is the Members half of the built-in rings.
+type memberList []Member
+
+func (l memberList) Members() []Member { return slices.Clone([]Member(l)) }
+
+// totalWeight returns the sum of the members' weights.
+func totalWeight(members []Member) int {
+	total := 0
+	for _, m := range members {
+		total += m.VirtualNodes
+	}
+	return total
 }
