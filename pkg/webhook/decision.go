@@ -1,0 +1,133 @@
+package webhook
+
+import (
+	"fmt"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+)
+
+// Reasons of a decision (the "reason" label of the decision metric).
+const (
+	reasonUnchanged       = "labels-unchanged"
+	reasonSharder         = "sharder"
+	reasonAcknowledgement = "drain-acknowledgement"
+	reasonAssignment      = "assignment"
+	reasonShardLabel      = "shard-label-changed"
+	reasonDrainLabel      = "drain-label-changed"
+	reasonNotInstance     = "acknowledgement-not-instance"
+	reasonWrongInstance   = "create-wrong-instance"
+	reasonNoChoice        = "create-no-instance"
+	reasonUnknownRing     = "unknown-ring"
+	reasonNotSynced       = "caches-not-synced"
+	reasonError           = "error"
+	reasonBadRequest      = "bad-request"
+)
+
+// labelState is one label of an object: absent, or present with a value.
+type labelState struct {
+	present bool
+	value   string
+}
+
+func labelOf(labels map[string]string, key string) labelState {
+	v, ok := labels[key]
+	return labelState{present: ok, value: v}
+}
+
+// labelRequest is what the decision needs to know of an admission request.
+type labelRequest struct {
+	ring     string
+	op       admissionv1.Operation
+	username string
+	// old is the zero value for CREATE.
+	oldShard, newShard labelState
+	oldDrain, newDrain labelState
+}
+
+func (r labelRequest) shardChanged() bool { return r.oldShard != r.newShard }
+func (r labelRequest) drainChanged() bool { return r.oldDrain != r.newDrain }
+
+// verdict is the webhook's answer.
+type verdict struct {
+	allowed bool
+	reason  string
+	// message explains a denial to the user.
+	message string
+}
+
+// choice is the instance the sharder would assign a new object to. An
+// empty instance with a why means there is none (e.g. no ready instance,
+// or the owner is not assigned); an error is a fault.
+type choice func() (instance, why string, err error)
+
+// decide applies DESIGN §6 to a request whose ring is known. A change to
+// either label is allowed only when it comes from the sharder, when it is a
+// drain acknowledgement (an UPDATE removing both labels from an object that
+// carried the drain label) by one of the ring's instance service accounts,
+// or when it creates an object with the shard label of the instance the
+// sharder would choose and no drain label. choose is called only in the
+// last case; its error is returned as is (a fault).
+func decide(req labelRequest, ring *v1alpha1.ControllerRing, identity string, choose choice) (verdict, error) {
+	shard, drain := v1alpha1.ShardLabel(req.ring), v1alpha1.DrainLabel(req.ring)
+	switch {
+	case !req.shardChanged() && !req.drainChanged():
+		return verdict{allowed: true, reason: reasonUnchanged}, nil
+	case identity != "" && req.username == identity:
+		return verdict{allowed: true, reason: reasonSharder}, nil
+	}
+
+	if req.op == admissionv1.Update && req.oldDrain.present && !req.newShard.present && !req.newDrain.present {
+		if isInstance(ring, req.username) {
+			return verdict{allowed: true, reason: reasonAcknowledgement}, nil
+		}
+		return verdict{reason: reasonNotInstance, message: fmt.Sprintf(
+			"removing labels %q and %q acknowledges a drain of ring %q, which only the ring's instances may do "+
+				"(spec.instanceServiceAccounts of ControllerRing %q; the request came from %q): leave both labels as they are, "+
+				"or add the instance's service account to the ring",
+			shard, drain, req.ring, req.ring, req.username)}, nil
+	}
+
+	if req.op == admissionv1.Create && req.newShard.present && !req.newDrain.present {
+		want, why, err := choose()
+		if err != nil {
+			return verdict{}, err
+		}
+		switch {
+		case want == "":
+			return verdict{reason: reasonNoChoice, message: fmt.Sprintf(
+				"label %q of ring %q is set by the sharder: %s; create the object without the label and the sharder assigns it",
+				shard, req.ring, why)}, nil
+		case want != req.newShard.value:
+			return verdict{reason: reasonWrongInstance, message: fmt.Sprintf(
+				"label %q of ring %q is set by the sharder: the object belongs to instance %q, not %q; "+
+					"create it with %s=%s or without the label",
+				shard, req.ring, want, req.newShard.value, shard, want)}, nil
+		}
+		return verdict{allowed: true, reason: reasonAssignment}, nil
+	}
+
+	if req.drainChanged() {
+		return verdict{reason: reasonDrainLabel, message: fmt.Sprintf(
+			"label %q of ring %q is set by the sharder only, when it moves an object between instances: "+
+				"leave it as it is (an instance acknowledges a drain by removing both %q and %q)",
+			drain, req.ring, shard, drain)}, nil
+	}
+	return verdict{reason: reasonShardLabel, message: fmt.Sprintf(
+		"label %q of ring %q is set by the sharder only: leave it as it is; the sharder assigns every object of the ring "+
+			"and moves objects when instances come and go (kubectl get controllerring %s)",
+		shard, req.ring, req.ring)}, nil
+}
+
+// isInstance reports whether username is one of the ring's instance
+// service accounts.
+func isInstance(ring *v1alpha1.ControllerRing, username string) bool {
+	for _, sa := range ring.Spec.InstanceServiceAccounts {
+		if serviceaccount.MakeUsername(sa.Namespace, sa.Name) == username {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,22 @@
+// Package webhook protects the shard and drain labels of every ring's
+// objects with a validating admission webhook (DESIGN §6).
+//
+// Setup is the one entry point: it registers the admission handler on the
+// manager's webhook server, keeps the ValidatingWebhookConfiguration in line
+// with the ControllerRings (on the leader), and, by default, creates and
+// rotates the webhook's CA and serving certificate in a Secret shared by all
+// replicas. The handler runs on every replica, so admission keeps working
+// while leadership moves.
+//
+// The API server sends the webhook only requests that change one of a ring's
+// two labels on one of its resources and do not come from the sharder
+// (objectSelector and matchConditions). The handler allows such a change
+// only when it is a drain acknowledgement by one of the ring's instance
+// service accounts, or the creation of an object labelled with the instance
+// the sharder would choose for it (a main object: the ring's lookup over its
+// ready instances; a controlled object: its controller's instance). It
+// denies everything else with a message naming the label, the ring and what
+// to do instead. When it cannot decide (caches not synced, an unknown ring,
+// an API error) it follows the ring's failure policy: under Ignore it allows
+// with a warning.
+package webhook
