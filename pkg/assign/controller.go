@@ -1,0 +1,214 @@
+package assign
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/metrics"
+)
+
+// controllerName names the ring controller, its logger and its events.
+const controllerName = "controllerring-assignment"
+
+// unresolvedRetry is how often a ring naming a resource the API server does
+// not serve is resolved again (a CustomResourceDefinition may be installed later).
+const unresolvedRetry = 30 * time.Second
+
+// +kubebuilder:rbac:groups=sharder.dev,resources=controllerrings,verbs=get;list;watch
+// +kubebuilder:rbac:groups=sharder.dev,resources=controllerrings/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch;update
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+
+// Controller is the assignment controller. It is a leader-only Runnable that
+// runs, per ControllerRing, the caches and workers that assign the ring's
+// objects. Build it with New and add it with SetupWithManager.
+type Controller struct {
+	opts     Options
+	client   client.Client
+	meta     metadata.Interface
+	mapper   meta.RESTMapper
+	recorder events.EventRecorder
+
+	started chan struct{} // closed once Start stored ctx
+	ctx     context.Context
+
+	mu      sync.Mutex
+	runners map[string]*runner
+}
+
+var (
+	_ manager.Runnable               = &Controller{}
+	_ manager.LeaderElectionRunnable = &Controller{}
+	_ reconcile.Reconciler           = &Controller{}
+)
+
+// New returns a Controller for opts, with defaults filled in.
+func New(opts Options) (*Controller, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	return &Controller{
+		opts:    opts,
+		started: make(chan struct{}),
+		runners: map[string]*runner{},
+	}, nil
+}
+
+// SetupWithManager adds the controller to mgr: a Runnable (leader only) that
+// owns the per-ring machinery, and a controller watching ControllerRings.
+func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
+	if !mgr.GetScheme().Recognizes(v1alpha1.GroupVersion.WithKind("ControllerRing")) {
+		return errors.New("assign: the manager's scheme lacks sharder.dev/v1alpha1: call v1alpha1.AddToScheme")
+	}
+	cfg := c.opts.RESTConfig
+	if cfg == nil {
+		cfg = mgr.GetConfig()
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = c.opts.QPS, c.opts.Burst
+	if cfg.QPS < 0 {
+		cfg.RateLimiter = nil
+	}
+	metaClient, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating metadata client: %w", err)
+	}
+	c.meta = metaClient
+	c.client = mgr.GetClient()
+	c.mapper = mgr.GetRESTMapper()
+	c.recorder = mgr.GetEventRecorder("sharder")
+	c.opts.Registry.Subscribe(c.membershipChanged)
+	if err := mgr.Add(c); err != nil {
+		return fmt.Errorf("adding assignment controller: %w", err)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(controllerName).
+		For(&v1alpha1.ControllerRing{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Complete(c)
+}
+
+// NeedLeaderElection reports true: only the leader assigns.
+func (c *Controller) NeedLeaderElection() bool { return true }
+
+// Start runs until ctx is done, then stops every ring and waits for their
+// workers to return.
+func (c *Controller) Start(ctx context.Context) error {
+	c.ctx = ctx
+	close(c.started)
+	<-ctx.Done()
+	c.mu.Lock()
+	runners := c.runners
+	c.runners = map[string]*runner{}
+	c.mu.Unlock()
+	for _, r := range runners {
+		r.stop()
+	}
+	return nil
+}
+
+// membershipChanged is the Registry subscription; it must not block.
+func (c *Controller) membershipChanged(ring string) {
+	c.mu.Lock()
+	r := c.runners[ring]
+	c.mu.Unlock()
+	if r != nil {
+		r.notifyMembership()
+	}
+}
+
+// Reconcile starts, reconfigures or stops the machinery of one ring.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	select {
+	case <-c.started:
+	case <-ctx.Done():
+		return reconcile.Result{}, ctx.Err()
+	}
+	logger := log.FromContext(ctx)
+	ring := &v1alpha1.ControllerRing{}
+	if err := c.client.Get(ctx, req.NamespacedName, ring); err != nil {
+		if apierrors.IsNotFound(err) {
+			c.stopRunner(req.Name)
+			metrics.ForgetRing(req.Name)
+			logger.Info("Ring deleted: stopped its assignment")
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("getting ring: %w", err)
+	}
+	if !ring.DeletionTimestamp.IsZero() {
+		c.stopRunner(ring.Name)
+		return reconcile.Result{}, nil
+	}
+
+	cfg, err := resolveRing(ring, c.mapper)
+	if err != nil {
+		c.stopRunner(ring.Name)
+		logger.Info("Ring spec is invalid", "error", err.Error())
+		return reconcile.Result{}, c.writeInvalidStatus(ctx, ring, err)
+	}
+
+	c.mu.Lock()
+	r := c.runners[ring.Name]
+	restart := r != nil && !r.config().sameWatches(cfg)
+	c.mu.Unlock()
+	if restart {
+		logger.Info("Ring resources changed: restarting its caches")
+		c.stopRunner(ring.Name)
+		r = nil
+	}
+	if r == nil {
+		r = newRunner(c, cfg)
+		c.mu.Lock()
+		c.runners[ring.Name] = r
+		c.mu.Unlock()
+		r.start(c.ctx)
+		logger.Info("Ring assignment started", "resources", len(cfg.resources), "unresolved", len(cfg.unresolved))
+	} else {
+		r.reconfigure(cfg)
+	}
+	if len(cfg.unresolved) > 0 {
+		return reconcile.Result{RequeueAfter: unresolvedRetry}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+func (c *Controller) stopRunner(name string) {
+	c.mu.Lock()
+	r := c.runners[name]
+	delete(c.runners, name)
+	c.mu.Unlock()
+	if r != nil {
+		r.stop()
+	}
+}
+
+// writeInvalidStatus reports a spec the controller cannot use.
+func (c *Controller) writeInvalidStatus(ctx context.Context, ring *v1alpha1.ControllerRing, cause error) error {
+	status := ring.Status.DeepCopy()
+	status.ObservedGeneration = ring.Generation
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+		Type:               v1alpha1.ConditionReady,
+		Status:             metav1.ConditionFalse,
+		Reason:             v1alpha1.ReasonInvalidSpec,
+		Message:            fmt.Sprintf("The ring's spec cannot be used: %v. Correct it; nothing is assigned until then.", cause),
+		ObservedGeneration: ring.Generation,
+	})
+	return patchStatus(ctx, c.client, ring, status)
+}

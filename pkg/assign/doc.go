@@ -1,0 +1,53 @@
+// Package assign is the sharder's assignment controller: for every
+// ControllerRing it keeps metadata-only caches of the ring's resources and
+// writes each object's instance into its shard label (DESIGN §5).
+//
+// Most callers need two calls:
+//
+//	c, err := assign.New(assign.Options{Registry: registry})
+//	err = c.SetupWithManager(mgr)
+//
+// The manager's scheme must know the sharder.dev/v1alpha1 types, and the
+// lease controller (package leases) must publish ring membership into the
+// same Registry.
+//
+// What the controller guarantees:
+//
+//   - It runs on the elected leader only. Per ring it watches the metadata of
+//     every main and controlled resource (name, namespace, uid,
+//     resourceVersion, the ring's two labels and the controller
+//     ownerReference are all it keeps) and the labels of Namespaces.
+//   - Every object of a main resource in a selected namespace is labelled
+//     with the instance the ring's algorithm picks among the ready
+//     instances. New objects are handled from their watch event, within
+//     milliseconds. Nothing is assigned while a ring has no ready instance,
+//     and never to an instance that is not ready.
+//   - A controlled object (one whose controller ownerReference chain leads to
+//     a main object of the ring) carries its main object's instance. When the
+//     main object moves, its controlled objects are relabelled first.
+//   - Membership changes are answered from the caches, without listing
+//     anything from the API server: only objects whose instance changed move.
+//     An object on a ready instance is drained (see package drain) and moved
+//     once the instance acknowledges, or when the ring's drainTimeout passes.
+//     An object on a dead instance, or on an instance without a Lease, is
+//     relabelled at once. Objects on expired or uncertain instances stay
+//     where they are until the instance is ready again or dead.
+//   - Writes are JSON merge patches of the two labels only; patches of main
+//     objects carry the cached resourceVersion, so a decision taken on a
+//     stale cache fails with a conflict and is taken again. Failed writes are
+//     retried with exponential backoff.
+//   - A restarted or newly elected sharder converges from the labels it finds:
+//     objects already on their instance are not touched, and a drain in
+//     flight is given a fresh drainTimeout.
+//   - The ring's status (Ready condition, instance and object counts, drains
+//     in flight) is written only when it changed, at most once per
+//     Options.StatusInterval. Nothing runs while nothing changes, apart from
+//     the resync every Options.ResyncPeriod.
+//
+// A ring naming a resource that the API server does not serve, or that the
+// sharder may not list, watch or patch, is reported as Ready=False with
+// reason ResourceNotServed or ResourceForbidden; the ring's other resources
+// and other rings keep working. The sharder needs get, list, watch and patch
+// on every resource of every ring: the ring's owner grants it (see
+// docs/assignment.md).
+package assign

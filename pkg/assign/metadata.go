@@ -1,0 +1,158 @@
+package assign
+
+import (
+	"maps"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sharder-dev/sharder/pkg/ring"
+)
+
+// transformObject keeps only what assignment needs of an object of the
+// ring: name, namespace, uid, resourceVersion, the ring's shard and drain
+// labels and the controller ownerReference. It is idempotent and copies
+// nothing it drops.
+func (r *runner) transformObject(obj any) (any, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	out := &metav1.PartialObjectMetadata{
+		TypeMeta: m.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            m.Name,
+			Namespace:       m.Namespace,
+			UID:             m.UID,
+			ResourceVersion: m.ResourceVersion,
+		},
+	}
+	for _, key := range []string{r.shardLabel, r.drainLabel} {
+		if v, ok := m.Labels[key]; ok {
+			if out.Labels == nil {
+				out.Labels = make(map[string]string, 2)
+			}
+			out.Labels[key] = v
+		}
+	}
+	if ref := metav1.GetControllerOfNoCopy(m); ref != nil {
+		out.OwnerReferences = []metav1.OwnerReference{*ref}
+	}
+	return out, nil
+}
+
+// transformNamespace keeps a Namespace's name and labels (for the ring's
+// namespaceSelector).
+func transformNamespace(obj any) (any, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	return &metav1.PartialObjectMetadata{
+		TypeMeta: m.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            m.Name,
+			UID:             m.UID,
+			ResourceVersion: m.ResourceVersion,
+			Labels:          m.Labels,
+		},
+	}, nil
+}
+
+// indexByController indexes a controlled object under its controller's UID.
+func indexByController(obj any) ([]string, error) {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return nil, nil
+	}
+	if uid := controllerUID(m); uid != "" {
+		return []string{string(uid)}, nil
+	}
+	return nil, nil
+}
+
+func controllerUID(obj metav1.Object) types.UID {
+	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
+		return ref.UID
+	}
+	return ""
+}
+
+func labelsOf(obj metav1.Object) labels.Set { return obj.GetLabels() }
+
+func equalLabels(a, b map[string]string) bool { return maps.Equal(a, b) }
+
+// resolver returns the ring's Resolver over its metadata caches.
+func (r *runner) resolver() ring.Resolver {
+	return ring.Resolver{
+		IsMain: func(gk schema.GroupKind) bool {
+			w, ok := r.byGK[gk]
+			return ok && w.res.main
+		},
+		IsControlled: func(gk schema.GroupKind) bool {
+			w, ok := r.byGK[gk]
+			return ok && !w.res.main
+		},
+		Lookup: func(gk schema.GroupKind, namespace, name string) (metav1.Object, bool) {
+			w, ok := r.byGK[gk]
+			if !ok {
+				return nil, false
+			}
+			if !w.res.namespaced {
+				namespace = ""
+			}
+			return w.get(namespace, name)
+		},
+	}
+}
+
+// rootOf returns the main object at the top of obj's controller chain. It
+// reports false when the chain ends outside the ring or at an object not
+// (yet) in the caches: when that object arrives, its own events lead back
+// here.
+func (r *runner) rootOf(gk schema.GroupKind, obj metav1.Object) (item, bool) {
+	root, err := r.resolve.Root(gk, obj)
+	if err != nil {
+		return item{}, false
+	}
+	return item{gk: root.GroupKind, namespace: root.Namespace, name: root.Name}, true
+}
+
+// child is a controlled object found below a main object.
+type child struct {
+	w   *watched
+	obj *metav1.PartialObjectMetadata
+}
+
+// descendants returns the objects whose controller chain leads to root,
+// parents before their children.
+func (r *runner) descendants(root *metav1.PartialObjectMetadata) []child {
+	if len(r.controlled) == 0 {
+		return nil
+	}
+	var out []child
+	visited := map[types.UID]bool{root.UID: true}
+	queue := []types.UID{root.UID}
+	for len(queue) > 0 && len(visited) < 1<<16 {
+		uid := queue[0]
+		queue = queue[1:]
+		for _, w := range r.controlled {
+			objs, err := w.informer.GetIndexer().ByIndex(indexController, string(uid))
+			if err != nil {
+				continue
+			}
+			for _, o := range objs {
+				m, ok := o.(*metav1.PartialObjectMetadata)
+				if !ok || visited[m.UID] || m.Namespace != root.Namespace {
+					continue
+				}
+				visited[m.UID] = true
+				out = append(out, child{w: w, obj: m})
+				queue = append(queue, m.UID)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,161 @@
+package assign
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/metrics"
+	"github.com/sharder-dev/sharder/pkg/ring"
+)
+
+// ringView is a ring's membership and the ring built from its ready
+// instances. It is immutable once built.
+type ringView struct {
+	ring    ring.Ring
+	members []leases.Member // all instances, sorted by ID
+	states  map[string]leases.State
+	// built identifies what ring was built from: algorithm and ready
+	// instances with their weights.
+	built string
+}
+
+// weight returns m's number of virtual nodes, the ring default when unset.
+func weight(m leases.Member, ringDefault int) int {
+	if m.VirtualNodes > 0 {
+		return m.VirtualNodes
+	}
+	return ringDefault
+}
+
+// buildView builds the view of members under cfg, reusing prev's ring when
+// the ready instances and weights did not change.
+func buildView(cfg *ringConfig, members []leases.Member, prev *ringView) (*ringView, bool, error) {
+	v := &ringView{members: members, states: make(map[string]leases.State, len(members))}
+	var ready []ring.Member
+	var built strings.Builder
+	built.WriteString(cfg.algorithm)
+	for _, m := range members {
+		v.states[m.ID] = m.State
+		if m.State == leases.StateReady {
+			w := weight(m, cfg.virtualNodes)
+			ready = append(ready, ring.Member{ID: m.ID, VirtualNodes: w})
+			fmt.Fprintf(&built, " %s=%d", m.ID, w)
+		}
+	}
+	v.built = built.String()
+	if prev != nil && prev.built == v.built {
+		v.ring = prev.ring
+		return v, false, nil
+	}
+	rg, err := ring.New(cfg.algorithm, ready)
+	if err != nil {
+		return nil, false, err
+	}
+	v.ring = rg
+	return v, true, nil
+}
+
+// rebuild takes the ring's current membership and configuration, reports
+// what changed and queues the objects that must move. all queues every main
+// object instead (start and configuration changes).
+func (r *runner) rebuild(ctx context.Context, all bool) {
+	cfg := r.cfg.Load()
+	prev := r.view.Load()
+	members := r.c.opts.Registry.Members(r.name)
+	v, rebuilt, err := buildView(cfg, members, prev)
+	if err != nil {
+		r.logger.Error(err, "Cannot build ring", "algorithm", cfg.algorithm)
+		r.event(corev1.EventTypeWarning, "RingBuildFailed", "Rebuild", "Cannot build the %s ring: %v", cfg.algorithm, err)
+		return
+	}
+	r.view.Store(v)
+	if rebuilt {
+		metrics.RingRebuildsTotal.WithLabelValues(r.name).Inc()
+	}
+	if prev != nil {
+		if change := describeMembershipChange(prev.members, members); change != "" {
+			r.logger.Info("Membership changed", "change", change)
+			r.event(corev1.EventTypeNormal, "MembershipChanged", "Membership", "%s", change)
+		}
+	}
+	r.triggerStatus()
+
+	var drains, dead, held, total int
+	for _, w := range r.mains {
+		for _, o := range w.informer.GetStore().List() {
+			obj, ok := o.(*metav1.PartialObjectMetadata)
+			if !ok || !r.selected(obj.Namespace) {
+				continue
+			}
+			total++
+			current := obj.Labels[r.shardLabel]
+			target, err := v.ring.Lookup(objectKey(w.res.gk, obj.Namespace, obj.Name))
+			needsWork := all || current == "" || (err == nil && current != target) || obj.Labels[r.drainLabel] != ""
+			if err == nil && current != "" && current != target {
+				switch state, known := v.states[current]; {
+				case !known || state == leases.StateDead || state == leases.StateOrphaned:
+					dead++
+				case state == leases.StateReady:
+					drains++
+				default:
+					held++
+				}
+			}
+			if needsWork {
+				r.enqueue(w.res.gk, obj)
+			}
+		}
+	}
+	if moves := drains + dead; moves > 0 && ctx.Err() == nil {
+		r.logger.Info("Rebalancing", "objects", total, "drains", drains, "dead", dead, "held", held)
+		r.event(corev1.EventTypeNormal, "Rebalancing", "Rebalance",
+			"Moving %d of %d objects: %d drained from ready instances, %d relabelled from dead or unknown instances, %d held on expired instances",
+			moves, total, drains, dead, held)
+	}
+}
+
+// describeMembershipChange lists joined, left and changed instances; empty
+// when nothing a person cares about changed.
+func describeMembershipChange(prev, cur []leases.Member) string {
+	before := map[string]leases.Member{}
+	for _, m := range prev {
+		before[m.ID] = m
+	}
+	var parts []string
+	for _, m := range cur {
+		old, ok := before[m.ID]
+		delete(before, m.ID)
+		switch {
+		case !ok:
+			parts = append(parts, fmt.Sprintf("%s joined (%s)", m.ID, m.State))
+		case old.State != m.State:
+			parts = append(parts, fmt.Sprintf("%s %s -> %s", m.ID, old.State, m.State))
+		case old.VirtualNodes != m.VirtualNodes:
+			parts = append(parts, fmt.Sprintf("%s virtual nodes %d -> %d", m.ID, old.VirtualNodes, m.VirtualNodes))
+		}
+	}
+	left := make([]string, 0, len(before))
+	for id := range before {
+		left = append(left, id)
+	}
+	slices.Sort(left)
+	for _, id := range left {
+		parts = append(parts, id+" left")
+	}
+	ready := 0
+	for _, m := range cur {
+		if m.State == leases.StateReady {
+			ready++
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s; %d of %d instances ready", strings.Join(parts, ", "), ready, len(cur))
+}
