@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -223,4 +224,15 @@ func (c *Cluster) StartSharder(ctx context.Context, opts SharderOptions) (*Shard
 	s.Process = p
 	c.Webhook.AddBackend(net.JoinHostPort("127.0.0.1", strconv.Itoa(s.WebhookPort)))
 	return s, nil
+}
+
+// leaderMessage is what client-go's leader election logs once a replica
+// leads.
+const leaderMessage = "successfully acquired lease"
+
+// IsLeader reports whether the replica runs and has become the leader. A
+// replica that loses its leadership exits, so a running replica that once
+// acquired the lease still leads.
+func IsLeader(s *Sharder) bool {
+	return !s.Exited() && strings.Contains(s.Logs(), leaderMessage)
 }

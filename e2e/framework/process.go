@@ -37,10 +37,11 @@ type Process struct {
 	// LogPath is the file with its stdout and stderr.
 	LogPath string
 
-	cmd  *exec.Cmd
-	log  *os.File
-	done chan struct{}
-	err  error
+	cmd    *exec.Cmd
+	log    *os.File
+	done   chan struct{}
+	err    error
+	exited time.Time
 }
 
 // StartProcess starts a program. It is killed if the calling process dies
@@ -69,6 +70,7 @@ func StartProcess(opts ProcessOptions) (*Process, error) {
 	p := &Process{Name: opts.Name, LogPath: logPath, cmd: cmd, log: f, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
+		p.exited = time.Now()
 		fmt.Fprintf(f, "=== %s: exited: %v\n", time.Now().Format(time.RFC3339Nano), p.cmd.ProcessState)
 		_ = f.Close()
 		close(p.done)
@@ -90,6 +92,14 @@ func (p *Process) Exited() bool {
 	default:
 		return false
 	}
+}
+
+// ExitTime returns when the process exited, false while it runs.
+func (p *Process) ExitTime() (time.Time, bool) {
+	if !p.Exited() {
+		return time.Time{}, false
+	}
+	return p.exited, true
 }
 
 // ExitError returns the process's exit error once it exited (nil for a
