@@ -322,7 +322,7 @@ func TestRegister(t *testing.T) {
 type firstRing []ring.Member
 
 func (r firstRing) Lookup(string) (string, error) { return r[0].ID, nil }
-func (r firstRing) Members() []ring.Member      { return r }
+func (r firstRing) Members() []ring.Member        { return r }
 
 // Rings are read concurrently without locks (run with -race to check).
 func TestConcurrentLookups(t *testing.T) {

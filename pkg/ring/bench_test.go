@@ -1,0 +1,122 @@
+package ring_test
+
+import (
+	"fmt"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sharder-dev/sharder/pkg/ring"
+	"github.com/sharder-dev/sharder/pkg/ring/simulation"
+)
+
+// Figures for users choosing an algorithm and a weight, for
+//
+//	go test ./pkg/ring -run '^$' -bench . -benchtime 1x
+//
+// BenchmarkBalance reports, for 20,000 keys on N equally weighted instances
+// named like StatefulSet pods: maxOverMean and minOverMean (largest and
+// smallest share over the mean), and for adding an (N+1)th instance and for
+// removing one, the keys moved over the fewest that must move
+// (addMoved/ideal, removeMoved/ideal; 1.0 is optimal).
+var (
+	benchInstances = []int{3, 5, 10, 20, 50}
+	// Virtual nodes per instance for consistent-hash; the weight does not
+	// change the other algorithms' results when all weights are equal.
+	benchVirtualNodes = []int{128, 512, 1024}
+)
+
+const benchKeys = 20000
+
+type benchCase struct {
+	name         string
+	algorithm    string
+	instances    int
+	virtualNodes int
+}
+
+func benchCases() []benchCase {
+	var cases []benchCase
+	for _, alg := range builtins {
+		for _, n := range benchInstances {
+			vnodes := []int{1024}
+			if alg == ring.ConsistentHash {
+				vnodes = benchVirtualNodes
+			}
+			for _, v := range vnodes {
+				name := fmt.Sprintf("%s/instances=%d", alg, n)
+				if alg == ring.ConsistentHash {
+					name += fmt.Sprintf("/vnodes=%d", v)
+				}
+				cases = append(cases, benchCase{name: name, algorithm: alg, instances: n, virtualNodes: v})
+			}
+		}
+	}
+	return cases
+}
+
+func BenchmarkBalance(b *testing.B) {
+	keys := simulation.Keys(benchKeys, 1)
+	for _, c := range benchCases() {
+		b.Run(c.name, func(b *testing.B) {
+			var add, remove *simulation.Result
+			for b.Loop() {
+				var err error
+				opts := simulation.Options{Algorithm: c.algorithm, Instances: c.instances, VirtualNodes: c.virtualNodes, Keys: keys, Add: 1}
+				if add, err = simulation.Run(opts); err != nil {
+					b.Fatal(err)
+				}
+				opts.Add, opts.Remove = 0, 1
+				if remove, err = simulation.Run(opts); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(add.MaxOverMean, "maxOverMean")
+			b.ReportMetric(add.MinOverMean, "minOverMean")
+			b.ReportMetric(add.MovedFraction/add.IdealMovedFraction, "addMoved/ideal")
+			b.ReportMetric(remove.MovedFraction/remove.IdealMovedFraction, "removeMoved/ideal")
+		})
+	}
+}
+
+func BenchmarkLookup(b *testing.B) {
+	keys := simulation.Keys(4096, 2)
+	for _, c := range benchCases() {
+		b.Run(c.name, func(b *testing.B) {
+			r := mustNew(b, c.algorithm, members("instance", c.instances, c.virtualNodes))
+			i := 0
+			for b.Loop() {
+				if _, err := r.Lookup(keys[i&4095]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+func BenchmarkBuild(b *testing.B) {
+	for _, c := range benchCases() {
+		b.Run(c.name, func(b *testing.B) {
+			ms := members("instance", c.instances, c.virtualNodes)
+			for b.Loop() {
+				if _, err := ring.New(c.algorithm, ms); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkResolverKey(b *testing.B) {
+	pod := object("prod", "main-0", "p1", controllerRef("apps/v1", "StatefulSet", "main", "s1"))
+	r := testResolver(map[ring.ObjectRef]metav1.Object{
+		{GroupKind: gkCluster, Namespace: "prod", Name: "main"}:     object("prod", "main", "c1"),
+		{GroupKind: gkStatefulSet, Namespace: "prod", Name: "main"}: object("prod", "main", "s1", controllerRef("etcd.example.dev/v1alpha1", "EtcdCluster", "main", "c1")),
+	})
+	for b.Loop() {
+		if _, err := r.Key(gkPod, pod); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
