@@ -1,0 +1,33 @@
+// Package controller reconciles EtcdClusters: for each cluster it keeps a
+// ConfigMap of etcd settings, a headless peer Service, a client Service, a
+// StatefulSet of members and a PodDisruptionBudget, all controlled by the
+// cluster, and reports the cluster's phase, conditions and members in its
+// status.
+//
+// Entry points: NewReconciler and (*Reconciler).SetupWithManager.
+//
+// The reconciler is written to run as one instance of a sharded operator: it
+// reads only through the manager's cache (which a sharded instance restricts
+// to its own objects), labels every child it creates through
+// Options.LabelChild so the child lands in the same instance's cache, and
+// never relies on an object it cannot see. It works unchanged when the
+// operator is not sharded.
+//
+// Phases (status.phase):
+//
+//	"" ──▶ Creating ──(all members ready)──▶ Running
+//	          │                               │  ▲
+//	          │ (object rejected              │  │ (quorum ready again)
+//	          │  or conflicting)   (quorum    ▼  │
+//	          └──────────────────▶ Failed ◀───lost)
+//	                                 │
+//	                                 └─(objects fixed)──▶ Creating or Running
+//
+// and Deleting once the cluster is deleted, until its children are gone and
+// the finalizer is removed. A Failed cluster is retried every
+// Options.RecoveryInterval and on every change of its children, so it leaves
+// Failed on its own once the cause is gone.
+//
+// No kubelet is needed for the reconciler to be correct: a cluster stays
+// Creating until its StatefulSet reports every replica ready.
+package controller

@@ -1,0 +1,421 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
+)
+
+// Finalizer holds an EtcdCluster until its children are deleted.
+const Finalizer = "etcd.example.sharder.dev/cleanup"
+
+// ControllerName names the controller in logs and metrics.
+const ControllerName = "etcdcluster"
+
+// Options configures the reconciler. The zero value is valid.
+type Options struct {
+	// LabelChild is called on every child before it is created, with the
+	// cluster that will own it. A sharded instance sets the owner's shard
+	// label here so the child is in its own cache from the start.
+	// Default: no change.
+	LabelChild func(owner, child client.Object)
+
+	// APIReader reads a child that exists but is missing from the cache,
+	// to tell an object of someone else from one not yet labelled for this
+	// instance. Default: the reconciler's client.
+	APIReader client.Reader
+
+	// RecoveryInterval is how soon a Failed cluster is reconciled again
+	// when nothing it watches changes (a conflicting object outside the
+	// cache going away is such a change). Default: 30s.
+	RecoveryInterval time.Duration
+
+	// DeletionRecheckInterval is how soon a deleting cluster checks again
+	// that its children are gone, should the watch events not arrive.
+	// Default: 5s.
+	DeletionRecheckInterval time.Duration
+
+	// MaxConcurrentReconciles is the number of clusters reconciled at once.
+	// Default: 4.
+	MaxConcurrentReconciles int
+
+	// Wrap wraps the reconciler before the controller calls it, e.g. with
+	// a sharded instance's drain acknowledgement or a reconcile log.
+	// Default: none.
+	Wrap func(reconcile.Reconciler) reconcile.Reconciler
+
+	// Clock stamps status times. Default: the real clock.
+	Clock clock.PassiveClock
+}
+
+func (o Options) withDefaults(c client.Client) Options {
+	if o.LabelChild == nil {
+		o.LabelChild = func(_, _ client.Object) {}
+	}
+	if o.APIReader == nil {
+		o.APIReader = c
+	}
+	if o.RecoveryInterval <= 0 {
+		o.RecoveryInterval = 30 * time.Second
+	}
+	if o.DeletionRecheckInterval <= 0 {
+		o.DeletionRecheckInterval = 5 * time.Second
+	}
+	if o.MaxConcurrentReconciles <= 0 {
+		o.MaxConcurrentReconciles = 4
+	}
+	if o.Wrap == nil {
+		o.Wrap = func(r reconcile.Reconciler) reconcile.Reconciler { return r }
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return o
+}
+
+// Reconciler reconciles EtcdClusters. Create it with NewReconciler.
+type Reconciler struct {
+	client   client.Client
+	scheme   *runtime.Scheme
+	recorder events.EventRecorder
+	opts     Options
+}
+
+// NewReconciler returns a reconciler reading and writing through c (a
+// manager's client reads from its cache), resolving kinds with scheme and
+// reporting events to recorder (nil: none).
+func NewReconciler(c client.Client, scheme *runtime.Scheme, recorder events.EventRecorder, opts Options) *Reconciler {
+	return &Reconciler{client: c, scheme: scheme, recorder: recorder, opts: opts.withDefaults(c)}
+}
+
+// SetupWithManager registers the controller: it reconciles a cluster when
+// the cluster, one of its children or one of its member pods changes. The
+// manager's cache must serve EtcdClusters, ConfigMaps, Services,
+// StatefulSets, PodDisruptionBudgets and Pods.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(&etcdv1alpha1.EtcdCluster{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.Service{}).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		// Pods are owned by the StatefulSet, not the cluster: map them back
+		// by label. Only readiness matters.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCluster),
+			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+				return podReady(e.ObjectOld) != podReady(e.ObjectNew)
+			}})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).
+		Complete(r.opts.Wrap(r))
+}
+
+func podToCluster(_ context.Context, obj client.Object) []reconcile.Request {
+	name := obj.GetLabels()[LabelCluster]
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
+}
+
+func podReady(obj client.Object) bool {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// +kubebuilder:rbac:groups=etcd.example.sharder.dev,resources=etcdclusters,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=etcd.example.sharder.dev,resources=etcdclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=etcd.example.sharder.dev,resources=etcdclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile brings one EtcdCluster's children to its spec and reports what
+// it observed in its status. It reads only from the cache and writes with
+// optimistic locks, so a stale view fails and is retried rather than
+// undoing a newer change.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	cluster := &etcdv1alpha1.EtcdCluster{}
+	if err := r.client.Get(ctx, req.NamespacedName, cluster); err != nil {
+		// Gone, or no longer assigned to this instance: nothing to do.
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	// The cache's object is shared: work on a copy (Get already copies) and
+	// remember the status as read for the deferred patch.
+	original := cluster.DeepCopy()
+	defer func() {
+		if err := r.patchStatus(ctx, original, cluster); err != nil {
+			retErr = errors.Join(retErr, err)
+		}
+	}()
+
+	if !cluster.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, cluster)
+	}
+
+	// The finalizer is stored before any child exists, so no child can
+	// outlive a deletion the operator did not see.
+	if controllerutil.AddFinalizer(cluster, Finalizer) {
+		patch := client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})
+		if err := r.client.Patch(ctx, cluster, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+		original = cluster.DeepCopy()
+	}
+	return r.reconcileNormal(ctx, cluster)
+}
+
+func (r *Reconciler) reconcileNormal(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (ctrl.Result, error) {
+	logger := log.FromContext(ctx)
+	s := spec(c)
+
+	failure := ""
+	var failureErr error
+	for _, ch := range r.children(c) {
+		err := r.ensure(ctx, c, ch)
+		var ce *childError
+		if errors.As(err, &ce) {
+			failure, failureErr = ce.Reason, ce
+			break
+		}
+		if err != nil {
+			// Transient (conflict, timeout, not yet labelled): retry with
+			// backoff; the status keeps what it said.
+			return ctrl.Result{}, err
+		}
+	}
+
+	ready, err := r.readyReplicas(ctx, c)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	members, err := r.members(ctx, c, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	prevPhase := c.Status.Phase
+	phase, reason := nextPhase(observation{
+		phase:   prevPhase,
+		reason:  readyReason(c),
+		failure: failure,
+		size:    s.Size,
+		ready:   ready,
+	})
+	r.setStatus(c, s, phase, reason, failureErr, ready, members)
+
+	if phase != prevPhase {
+		logger.Info("Phase changed", "from", prevPhase, "to", phase, "reason", reason)
+		switch {
+		case phase == etcdv1alpha1.EtcdClusterPhaseFailed:
+			msg := "members lost their quorum"
+			if failureErr != nil {
+				msg = failureErr.Error()
+			}
+			r.event(c, corev1.EventTypeWarning, reason, "Reconcile", "Cluster failed: %s", msg)
+		case prevPhase == etcdv1alpha1.EtcdClusterPhaseFailed:
+			r.event(c, corev1.EventTypeNormal, "Recovered", "Reconcile", "Cluster recovered: now %s", phase)
+		default:
+			r.event(c, corev1.EventTypeNormal, string(phase), "Reconcile", "Cluster is %s: %d/%d members ready", phase, ready, s.Size)
+		}
+	}
+	if phase == etcdv1alpha1.EtcdClusterPhaseFailed {
+		return ctrl.Result{RequeueAfter: r.opts.RecoveryInterval}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) reconcileDelete(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(c, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	if c.Status.Phase != etcdv1alpha1.EtcdClusterPhaseDeleting {
+		c.Status.Phase = etcdv1alpha1.EtcdClusterPhaseDeleting
+		c.Status.LastUpdateTime = ptrTime(r.opts.Clock.Now())
+		r.event(c, corev1.EventTypeNormal, "Deleting", "Delete", "Deleting the cluster's objects")
+	}
+	r.setCondition(c, etcdv1alpha1.ConditionReady, metav1.ConditionFalse, etcdv1alpha1.ReasonDeleting, "the cluster is being deleted")
+
+	remaining, err := r.deleteChildren(ctx, c)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if remaining > 0 {
+		return ctrl.Result{RequeueAfter: r.opts.DeletionRecheckInterval}, nil
+	}
+	// Every child is gone: let the cluster go. The patch response replaces
+	// c, so the deferred status patch finds nothing left to write.
+	before := c.DeepCopy()
+	controllerutil.RemoveFinalizer(c, Finalizer)
+	patch := client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})
+	if err := r.client.Patch(ctx, c, patch); err != nil {
+		return ctrl.Result{}, fmt.Errorf("removing finalizer: %w", client.IgnoreNotFound(err))
+	}
+	log.FromContext(ctx).Info("Cluster deleted")
+	return ctrl.Result{}, nil
+}
+
+// readyReplicas is the number of ready members the StatefulSet reports; 0
+// while it does not exist (or not in this instance's cache).
+func (r *Reconciler) readyReplicas(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (int32, error) {
+	sts := &appsv1.StatefulSet{}
+	err := r.client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: statefulSetName(c)}, sts)
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading StatefulSet: %w", err)
+	}
+	if ref := metav1.GetControllerOf(sts); ref == nil || ref.UID != c.UID {
+		return 0, nil
+	}
+	return sts.Status.ReadyReplicas, nil
+}
+
+// members lists the desired members with the readiness their pods report.
+func (r *Reconciler) members(ctx context.Context, c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec) ([]etcdv1alpha1.EtcdMember, error) {
+	pods := &corev1.PodList{}
+	if err := r.client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(selectorLabels(c))); err != nil {
+		return nil, fmt.Errorf("listing member pods: %w", err)
+	}
+	ready := map[string]bool{}
+	for i := range pods.Items {
+		ready[pods.Items[i].Name] = podReady(&pods.Items[i])
+	}
+	members := make([]etcdv1alpha1.EtcdMember, 0, s.Size)
+	for i := int32(0); i < s.Size; i++ {
+		name := memberName(c, i)
+		members = append(members, etcdv1alpha1.EtcdMember{
+			Name:      name,
+			PeerURL:   peerURL(c, s, i),
+			ClientURL: clientURL(c, s, i),
+			Ready:     ready[name],
+		})
+	}
+	return members, nil
+}
+
+// setStatus writes what this reconcile observed into c.Status.
+func (r *Reconciler) setStatus(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec, phase etcdv1alpha1.EtcdClusterPhase,
+	reason string, failureErr error, ready int32, members []etcdv1alpha1.EtcdMember) {
+	st := &c.Status
+	if st.Phase != phase {
+		st.Phase = phase
+		st.LastUpdateTime = ptrTime(r.opts.Clock.Now())
+	}
+	st.ObservedGeneration = c.Generation
+	st.ReadyReplicas = ready
+	st.Members = members
+	st.ClientEndpoints = []string{clientEndpoint(c, s)}
+
+	var ce *childError
+	if errors.As(failureErr, &ce) {
+		r.setCondition(c, etcdv1alpha1.ConditionResourcesReady, metav1.ConditionFalse, ce.Reason, ce.Error())
+	} else {
+		r.setCondition(c, etcdv1alpha1.ConditionResourcesReady, metav1.ConditionTrue, etcdv1alpha1.ReasonReconciled,
+			"ConfigMap, Services, StatefulSet and PodDisruptionBudget match the spec")
+	}
+
+	q := quorum(s.Size)
+	counts := fmt.Sprintf("%d/%d members ready, quorum %d", ready, s.Size, q)
+	if ready >= q {
+		r.setCondition(c, etcdv1alpha1.ConditionAvailable, metav1.ConditionTrue, etcdv1alpha1.ReasonQuorumReady, counts)
+	} else {
+		r.setCondition(c, etcdv1alpha1.ConditionAvailable, metav1.ConditionFalse, etcdv1alpha1.ReasonMembersNotReady, counts)
+	}
+
+	switch {
+	case phase == etcdv1alpha1.EtcdClusterPhaseFailed:
+		msg := counts
+		if failureErr != nil {
+			msg = failureErr.Error()
+		}
+		r.setCondition(c, etcdv1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	case ready >= s.Size:
+		r.setCondition(c, etcdv1alpha1.ConditionReady, metav1.ConditionTrue, etcdv1alpha1.ReasonMembersReady, counts)
+	default:
+		r.setCondition(c, etcdv1alpha1.ConditionReady, metav1.ConditionFalse, etcdv1alpha1.ReasonMembersNotReady, counts)
+	}
+}
+
+func (r *Reconciler) setCondition(c *etcdv1alpha1.EtcdCluster, typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
+		Type:               typ,
+		Status:             status,
+		Reason:             reason,
+		Message:            msg,
+		ObservedGeneration: c.Generation,
+		LastTransitionTime: metav1.NewTime(r.opts.Clock.Now()),
+	})
+}
+
+// readyReason is the reason of c's Ready condition, "" if it has none.
+func readyReason(c *etcdv1alpha1.EtcdCluster) string {
+	if cond := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionReady); cond != nil {
+		return cond.Reason
+	}
+	return ""
+}
+
+// patchStatus writes c's status if it differs from original's.
+func (r *Reconciler) patchStatus(ctx context.Context, original, c *etcdv1alpha1.EtcdCluster) error {
+	if equality.Semantic.DeepEqual(original.Status, c.Status) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})
+	if err := r.client.Status().Patch(ctx, c, patch); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("patching status: %w", err)
+	}
+	return nil
+}
+
+// event records an event about c, if there is a recorder.
+func (r *Reconciler) event(c *etcdv1alpha1.EtcdCluster, eventType, reason, action, note string, args ...any) {
+	if r.recorder == nil {
+		return
+	}
+	r.recorder.Eventf(c, nil, eventType, reason, action, note, args...)
+}
+
+func ptrTime(t time.Time) *metav1.Time {
+	mt := metav1.NewTime(t)
+	return &mt
+}

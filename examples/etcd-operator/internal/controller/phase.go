@@ -1,0 +1,52 @@
+package controller
+
+import (
+	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
+)
+
+// observation is what one reconcile learned about a cluster that is not
+// being deleted.
+type observation struct {
+	// phase and reason are the phase and Ready reason the status held.
+	phase  etcdv1alpha1.EtcdClusterPhase
+	reason string
+	// failure is the reason the cluster's objects could not be brought to
+	// the spec (ReasonResourceConflict, ReasonResourceRejected), "" if they were.
+	failure string
+	// size is the desired number of members; ready the number the
+	// StatefulSet reports ready.
+	size, ready int32
+}
+
+// nextPhase is the state machine of a cluster: it returns the phase and, for
+// Failed, the reason. It depends only on its input, so a reconcile that is
+// repeated (or runs on another instance after a move) reaches the same answer.
+func nextPhase(o observation) (etcdv1alpha1.EtcdClusterPhase, string) {
+	if o.failure != "" {
+		return etcdv1alpha1.EtcdClusterPhaseFailed, o.failure
+	}
+	allReady := o.ready >= o.size
+	quorate := o.ready >= quorum(o.size)
+	switch o.phase {
+	case etcdv1alpha1.EtcdClusterPhaseRunning:
+		if !quorate {
+			return etcdv1alpha1.EtcdClusterPhaseFailed, etcdv1alpha1.ReasonQuorumLost
+		}
+		return etcdv1alpha1.EtcdClusterPhaseRunning, ""
+	case etcdv1alpha1.EtcdClusterPhaseFailed:
+		// A cluster that failed after it ran recovers as soon as a quorum
+		// serves again; one that failed on its objects starts over.
+		if o.reason == etcdv1alpha1.ReasonQuorumLost {
+			if quorate {
+				return etcdv1alpha1.EtcdClusterPhaseRunning, ""
+			}
+			return etcdv1alpha1.EtcdClusterPhaseFailed, etcdv1alpha1.ReasonQuorumLost
+		}
+	}
+	// "", Creating, Failed on objects, and phases this operator does not
+	// drive (Scaling, Upgrading, or a value written by someone else).
+	if allReady {
+		return etcdv1alpha1.EtcdClusterPhaseRunning, ""
+	}
+	return etcdv1alpha1.EtcdClusterPhaseCreating, ""
+}

@@ -1,0 +1,57 @@
+package controller
+
+import (
+	"testing"
+
+	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
+)
+
+func TestNextPhase(t *testing.T) {
+	const (
+		creating = etcdv1alpha1.EtcdClusterPhaseCreating
+		running  = etcdv1alpha1.EtcdClusterPhaseRunning
+		failed   = etcdv1alpha1.EtcdClusterPhaseFailed
+		conflict = etcdv1alpha1.ReasonResourceConflict
+		lost     = etcdv1alpha1.ReasonQuorumLost
+	)
+	tests := []struct {
+		name       string
+		in         observation
+		wantPhase  etcdv1alpha1.EtcdClusterPhase
+		wantReason string
+	}{
+		{"new cluster", observation{phase: "", size: 3, ready: 0}, creating, ""},
+		{"new cluster already ready", observation{phase: "", size: 1, ready: 1}, running, ""},
+		{"creating with quorum only", observation{phase: creating, size: 3, ready: 2}, creating, ""},
+		{"creating all ready", observation{phase: creating, size: 3, ready: 3}, running, ""},
+		{"creating object conflict", observation{phase: creating, size: 3, ready: 3, failure: conflict}, failed, conflict},
+		{"running degraded", observation{phase: running, size: 5, ready: 3}, running, ""},
+		{"running loses quorum", observation{phase: running, size: 5, ready: 2}, failed, lost},
+		{"running single member down", observation{phase: running, size: 1, ready: 0}, failed, lost},
+		{"running object rejected", observation{phase: running, size: 3, ready: 3, failure: etcdv1alpha1.ReasonResourceRejected},
+			failed, etcdv1alpha1.ReasonResourceRejected},
+		{"quorum still lost", observation{phase: failed, reason: lost, size: 3, ready: 1}, failed, lost},
+		{"quorum regained", observation{phase: failed, reason: lost, size: 3, ready: 2}, running, ""},
+		{"conflict resolved, members starting", observation{phase: failed, reason: conflict, size: 3, ready: 0}, creating, ""},
+		{"conflict resolved, members ready", observation{phase: failed, reason: conflict, size: 3, ready: 3}, running, ""},
+		{"conflict persists", observation{phase: failed, reason: conflict, size: 3, ready: 3, failure: conflict}, failed, conflict},
+		{"grown spec while running", observation{phase: running, size: 5, ready: 3}, running, ""},
+		{"unknown phase", observation{phase: etcdv1alpha1.EtcdClusterPhaseScaling, size: 3, ready: 1}, creating, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			phase, reason := nextPhase(tt.in)
+			if phase != tt.wantPhase || reason != tt.wantReason {
+				t.Errorf("nextPhase(%+v) = %s, %q; want %s, %q", tt.in, phase, reason, tt.wantPhase, tt.wantReason)
+			}
+		})
+	}
+}
+
+func TestQuorum(t *testing.T) {
+	for size, want := range map[int32]int32{1: 1, 3: 2, 5: 3, 7: 4, 9: 5} {
+		if got := quorum(size); got != want {
+			t.Errorf("quorum(%d) = %d; want %d", size, got, want)
+		}
+	}
+}

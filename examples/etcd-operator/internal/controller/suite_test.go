@@ -1,0 +1,156 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
+	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/controller"
+	"github.com/sharder-dev/sharder/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	scheme := testenv.DefaultScheme()
+	utilruntime.Must(etcdv1alpha1.AddToScheme(scheme))
+	os.Exit(testenv.Run(m, &env, testenv.Options{
+		CRDDirectoryPaths: []string{"examples/etcd-operator/config/crd"},
+		Scheme:            scheme,
+	}))
+}
+
+const (
+	timeout  = 20 * time.Second
+	interval = 50 * time.Millisecond
+)
+
+// startManager runs a manager with the reconciler until the test ends.
+func startManager(t *testing.T, opts controller.Options, mgrOpts ctrl.Options) ctrl.Manager {
+	t.Helper()
+	mgrOpts.Scheme = env.Scheme
+	mgrOpts.Metrics = metricsserver.Options{BindAddress: "0"}
+	mgrOpts.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
+	mgr, err := ctrl.NewManager(env.Config, mgrOpts)
+	if err != nil {
+		t.Fatalf("creating manager: %v", err)
+	}
+	if opts.APIReader == nil {
+		opts.APIReader = mgr.GetAPIReader()
+	}
+	if opts.RecoveryInterval == 0 {
+		opts.RecoveryInterval = 200 * time.Millisecond
+	}
+	if opts.DeletionRecheckInterval == 0 {
+		opts.DeletionRecheckInterval = 200 * time.Millisecond
+	}
+	r := controller.NewReconciler(mgr.GetClient(), mgr.GetScheme(), mgr.GetEventRecorder("etcd-operator"), opts)
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatalf("setting up the controller: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	return mgr
+}
+
+func newCluster(ns, name string, size int32) *etcdv1alpha1.EtcdCluster {
+	return &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       etcdv1alpha1.EtcdClusterSpec{Size: size},
+	}
+}
+
+// getCluster returns a function for Eventually that reads the cluster.
+func getCluster(ctx context.Context, c *etcdv1alpha1.EtcdCluster) func(Gomega) *etcdv1alpha1.EtcdCluster {
+	return func(g Gomega) *etcdv1alpha1.EtcdCluster {
+		out := &etcdv1alpha1.EtcdCluster{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(c), out)).To(Succeed())
+		return out
+	}
+}
+
+// setReadyReplicas plays the StatefulSet controller and kubelet, which the
+// test control plane does not run: it reports ready members.
+func setReadyReplicas(ctx context.Context, g Gomega, ns, name string, ready int32) {
+	g.Eventually(func(g Gomega) {
+		sts := &appsv1.StatefulSet{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sts)).To(Succeed())
+		sts.Status.Replicas = *sts.Spec.Replicas
+		sts.Status.ReadyReplicas = ready
+		sts.Status.AvailableReplicas = ready
+		sts.Status.ObservedGeneration = sts.Generation
+		g.Expect(env.Client.Status().Update(ctx, sts)).To(Succeed())
+	}, timeout, interval).Should(Succeed())
+}
+
+func havePhase(p etcdv1alpha1.EtcdClusterPhase) OmegaMatcher {
+	return WithTransform(func(c *etcdv1alpha1.EtcdCluster) etcdv1alpha1.EtcdClusterPhase { return c.Status.Phase }, Equal(p))
+}
+
+func haveCondition(typ string, status metav1.ConditionStatus, reason string) OmegaMatcher {
+	return WithTransform(func(c *etcdv1alpha1.EtcdCluster) string {
+		cond := meta.FindStatusCondition(c.Status.Conditions, typ)
+		if cond == nil {
+			return "<none>"
+		}
+		return fmt.Sprintf("%s/%s", cond.Status, cond.Reason)
+	}, Equal(fmt.Sprintf("%s/%s", status, reason)))
+}
+
+// eventReasons lists the reasons of the events about the cluster.
+func eventReasons(ctx context.Context, c *etcdv1alpha1.EtcdCluster) func(Gomega) []string {
+	return func(g Gomega) []string {
+		list := &eventsv1.EventList{}
+		g.Expect(env.Client.List(ctx, list, client.InNamespace(c.Namespace))).To(Succeed())
+		var out []string
+		for _, e := range list.Items {
+			if e.Regarding.Name == c.Name && e.Regarding.Kind == "EtcdCluster" {
+				out = append(out, e.Reason)
+			}
+		}
+		return out
+	}
+}
+
+// expectGone asserts obj does not exist (eventually).
+func expectGone(ctx context.Context, g Gomega, obj client.Object) {
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj))
+	}, timeout, interval).Should(BeTrue(), "%T %s still exists", obj, obj.GetName())
+}
+
+func objectsOf(c *etcdv1alpha1.EtcdCluster) []client.Object {
+	ns := c.Namespace
+	return []client.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: c.Name + "-config"}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: c.Name + "-peer"}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: c.Name + "-client"}},
+		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: c.Name}},
+		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: c.Name}},
+	}
+}
