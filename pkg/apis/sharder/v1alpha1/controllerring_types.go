@@ -107,8 +107,6 @@ type ControllerRingSpec struct {
 }
 
 // RingResource is a main resource of a ring and the resources it controls.
-// +kubebuilder:validation:XValidation:rule="!has(self.controlledResources) || self.controlledResources.all(c, self.controlledResources.exists_one(o, o.group == c.group && o.resource == c.resource))",message="a resource is listed more than once in controlledResources"
-// +kubebuilder:validation:XValidation:rule="!has(self.controlledResources) || !self.controlledResources.exists(c, c.group == self.group && c.resource == self.resource)",message="a resource cannot control itself: remove it from its own controlledResources"
 type RingResource struct {
 	// Group is the API group; empty for the core group.
 	// +optional
@@ -123,7 +121,9 @@ type RingResource struct {
 
 	// ControlledResources are resources whose objects carry a controller
 	// ownerReference to an object of this resource (or of another controlled
-	// resource of it). They are assigned with their controller.
+	// resource of it). They are assigned with their controller. A resource
+	// listed here and as a main resource counts as main; duplicates are
+	// ignored.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=32

@@ -1,0 +1,399 @@
+package assign_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/assign"
+	"github.com/sharder-dev/sharder/pkg/leases"
+)
+
+const (
+	timeout = 20 * time.Second
+	poll    = 50 * time.Millisecond
+)
+
+func TestAssignsExistingAndNewObjects(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	existing := createConfigMaps(t, ns, "old", 30)
+	reg := leases.NewRegistry()
+	reg.Set(ns, members(leases.StateReady, "a", "b", "c"))
+	ready := []string{"a", "b", "c"}
+	newRing(t, ns, nil)
+	startSharder(t, reg, assign.Options{})
+
+	g.Eventually(func(g Gomega) {
+		got := labelsOf(g, ns)
+		for _, name := range existing {
+			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, ready, ns, name)), name)
+		}
+	}, timeout, poll).Should(Succeed())
+
+	fresh := createConfigMaps(t, ns, "new", 10)
+	g.Eventually(func(g Gomega) {
+		got := labelsOf(g, ns)
+		for _, name := range fresh {
+			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, ready, ns, name)), name)
+		}
+	}, timeout, poll).Should(Succeed())
+
+	g.Eventually(func(g Gomega) {
+		r := getRing(g, ns)
+		g.Expect(r.Status.ObservedGeneration).To(Equal(r.Generation))
+		g.Expect(meta.IsStatusConditionTrue(r.Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
+		g.Expect(r.Status.Instances).To(BeEquivalentTo(3))
+		g.Expect(r.Status.AvailableInstances).To(BeEquivalentTo(3))
+		g.Expect(r.Status.Objects).To(BeEquivalentTo(len(existing) + len(fresh)))
+		g.Expect(r.Status.UnassignedObjects).To(BeZero())
+		var sum int32
+		for _, m := range r.Status.Members {
+			g.Expect(m.State).To(Equal("ready"))
+			sum += m.Objects
+		}
+		g.Expect(sum).To(BeEquivalentTo(len(existing) + len(fresh)))
+	}, timeout, poll).Should(Succeed())
+}
+
+func TestNothingAssignedWithoutReadyInstance(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	reg := leases.NewRegistry()
+	reg.Set(ns, members(leases.StateExpired, "a"))
+	newRing(t, ns, nil)
+	startSharder(t, reg, assign.Options{})
+	names := createConfigMaps(t, ns, "cm", 5)
+
+	g.Eventually(func(g Gomega) {
+		r := getRing(g, ns)
+		cond := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ConditionReady)
+		g.Expect(cond).NotTo(BeNil())
+		g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonNoReadyInstances))
+		g.Expect(r.Status.UnassignedObjects).To(BeEquivalentTo(5))
+	}, timeout, poll).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		for _, l := range labelsOf(g, ns) {
+			g.Expect(l).NotTo(HaveKey(v1alpha1.ShardLabel(ns)))
+		}
+	}, time.Second, 100*time.Millisecond).Should(Succeed())
+
+	// The instance comes back: everything goes to it.
+	reg.Set(ns, members(leases.StateReady, "a"))
+	g.Eventually(func(g Gomega) {
+		got := labelsOf(g, ns)
+		for _, name := range names {
+			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "a"))
+		}
+	}, timeout, poll).Should(Succeed())
+}
+
+func TestExpiredInstanceKeepsObjectsButGetsNoNewOnes(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	reg := leases.NewRegistry()
+	reg.Set(ns, members(leases.StateReady, "a", "b"))
+	newRing(t, ns, nil)
+	startSharder(t, reg, assign.Options{})
+	old := createConfigMaps(t, ns, "old", 20)
+	var onB []string
+	g.Eventually(func(g Gomega) {
+		onB = nil
+		got := labelsOf(g, ns)
+		for _, name := range old {
+			want := expected(t, []string{"a", "b"}, ns, name)
+			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), want))
+			if want == "b" {
+				onB = append(onB, name)
+			}
+		}
+	}, timeout, poll).Should(Succeed())
+	g.Expect(onB).NotTo(BeEmpty())
+
+	reg.Set(ns, append(members(leases.StateReady, "a"), members(leases.StateExpired, "b")...))
+	fresh := createConfigMaps(t, ns, "new", 20)
+	g.Eventually(func(g Gomega) {
+		got := labelsOf(g, ns)
+		for _, name := range fresh {
+			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "a"))
+		}
+	}, timeout, poll).Should(Succeed())
+	got := labelsOf(g, ns)
+	for _, name := range onB {
+		g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "b"), "objects of an expired instance stay")
+		g.Expect(got[name]).NotTo(HaveKey(v1alpha1.DrainLabel(ns)), "objects of an expired instance are not drained")
+	}
+}
+
+func TestScaleOutDrainsAndMovesAfterAcknowledgement(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	reg := leases.NewRegistry()
+	reg.Set(ns, members(leases.StateReady, "a", "b"))
+	newRing(t, ns, nil)
+	names := createConfigMaps(t, ns, "cm", 60)
+	startSharder(t, reg, assign.Options{})
+	g.Eventually(func(g Gomega) {
+		got := labelsOf(g, ns)
+		for _, name := range names {
+			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, []string{"a", "b"}, ns, name)))
+		}
+	}, timeout, poll).Should(Succeed())
+
+	h := watchHistory(t, configMaps, ns, ns)
+	acknowledger(t, ns, ns, func(string) bool { return true })
+	reg.Set(ns, members(leases.StateReady, "a", "b", "c"))
+
+	after := []string{"a", "b", "c"}
+	g.Eventually(func(g Gomega) {
+		got := labelsOf(g, ns)
+		for _, name := range names {
+			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, after, ns, name)))
+			g.Expect(got[name]).NotTo(HaveKey(v1alpha1.DrainLabel(ns)))
+		}
+	}, timeout, poll).Should(Succeed())
+
+	moved := 0
+	for _, name := range names {
+		before := expected(t, []string{"a", "b"}, ns, name)
+		now := expected(t, after, ns, name)
+		if before == now {
+			g.Expect(h.drained(name)).To(BeFalse(), "%s stays on %s and must not be drained", name, now)
+			continue
+		}
+		moved++
+		g.Expect(now).To(Equal("c"), "adding an instance only moves objects to it")
+		// The move went drain -> unassigned (acknowledged) -> new instance.
+		var sawDrain, sawUnassigned bool
+		for _, e := range h.of(name) {
+			switch {
+			case e.drain && e.shard == before:
+				sawDrain = true
+			case sawDrain && e.shard == "" && !e.drain:
+				sawUnassigned = true
+			case e.shard == now:
+				g.Expect(sawUnassigned).To(BeTrue(), "%s reached %s before its drain was acknowledged", name, now)
+			}
+		}
+		g.Expect(sawDrain).To(BeTrue(), "%s moved without a drain", name)
+	}
+	g.Expect(moved).To(BeNumerically(">", 0))
+}
+
+func TestUnacknowledgedDrainIsForcedAfterTimeout(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	const drainTimeout = 2 * time.Second
+	reg := leases.NewRegistry()
+	reg.Set(ns, members(leases.StateReady, "a"))
+	newRing(t, ns, func(s *v1alpha1.ControllerRingSpec) { s.DrainTimeout = &metav1.Duration{Duration: drainTimeout} })
+	names := createConfigMaps(t, ns, "cm", 20)
+	startSharder(t, reg, assign.Options{})
+	g.Eventually(func(g Gomega) {
+		for _, l := range labelsOf(g, ns) {
+			g.Expect(l).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "a"))
+		}
+	}, timeout, poll).Should(Succeed())
+
+	h := watchHistory(t, configMaps, ns, ns)
+	reg.Set(ns, members(leases.StateReady, "a", "b"))
+	after := []string{"a", "b"}
+	var toB []string
+	for _, name := range names {
+		if expected(t, after, ns, name) == "b" {
+			toB = append(toB, name)
+		}
+	}
+	g.Expect(toB).NotTo(BeEmpty())
+
+	g.Eventually(func(g Gomega) {
+		got := labelsOf(g, ns)
+		for _, name := range toB {
+			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "b"))
+			g.Expect(got[name]).NotTo(HaveKey(v1alpha1.DrainLabel(ns)))
+		}
+	}, timeout, poll).Should(Succeed())
+	for _, name := range toB {
+		var drainedAt, movedAt time.Time
+		for _, e := range h.of(name) {
+			if e.drain && drainedAt.IsZero() {
+				drainedAt = e.at
+			}
+			if e.shard == "b" && movedAt.IsZero() {
+				movedAt = e.at
+			}
+		}
+		g.Expect(drainedAt.IsZero()).To(BeFalse(), "%s was never drained", name)
+		// Watch delivery adds a little jitter on both sides.
+		g.Expect(movedAt.Sub(drainedAt)).To(BeNumerically(">=", drainTimeout-200*time.Millisecond), "%s forced before the drain timed out", name)
+	}
+}
+
+func TestDeadInstanceObjectsMoveAtOnce(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	reg := leases.NewRegistry()
+	reg.Set(ns, members(leases.StateReady, "a", "b", "c"))
+	newRing(t, ns, nil) // drainTimeout 1h: a drain would never finish in this test
+	names := createConfigMaps(t, ns, "cm", 60)
+	startSharder(t, reg, assign.Options{})
+	all := []string{"a", "b", "c"}
+	g.Eventually(func(g Gomega) {
+		got := labelsOf(g, ns)
+		for _, name := range names {
+			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, all, ns, name)))
+		}
+	}, timeout, poll).Should(Succeed())
+
+	h := watchHistory(t, configMaps, ns, ns)
+	reg.Set(ns, append(members(leases.StateReady, "a", "b"), members(leases.StateDead, "c")...))
+	g.Eventually(func(g Gomega) {
+		got := labelsOf(g, ns)
+		for _, name := range names {
+			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, []string{"a", "b"}, ns, name)))
+		}
+	}, 5*time.Second, poll).Should(Succeed())
+	for _, name := range names {
+		g.Expect(h.drained(name)).To(BeFalse(), "%s was drained; objects of a dead instance move at once", name)
+	}
+	g.Eventually(func(g Gomega) {
+		r := getRing(g, ns)
+		g.Expect(r.Status.Instances).To(BeEquivalentTo(3))
+		g.Expect(r.Status.AvailableInstances).To(BeEquivalentTo(2))
+		for _, m := range r.Status.Members {
+			if m.Name == "c" {
+				g.Expect(m.State).To(Equal("dead"))
+				g.Expect(m.Objects).To(BeZero())
+			}
+		}
+	}, timeout, poll).Should(Succeed())
+}
+
+func TestNamespaceSelector(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	other := env.Namespace(t)
+	ctx := context.Background()
+	reg := leases.NewRegistry()
+	reg.Set(ns, members(leases.StateReady, "a"))
+	newRing(t, ns, func(s *v1alpha1.ControllerRingSpec) {
+		s.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"sharded-by": ns}}
+	})
+	g.Expect(labelNamespace(ctx, ns, ns)).To(Succeed())
+	startSharder(t, reg, assign.Options{})
+	in := createConfigMaps(t, ns, "in", 5)
+	out := createConfigMaps(t, other, "out", 5)
+
+	g.Eventually(func(g Gomega) {
+		got := labelsOf(g, ns)
+		for _, name := range in {
+			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "a"))
+		}
+	}, timeout, poll).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		for _, l := range labelsOf(g, other) {
+			g.Expect(l).NotTo(HaveKey(v1alpha1.ShardLabel(ns)))
+		}
+	}, time.Second, 100*time.Millisecond).Should(Succeed())
+
+	// Selecting the other namespace later assigns its objects.
+	g.Expect(labelNamespace(ctx, other, ns)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		got := labelsOf(g, other)
+		for _, name := range out {
+			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "a"))
+		}
+	}, timeout, poll).Should(Succeed())
+}
+
+func labelNamespace(ctx context.Context, name, value string) error {
+	nsObj := &corev1.Namespace{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, nsObj); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(nsObj.DeepCopy())
+	if nsObj.Labels == nil {
+		nsObj.Labels = map[string]string{}
+	}
+	nsObj.Labels["sharded-by"] = value
+	return env.Client.Patch(ctx, nsObj, patch)
+}
+
+func TestUnknownResourceIsReportedAndOthersKeepWorking(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	reg := leases.NewRegistry()
+	reg.Set(ns, members(leases.StateReady, "a"))
+	newRing(t, ns, func(s *v1alpha1.ControllerRingSpec) {
+		s.Resources = append(s.Resources, v1alpha1.RingResource{Group: "example.com", Resource: "widgets"})
+	})
+	startSharder(t, reg, assign.Options{})
+	names := createConfigMaps(t, ns, "cm", 5)
+
+	g.Eventually(func(g Gomega) {
+		r := getRing(g, ns)
+		cond := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ConditionReady)
+		g.Expect(cond).NotTo(BeNil())
+		g.Expect(cond.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonResourceNotServed))
+		g.Expect(cond.Message).To(ContainSubstring("widgets.example.com"))
+	}, timeout, poll).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		got := labelsOf(g, ns)
+		for _, name := range names {
+			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "a"))
+		}
+	}, timeout, poll).Should(Succeed())
+}
+
+func TestRestartDoesNotMoveOrRewrite(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	reg := leases.NewRegistry()
+	reg.Set(ns, members(leases.StateReady, "a", "b"))
+	newRing(t, ns, nil)
+	names := createConfigMaps(t, ns, "cm", 30)
+
+	stop := startSharder(t, reg, assign.Options{})
+	g.Eventually(func(g Gomega) {
+		got := labelsOf(g, ns)
+		for _, name := range names {
+			g.Expect(got[name]).To(HaveKey(v1alpha1.ShardLabel(ns)))
+		}
+	}, timeout, poll).Should(Succeed())
+	stop()
+
+	before := resourceVersions(g, ns)
+	reg2 := leases.NewRegistry()
+	reg2.Set(ns, members(leases.StateReady, "a", "b"))
+	startSharder(t, reg2, assign.Options{})
+	// A new object assigned proves the new sharder synced and worked.
+	fresh := createConfigMaps(t, ns, "fresh", 1)[0]
+	g.Eventually(func(g Gomega) {
+		g.Expect(labelsOf(g, ns)[fresh]).To(HaveKey(v1alpha1.ShardLabel(ns)))
+	}, timeout, poll).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		now := resourceVersions(g, ns)
+		for name, rv := range before {
+			g.Expect(now).To(HaveKeyWithValue(name, rv), "a restarted sharder rewrote %s", name)
+		}
+	}, time.Second, 200*time.Millisecond).Should(Succeed())
+}
+
+func resourceVersions(g Gomega, ns string) map[string]string {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
+	g.Expect(env.Client.List(context.Background(), list, client.InNamespace(ns))).To(Succeed())
+	out := map[string]string{}
+	for _, o := range list.Items {
+		out[o.Name] = o.ResourceVersion
+	}
+	return out
+}

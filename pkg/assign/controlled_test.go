@@ -1,0 +1,117 @@
+package assign_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/assign"
+	"github.com/sharder-dev/sharder/pkg/leases"
+)
+
+var (
+	secrets         = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	serviceAccounts = schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}
+)
+
+// TestControlledObjectsFollowTheirOwner: ConfigMaps are main objects,
+// Secrets controlled by them and ServiceAccounts controlled by those Secrets
+// (two levels). Children created after their owner get its instance; when
+// the owner moves, its children are relabelled first.
+func TestControlledObjectsFollowTheirOwner(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	reg := leases.NewRegistry()
+	reg.Set(ns, members(leases.StateReady, "a", "b", "c"))
+	newRing(t, ns, func(s *v1alpha1.ControllerRingSpec) {
+		s.Resources[0].ControlledResources = []metav1.GroupResource{{Resource: "secrets"}, {Resource: "serviceaccounts"}}
+	})
+	owners := createConfigMaps(t, ns, "owner", 12)
+	startSharder(t, reg, assign.Options{})
+	all := []string{"a", "b", "c"}
+	g.Eventually(func(g Gomega) {
+		got := labelsOf(g, ns)
+		for _, name := range owners {
+			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, all, ns, name)))
+		}
+	}, timeout, poll).Should(Succeed())
+
+	// Children and grandchildren created after their owner was assigned.
+	for _, owner := range owners {
+		cm := &corev1.ConfigMap{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: owner}, cm)).To(Succeed())
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: owner + "-secret", OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "ConfigMap", Name: cm.Name, UID: cm.UID, Controller: ptr.To(true),
+		}}}}
+		g.Expect(env.Client.Create(ctx, sec)).To(Succeed())
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: owner + "-sa", OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "Secret", Name: sec.Name, UID: sec.UID, Controller: ptr.To(true),
+		}}}}
+		g.Expect(env.Client.Create(ctx, sa)).To(Succeed())
+	}
+	// Controlled resources without a controller in the ring stay unassigned.
+	orphan := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orphan"}}
+	g.Expect(env.Client.Create(ctx, orphan)).To(Succeed())
+
+	shardOf := func(g Gomega, obj client.Object) string {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		return obj.GetLabels()[v1alpha1.ShardLabel(ns)]
+	}
+	g.Eventually(func(g Gomega) {
+		for _, owner := range owners {
+			want := expected(t, all, ns, owner)
+			g.Expect(shardOf(g, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: owner + "-secret"}})).To(Equal(want), owner)
+			g.Expect(shardOf(g, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: owner + "-sa"}})).To(Equal(want), owner)
+		}
+	}, timeout, poll).Should(Succeed())
+	g.Expect(shardOf(g, orphan)).To(BeEmpty())
+
+	// Instance c dies: its owners move with their children, children first.
+	cmHistory := watchHistory(t, configMaps, ns, ns)
+	secHistory := watchHistory(t, secrets, ns, ns)
+	saHistory := watchHistory(t, serviceAccounts, ns, ns)
+	reg.Set(ns, append(members(leases.StateReady, "a", "b"), members(leases.StateDead, "c")...))
+	left := []string{"a", "b"}
+	var moved []string
+	for _, owner := range owners {
+		if expected(t, all, ns, owner) == "c" {
+			moved = append(moved, owner)
+		}
+	}
+	g.Expect(moved).NotTo(BeEmpty())
+	g.Eventually(func(g Gomega) {
+		for _, owner := range owners {
+			want := expected(t, left, ns, owner)
+			g.Expect(shardOf(g, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: owner}})).To(Equal(want), owner)
+			g.Expect(shardOf(g, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: owner + "-secret"}})).To(Equal(want), owner)
+			g.Expect(shardOf(g, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: owner + "-sa"}})).To(Equal(want), owner)
+		}
+	}, timeout, poll).Should(Succeed())
+
+	relabelled := func(h *history, name, to string) int64 {
+		for _, e := range h.of(name) {
+			if e.shard == to {
+				return e.resourceVersion
+			}
+		}
+		return 0
+	}
+	for _, owner := range moved {
+		to := expected(t, left, ns, owner)
+		ownerRV := relabelled(cmHistory, owner, to)
+		secRV := relabelled(secHistory, owner+"-secret", to)
+		saRV := relabelled(saHistory, owner+"-sa", to)
+		g.Expect(ownerRV).NotTo(BeZero())
+		g.Expect(secRV).To(And(BeNumerically(">", 0), BeNumerically("<", ownerRV)), fmt.Sprintf("%s: Secret relabelled after its owner", owner))
+		g.Expect(saRV).To(And(BeNumerically(">", 0), BeNumerically("<", ownerRV)), fmt.Sprintf("%s: ServiceAccount relabelled after its owner", owner))
+	}
+}

@@ -1,0 +1,274 @@
+package assign_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/sharder-dev/sharder/internal/testenv"
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/assign"
+	"github.com/sharder-dev/sharder/pkg/drain"
+	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/ring"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	s := testenv.DefaultScheme()
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	ctrl.SetLogger(discardLogger())
+	os.Exit(testenv.Run(m, &env, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}, Scheme: s}))
+}
+
+var configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+
+// startSharder runs a manager with the assignment controller on registry
+// until the test ends or the returned function is called.
+func startSharder(t testing.TB, registry *leases.Registry, opts assign.Options) (stop func()) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 env.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatalf("creating manager: %v", err)
+	}
+	opts.Registry = registry
+	c, err := assign.New(opts)
+	if err != nil {
+		t.Fatalf("creating controller: %v", err)
+	}
+	if err := c.SetupWithManager(mgr); err != nil {
+		t.Fatalf("setting up controller: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// newRing creates a ring named after the test namespace that shards
+// ConfigMaps of that namespace only. mutate may change the spec.
+func newRing(t testing.TB, ns string, mutate func(*v1alpha1.ControllerRingSpec)) *v1alpha1.ControllerRing {
+	t.Helper()
+	r := &v1alpha1.ControllerRing{
+		ObjectMeta: metav1.ObjectMeta{Name: ns},
+		Spec: v1alpha1.ControllerRingSpec{
+			LeaseNamespace: ns,
+			Resources:      []v1alpha1.RingResource{{Resource: "configmaps"}},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
+				v1alpha1.LabelNamespaceName: ns,
+			}},
+			DrainTimeout: &metav1.Duration{Duration: time.Hour},
+		},
+	}
+	if mutate != nil {
+		mutate(&r.Spec)
+	}
+	ctx := context.Background()
+	if err := env.Client.Create(ctx, r); err != nil {
+		t.Fatalf("creating ring: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), r) })
+	return r
+}
+
+func members(state leases.State, ids ...string) []leases.Member {
+	out := make([]leases.Member, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, leases.Member{ID: id, State: state})
+	}
+	return out
+}
+
+// expected returns the instance the consistent-hash ring of ready picks for
+// a ConfigMap.
+func expected(t testing.TB, ready []string, ns, name string) string {
+	t.Helper()
+	ms := make([]ring.Member, 0, len(ready))
+	for _, id := range ready {
+		ms = append(ms, ring.Member{ID: id, VirtualNodes: v1alpha1.DefaultVirtualNodes})
+	}
+	rg, err := ring.New(v1alpha1.AlgorithmConsistentHash, ms)
+	if err != nil {
+		t.Fatalf("building ring: %v", err)
+	}
+	id, err := rg.Lookup(ring.ObjectKey("", "ConfigMap", ns, name))
+	if err != nil {
+		t.Fatalf("looking up: %v", err)
+	}
+	return id
+}
+
+func createConfigMaps(t testing.TB, ns, prefix string, n int) []string {
+	t.Helper()
+	names := make([]string, 0, n)
+	for i := range n {
+		name := fmt.Sprintf("%s-%d", prefix, i)
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		if err := env.Client.Create(context.Background(), cm); err != nil {
+			t.Fatalf("creating ConfigMap: %v", err)
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
+// labelsOf returns the labels of every ConfigMap of ns by name.
+func labelsOf(g Gomega, ns string) map[string]map[string]string {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
+	g.Expect(env.Client.List(context.Background(), list, client.InNamespace(ns))).To(Succeed())
+	out := map[string]map[string]string{}
+	for _, o := range list.Items {
+		if o.Name == "kube-root-ca.crt" {
+			continue
+		}
+		out[o.Name] = o.Labels
+	}
+	return out
+}
+
+// labelEvent is one observed state of an object's ring labels.
+type labelEvent struct {
+	name, shard     string
+	drain           bool
+	resourceVersion int64
+	at              time.Time
+}
+
+// history records every state of the ring labels of a resource's objects in
+// a namespace, as a watch delivers them.
+type history struct {
+	mu     sync.Mutex
+	events []labelEvent
+}
+
+func watchHistory(t testing.TB, gvr schema.GroupVersionResource, ns, ringName string) *history {
+	t.Helper()
+	mc, err := metadata.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &history{}
+	inf := metadatainformer.NewFilteredMetadataInformer(mc, gvr, ns, 0, nil, nil).Informer()
+	record := func(obj any) {
+		m, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok {
+			return
+		}
+		rv, _ := strconv.ParseInt(m.ResourceVersion, 10, 64)
+		h.mu.Lock()
+		h.events = append(h.events, labelEvent{
+			name: m.Name, shard: m.Labels[v1alpha1.ShardLabel(ringName)],
+			drain: drain.Requested(m, ringName), resourceVersion: rv, at: time.Now(),
+		})
+		h.mu.Unlock()
+	}
+	_, _ = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    record,
+		UpdateFunc: func(_, o any) { record(o) },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go inf.RunWithContext(ctx)
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("history watch did not sync")
+	}
+	return h
+}
+
+func (h *history) of(name string) []labelEvent {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []labelEvent
+	for _, e := range h.events {
+		if e.name == name {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (h *history) drained(name string) bool {
+	for _, e := range h.of(name) {
+		if e.drain {
+			return true
+		}
+	}
+	return false
+}
+
+// acknowledger plays the instances of a ring: it acknowledges every drain of
+// a ConfigMap in ns held by an instance for which ack returns true.
+func acknowledger(t testing.TB, ns, ringName string, ack func(instance string) bool) {
+	t.Helper()
+	mc, err := metadata.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	inf := metadatainformer.NewFilteredMetadataInformer(mc, configMaps, ns, 0, nil, func(o *metav1.ListOptions) {
+		o.LabelSelector = v1alpha1.DrainLabel(ringName)
+	}).Informer()
+	handle := func(obj any) {
+		m, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok || !ack(m.Labels[v1alpha1.ShardLabel(ringName)]) {
+			return
+		}
+		cp := m.DeepCopy()
+		cp.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+		err := drain.Acknowledge(ctx, env.Client, cp, ringName)
+		if err != nil && !errors.Is(err, drain.ErrNotDraining) && ctx.Err() == nil {
+			t.Logf("acknowledging %s: %v", m.Name, err)
+		}
+	}
+	_, _ = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    handle,
+		UpdateFunc: func(_, o any) { handle(o) },
+	})
+	go inf.RunWithContext(ctx)
+}
+
+func getRing(g Gomega, name string) *v1alpha1.ControllerRing {
+	r := &v1alpha1.ControllerRing{}
+	g.Expect(env.Client.Get(context.Background(), client.ObjectKey{Name: name}, r)).To(Succeed())
+	return r
+}
