@@ -19,7 +19,6 @@ import (
 	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/controller"
 )
 
-
 func plainManager(t *testing.T) {
 	t.Helper()
 	startManager(t, controller.Options{}, ctrl.Options{})
