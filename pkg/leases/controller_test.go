@@ -1,0 +1,258 @@
+package leases_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/leases"
+)
+
+// TestCrashedInstanceLifecycle follows the Lease of an instance that stops
+// renewing: ready, expired, uncertain, taken by the sharder (dead), orphaned
+// and deleted.
+func TestCrashedInstanceLifecycle(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ring, ns := newRing(t)
+	renewed := time.Now()
+	createLease(t, ring, ns, "crashed", renewed, 1)
+
+	g.Eventually(stateOf(ring, "crashed")).Should(Equal(leases.StateReady))
+	g.Eventually(getLease(ns, "crashed")).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "ready")))
+
+	// The sharder takes the Lease once, for twice its duration.
+	g.Eventually(getLease(ns, "crashed"), 10*time.Second, 50*time.Millisecond).Should(And(
+		HaveField("Spec.HolderIdentity", HaveValue(Equal(sharderIdentity))),
+		HaveField("Spec.LeaseDurationSeconds", HaveValue(BeEquivalentTo(2))),
+		HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "dead")),
+	))
+	taken, err := getLease(ns, "crashed")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(taken.Spec.RenewTime.Time).To(BeTemporally(">=", renewed.Add(2*time.Second).Truncate(time.Microsecond)),
+		"the sharder must not take a Lease before it is uncertain")
+	g.Eventually(stateOf(ring, "crashed")).Should(Equal(leases.StateDead))
+
+	// Ten (new) lease durations after the takeover the Lease is orphaned and
+	// deleted; the member leaves the ring.
+	g.Eventually(func() bool {
+		_, err := getLease(ns, "crashed")()
+		return apierrors.IsNotFound(err)
+	}, 30*time.Second, 100*time.Millisecond).Should(BeTrue())
+	g.Expect(time.Now()).To(BeTemporally(">=", taken.Spec.RenewTime.Add(20*time.Second)))
+	g.Eventually(func() bool { _, ok := member(ring, "crashed"); return ok }).Should(BeFalse())
+
+	states, _ := published.states(ring, "crashed")
+	g.Expect(states).To(Or(
+		Equal([]leases.State{leases.StateReady, leases.StateExpired, leases.StateUncertain, leases.StateDead, leases.StateOrphaned, ""}),
+		Equal([]leases.State{leases.StateReady, leases.StateExpired, leases.StateDead, leases.StateOrphaned, ""}),
+		Equal([]leases.State{leases.StateReady, leases.StateExpired, leases.StateUncertain, leases.StateDead, ""}),
+		Equal([]leases.State{leases.StateReady, leases.StateExpired, leases.StateDead, ""}),
+	), "published states in order")
+
+	g.Eventually(eventReasons(ns, "crashed")).Should(ContainElements("StateChanged", "InstanceDead"))
+}
+
+// TestReleasedLeaseIsDeadAtOnce checks that a released Lease is dead at once,
+// not after it would have expired.
+func TestReleasedLeaseIsDeadAtOnce(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ring, ns := newRing(t)
+	holder, err := leases.NewHolder(env.Client, leases.HolderOptions{
+		Ring: ring, Namespace: ns, Identity: "leaving", LeaseDuration: 2 * time.Second,
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- holder.Start(ctx) }()
+	g.Eventually(stateOf(ring, "leaving")).Should(Equal(leases.StateReady))
+
+	before, err := getLease(ns, "leaving")()
+	g.Expect(err).NotTo(HaveOccurred())
+	cancel()
+	g.Eventually(done).Should(Receive(BeNil()))
+	released, err := getLease(ns, "leaving")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(released.Spec.HolderIdentity).To(HaveValue(BeEmpty()))
+
+	g.Eventually(stateOf(ring, "leaving")).Should(Equal(leases.StateDead))
+	dead, ok := published.firstTime(ring, "leaving", leases.StateDead)
+	g.Expect(ok).To(BeTrue())
+	g.Expect(dead).To(BeTemporally("<", before.Spec.RenewTime.Add(2*time.Second)), "dead before the Lease would have expired")
+	g.Eventually(getLease(ns, "leaving")).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "dead")))
+	// The sharder does not take a released Lease.
+	g.Consistently(getLease(ns, "leaving"), 3*time.Second).Should(HaveField("Spec.HolderIdentity", HaveValue(BeEmpty())))
+}
+
+// TestInstanceReturns checks that an instance coming back is ready again:
+// after it expired, and after the sharder took its Lease (once the sharder's
+// hold expired).
+func TestInstanceReturns(t *testing.T) {
+	t.Parallel()
+	ring, ns := newRing(t)
+
+	start := func(t *testing.T, id string) *leases.Holder {
+		g := NewWithT(t)
+		holder, err := leases.NewHolder(env.Client, leases.HolderOptions{
+			Ring: ring, Namespace: ns, Identity: id, LeaseDuration: time.Second, RenewPeriod: 200 * time.Millisecond,
+			OnLost: func() { t.Errorf("instance %s lost its Lease", id) },
+		})
+		g.Expect(err).NotTo(HaveOccurred())
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- holder.Start(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			<-done
+		})
+		return holder
+	}
+
+	t.Run("after expiring", func(t *testing.T) {
+		g := NewWithT(t)
+		createLease(t, ring, ns, "back-expired", time.Now(), 1)
+		g.Eventually(stateOf(ring, "back-expired"), 3*time.Second, 20*time.Millisecond).Should(Equal(leases.StateExpired))
+		start(t, "back-expired")
+		g.Eventually(stateOf(ring, "back-expired")).Should(Equal(leases.StateReady))
+		g.Eventually(getLease(ns, "back-expired")).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "ready")))
+		lease, err := getLease(ns, "back-expired")()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal("back-expired")))
+	})
+
+	t.Run("after the sharder took its Lease", func(t *testing.T) {
+		g := NewWithT(t)
+		createLease(t, ring, ns, "back-taken", time.Now(), 1)
+		g.Eventually(getLease(ns, "back-taken"), 10*time.Second, 20*time.Millisecond).
+			Should(HaveField("Spec.HolderIdentity", HaveValue(Equal(sharderIdentity))))
+		taken, err := getLease(ns, "back-taken")()
+		g.Expect(err).NotTo(HaveOccurred())
+		holder := start(t, "back-taken")
+		// The instance waits for the sharder's hold (2 s) to expire.
+		g.Eventually(holder.Held, 5*time.Second, 20*time.Millisecond).Should(BeTrue())
+		g.Expect(time.Now()).To(BeTemporally(">=", taken.Spec.RenewTime.Add(2*time.Second)))
+		g.Eventually(stateOf(ring, "back-taken")).Should(Equal(leases.StateReady))
+		lease, err := getLease(ns, "back-taken")()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal("back-taken")))
+		g.Expect(lease.Spec.LeaseDurationSeconds).To(HaveValue(BeEquivalentTo(1)))
+		g.Expect(lease.Spec.LeaseTransitions).To(HaveValue(BeEquivalentTo(2)), "instance -> sharder -> instance")
+	})
+}
+
+// TestMalformedLeases checks that malformed Leases get their documented state
+// and never keep the others out of the ring.
+func TestMalformedLeases(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ring, ns := newRing(t)
+	now := time.Now()
+	createLease(t, ring, ns, "weighted", now, 60, func(l *coordinationv1.Lease) { l.Labels[v1alpha1.LabelVirtualNodes] = "300" })
+	createLease(t, ring, ns, "not-a-number", now, 60, func(l *coordinationv1.Lease) { l.Labels[v1alpha1.LabelVirtualNodes] = "many" })
+	createLease(t, ring, ns, "zero", now, 60, func(l *coordinationv1.Lease) { l.Labels[v1alpha1.LabelVirtualNodes] = "0" })
+	createLease(t, ring, ns, "no-holder", now, 60, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = nil })
+	createLease(t, ring, ns, "no-duration", now, 60, func(l *coordinationv1.Lease) { l.Spec.LeaseDurationSeconds = nil })
+	createLease(t, ring, ns, "no-times", now, 60, func(l *coordinationv1.Lease) {
+		l.Spec.RenewTime = nil
+		l.Spec.AcquireTime = nil
+	})
+
+	g.Eventually(func() []leases.Member { return registry.Members(ring) }).Should(Equal([]leases.Member{
+		{ID: "no-duration", State: leases.StateReady}, // the default duration, 15 s
+		{ID: "no-holder", State: leases.StateDead},
+		{ID: "no-times", State: leases.StateReady}, // renewed at creation
+		{ID: "not-a-number", VirtualNodes: 0, State: leases.StateReady},
+		{ID: "weighted", VirtualNodes: 300, State: leases.StateReady},
+		{ID: "zero", VirtualNodes: 0, State: leases.StateReady},
+	}))
+	g.Eventually(eventReasons(ns, "not-a-number")).Should(ContainElement("InvalidVirtualNodes"))
+	g.Eventually(eventReasons(ns, "zero")).Should(ContainElement("InvalidVirtualNodes"))
+	g.Consistently(eventReasons(ns, "weighted"), time.Second).ShouldNot(ContainElement("InvalidVirtualNodes"))
+
+	// Fixing the label gives the weight.
+	fixed, err := getLease(ns, "not-a-number")()
+	g.Expect(err).NotTo(HaveOccurred())
+	fixed.Labels[v1alpha1.LabelVirtualNodes] = "64"
+	g.Expect(env.Client.Update(context.Background(), fixed)).To(Succeed())
+	g.Eventually(func() leases.Member { m, _ := member(ring, "not-a-number"); return m }).
+		Should(Equal(leases.Member{ID: "not-a-number", VirtualNodes: 64, State: leases.StateReady}))
+}
+
+// TestCacheHoldsOnlyRingLeases checks that Leases without the ring label never
+// enter the sharder's cache.
+func TestCacheHoldsOnlyRingLeases(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ring, ns := newRing(t)
+	createLease(t, ring, ns, "other", time.Now(), 60, func(l *coordinationv1.Lease) { delete(l.Labels, v1alpha1.LabelRing) })
+	createLease(t, ring, ns, "member", time.Now(), 60)
+	g.Eventually(func() error {
+		return sharderCache.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "member"}, &coordinationv1.Lease{})
+	}).Should(Succeed())
+	err := sharderCache.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "other"}, &coordinationv1.Lease{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "got %v", err)
+
+	cached := &coordinationv1.LeaseList{}
+	g.Expect(sharderCache.List(context.Background(), cached)).To(Succeed())
+	for _, l := range cached.Items {
+		g.Expect(l.Labels).To(HaveKey(v1alpha1.LabelRing), "cached Lease %s/%s", l.Namespace, l.Name)
+	}
+	// The unlabelled Lease is left alone.
+	g.Consistently(getLease(ns, "other"), time.Second).Should(HaveField("Labels", Not(HaveKey(v1alpha1.LabelState))))
+}
+
+// TestLeaseNamespace checks that only Leases in the ring's leaseNamespace are
+// members, that changing it moves the membership, and that deleting the ring
+// empties it.
+func TestLeaseNamespace(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	ring, ns := newRing(t)
+	elsewhere := env.Namespace(t)
+	createLease(t, ring, ns, "inside", time.Now(), 60)
+	createLease(t, ring, elsewhere, "outside", time.Now(), 60)
+
+	g.Eventually(func() []leases.Member { return registry.Members(ring) }).
+		Should(Equal([]leases.Member{{ID: "inside", State: leases.StateReady}}))
+	g.Eventually(getLease(ns, "inside")).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "ready")))
+	g.Consistently(getLease(elsewhere, "outside"), time.Second).Should(HaveField("Labels", Not(HaveKey(v1alpha1.LabelState))))
+
+	obj := &v1alpha1.ControllerRing{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: ring}, obj)).To(Succeed())
+	obj.Spec.LeaseNamespace = elsewhere
+	g.Expect(env.Client.Update(ctx, obj)).To(Succeed())
+	g.Eventually(func() []leases.Member { return registry.Members(ring) }).
+		Should(Equal([]leases.Member{{ID: "outside", State: leases.StateReady}}))
+	g.Eventually(getLease(elsewhere, "outside")).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "ready")))
+	g.Eventually(getLease(ns, "inside")).Should(HaveField("Labels", Not(HaveKey(v1alpha1.LabelState))))
+
+	g.Expect(env.Client.Delete(ctx, obj)).To(Succeed())
+	g.Eventually(func() []leases.Member { return registry.Members(ring) }).Should(BeEmpty())
+	g.Expect(registry.Rings()).NotTo(ContainElement(ring))
+}
+
+// eventReasons returns the reasons of the events about a Lease.
+func eventReasons(namespace, lease string) func() ([]string, error) {
+	return func() ([]string, error) {
+		list := &eventsv1.EventList{}
+		if err := env.Client.List(context.Background(), list, client.InNamespace(namespace)); err != nil {
+			return nil, err
+		}
+		var reasons []string
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "Lease" && e.Regarding.Name == lease {
+				reasons = append(reasons, e.Reason)
+			}
+		}
+		return reasons, nil
+	}
+}

@@ -1,0 +1,489 @@
+package leases
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+)
+
+// ErrLeaseLost is returned by Holder.Start when the holder could not renew
+// its Lease within the lease duration, or found it held by someone else.
+var ErrLeaseLost = errors.New("instance Lease lost")
+
+// DefaultShutdownTimeout bounds BeforeRelease and the release together.
+const DefaultShutdownTimeout = 30 * time.Second
+
+// DefaultIdentity returns the instance ID of this process: the POD_NAME
+// environment variable (set it from the downward API), else the hostname.
+// Both are stable across restarts of a StatefulSet's pod.
+func DefaultIdentity() (string, error) {
+	if name := os.Getenv("POD_NAME"); name != "" {
+		return name, nil
+	}
+	name, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("finding the instance ID: POD_NAME is not set and the hostname is unknown: %w", err)
+	}
+	return name, nil
+}
+
+// HolderOptions configures a Holder.
+type HolderOptions struct {
+	// Ring is the ring the instance belongs to (sharder.dev/ring). Required.
+	Ring string
+	// Namespace is the ring's spec.leaseNamespace. Required.
+	Namespace string
+	// Identity is the instance ID: the Lease's name and holderIdentity. It
+	// must stay the same across restarts of the instance, or a restart moves
+	// its objects. Default: DefaultIdentity().
+	Identity string
+
+	// VirtualNodes is the instance's weight, written into the
+	// sharder.dev/virtual-nodes label. Default: 0, no label (the ring's
+	// default weight).
+	VirtualNodes int
+
+	// LeaseDuration is the Lease's leaseDurationSeconds: a whole number of
+	// seconds. Default: 15s.
+	LeaseDuration time.Duration
+	// RenewPeriod is the time between renewals; after a failed attempt the
+	// holder retries after a quarter of it. It must be shorter than
+	// LeaseDuration. Default: LeaseDuration / 3 (5s).
+	RenewPeriod time.Duration
+
+	// Pod, when set, becomes an ownerReference of the Lease (replacing older
+	// Pod ownerReferences), so that garbage collection deletes the Lease
+	// with the Pod. Default: none.
+	Pod *metav1.OwnerReference
+
+	// OnLost is called once when the holder could not renew the Lease within
+	// LeaseDuration of its last renewal, or found it taken. The instance must
+	// stop reconciling at once: the sharder may move its objects. Default:
+	// log and exit the process with status 1, as controller-runtime does on
+	// lost leader election.
+	OnLost func()
+
+	// BeforeRelease is called on shutdown, before the Lease is released, with
+	// a context bounded by ShutdownTimeout. The holder keeps renewing while it
+	// runs. Use it to wait for in-flight reconciles. Default: none.
+	BeforeRelease func(ctx context.Context)
+
+	// ShutdownTimeout bounds BeforeRelease and the release together.
+	// Default: 30s.
+	ShutdownTimeout time.Duration
+
+	// Check, when set, is called before every acquisition and renewal; while
+	// it returns an error the holder does not write the Lease (a failed
+	// renewal). Default: none.
+	Check func(ctx context.Context) error
+
+	// Reader reads the Lease. Pass an uncached reader (mgr.GetAPIReader())
+	// when the client reads from a cache. Default: the client.
+	Reader client.Reader
+
+	// Clock tells the time and runs the timers. Default: the real clock.
+	Clock clock.Clock
+}
+
+// setDefaults fills in defaults and checks the options.
+func (o *HolderOptions) setDefaults(c client.Client) error {
+	if o.Ring == "" || len(validation.IsDNS1123Label(o.Ring)) > 0 {
+		return fmt.Errorf("ring %q: must be a DNS label", o.Ring)
+	}
+	if o.Namespace == "" {
+		return errors.New("the lease namespace is required")
+	}
+	if o.Identity == "" {
+		id, err := DefaultIdentity()
+		if err != nil {
+			return err
+		}
+		o.Identity = id
+	}
+	if errs := validation.IsDNS1123Subdomain(o.Identity); len(errs) > 0 {
+		return fmt.Errorf("instance ID %q cannot name a Lease: %s", o.Identity, strings.Join(errs, "; "))
+	}
+	if o.VirtualNodes < 0 || o.VirtualNodes > MaxVirtualNodes {
+		return fmt.Errorf("virtual nodes %d: must be from 1 to %d, or 0 for the ring's default", o.VirtualNodes, MaxVirtualNodes)
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	if o.LeaseDuration < time.Second || o.LeaseDuration%time.Second != 0 || o.LeaseDuration > MaxLeaseDuration {
+		return fmt.Errorf("lease duration %v: must be a whole number of seconds from 1s to %v", o.LeaseDuration, MaxLeaseDuration)
+	}
+	if o.RenewPeriod == 0 {
+		o.RenewPeriod = o.LeaseDuration / 3
+	}
+	if o.RenewPeriod <= 0 || o.RenewPeriod >= o.LeaseDuration {
+		return fmt.Errorf("renew period %v: must be positive and shorter than the lease duration %v", o.RenewPeriod, o.LeaseDuration)
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if o.Reader == nil {
+		o.Reader = c
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return nil
+}
+
+// Holder holds an instance's Lease: it creates or acquires it, renews it,
+// and releases it on shutdown. It is a manager.Runnable that runs on every
+// replica (it does not need leader election).
+//
+// Guarantees:
+//   - It never takes a Lease another process holds: a Lease held by another
+//     identity, or by the same identity but written by another process (two
+//     processes claiming one instance ID), is acquired only once it has not
+//     been renewed for its leaseDurationSeconds. This includes the sharder's
+//     hold on a Lease it took (twice the instance's duration).
+//   - Every write carries the resourceVersion it was computed from.
+//   - OnLost is called no later than LeaseDuration after the start of the
+//     last successful renewal, measured with Clock, even when API requests
+//     hang; the sharder moves objects only after twice that.
+//   - It renews nothing while Check fails.
+//
+// It assumes that the clocks of the instance and the sharder agree to well
+// within the lease duration.
+type Holder struct {
+	client client.Client
+	opts   HolderOptions
+	log    logr.Logger
+
+	started atomic.Bool
+	held    atomic.Bool
+
+	// lease is the version last written by this holder, nil while not held.
+	// Only the goroutine running the renewals touches it.
+	lease *coordinationv1.Lease
+	// renewedAt is when the last successful write started (Clock).
+	renewedAt time.Time
+}
+
+var _ manager.LeaderElectionRunnable = &Holder{}
+
+// NewHolder checks the options, fills in their defaults and returns a holder
+// writing with c.
+func NewHolder(c client.Client, opts HolderOptions) (*Holder, error) {
+	if c == nil {
+		return nil, errors.New("lease holder: a client is required")
+	}
+	if err := opts.setDefaults(c); err != nil {
+		return nil, fmt.Errorf("lease holder: %w", err)
+	}
+	return &Holder{client: c, opts: opts, log: logr.Discard()}, nil
+}
+
+// NeedLeaderElection returns false: every instance holds its own Lease.
+func (h *Holder) NeedLeaderElection() bool { return false }
+
+// Identity returns the instance ID.
+func (h *Holder) Identity() string { return h.opts.Identity }
+
+// Held reports whether the holder currently holds its Lease. It is false
+// before the acquisition, after a loss and after the release.
+func (h *Holder) Held() bool { return h.held.Load() }
+
+// Start acquires the Lease, blocking until it is held or ctx is done, then
+// renews it until ctx is done. On ctx's end it calls BeforeRelease (renewing
+// meanwhile) and releases the Lease: holderIdentity empty, renewTime now,
+// so that the sharder moves the instance's objects at once. It returns nil
+// after a release, and an error wrapping ErrLeaseLost after calling OnLost.
+// A Holder can be started once.
+func (h *Holder) Start(ctx context.Context) error {
+	if !h.started.CompareAndSwap(false, true) {
+		return errors.New("lease holder: already started")
+	}
+	h.log = ctrl.LoggerFrom(ctx).WithValues("lease", klog.KRef(h.opts.Namespace, h.opts.Identity), "ring", h.opts.Ring)
+
+	if !h.acquire(ctx) {
+		return nil
+	}
+	h.log.Info("Acquired the instance Lease")
+	if err := h.renew(ctx); err != nil {
+		return h.lost(err)
+	}
+	return h.shutdown(ctx)
+}
+
+// acquire tries every RenewPeriod until the Lease is held (true) or ctx is
+// done (false).
+func (h *Holder) acquire(ctx context.Context) bool {
+	for {
+		attemptCtx, cancel := context.WithTimeout(ctx, h.opts.RenewPeriod)
+		ok, err := h.tryAcquireOrRenew(attemptCtx)
+		cancel()
+		switch {
+		case ok:
+			return true
+		case ctx.Err() != nil:
+			return false
+		case err != nil:
+			h.log.Info("Could not acquire the instance Lease; retrying", "error", err.Error())
+		}
+		if !h.wait(ctx, h.opts.RenewPeriod) {
+			return false
+		}
+	}
+}
+
+// renew renews the Lease until ctx is done (nil) or the Lease is lost.
+func (h *Holder) renew(ctx context.Context) error {
+	period := h.opts.RenewPeriod
+	for {
+		if !h.wait(ctx, period) {
+			return nil
+		}
+		deadline := h.renewedAt.Add(h.opts.LeaseDuration)
+		remaining := deadline.Sub(h.opts.Clock.Now())
+		if remaining <= 0 {
+			return fmt.Errorf("%w: not renewed within %v", ErrLeaseLost, h.opts.LeaseDuration)
+		}
+		attemptCtx, cancel := context.WithTimeout(ctx, min(remaining, h.opts.RenewPeriod))
+		ok, err := h.tryAcquireOrRenew(attemptCtx)
+		cancel()
+		switch {
+		case ok:
+			period = h.opts.RenewPeriod
+			continue
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, ErrLeaseLost):
+			return err
+		}
+		h.log.Info("Could not renew the instance Lease; retrying", "error", fmt.Sprint(err), "deadline", deadline)
+		period = max(h.opts.RenewPeriod/4, time.Millisecond)
+		if rest := deadline.Sub(h.opts.Clock.Now()); rest < period {
+			period = max(rest, 0)
+		}
+	}
+}
+
+// wait waits for d; false when ctx ended first.
+func (h *Holder) wait(ctx context.Context, d time.Duration) bool {
+	t := h.opts.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
+	}
+}
+
+// lost marks the Lease lost and calls OnLost.
+func (h *Holder) lost(err error) error {
+	h.held.Store(false)
+	h.lease = nil
+	h.log.Error(err, "Lost the instance Lease: the instance must stop reconciling")
+	if h.opts.OnLost != nil {
+		h.opts.OnLost()
+	} else {
+		os.Exit(1)
+	}
+	return err
+}
+
+// shutdown calls BeforeRelease while renewing, then releases the Lease.
+func (h *Holder) shutdown(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.ShutdownTimeout)
+	defer cancel()
+	if h.opts.BeforeRelease != nil {
+		renewCtx, stopRenewing := context.WithCancel(ctx)
+		renewed := make(chan error, 1)
+		go func() { renewed <- h.renew(renewCtx) }()
+		h.opts.BeforeRelease(ctx)
+		stopRenewing()
+		if err := <-renewed; err != nil {
+			return h.lost(err)
+		}
+	}
+	if err := h.release(ctx); err != nil {
+		h.held.Store(false)
+		h.log.Error(err, "Could not release the instance Lease: the sharder moves the instance's objects once it expires")
+		return fmt.Errorf("releasing Lease %s/%s: %w", h.opts.Namespace, h.opts.Identity, err)
+	}
+	h.log.Info("Released the instance Lease")
+	return nil
+}
+
+// release empties the holder of the Lease if this holder still holds it.
+func (h *Holder) release(ctx context.Context) error {
+	defer h.held.Store(false)
+	current := h.lease
+	for current != nil {
+		released := current.DeepCopy()
+		released.Spec.HolderIdentity = ptr.To("")
+		released.Spec.RenewTime = ptr.To(metav1.NewMicroTime(h.opts.Clock.Now()))
+		err := h.client.Update(ctx, released)
+		switch {
+		case err == nil:
+			h.lease = nil
+			return nil
+		case apierrors.IsNotFound(err):
+			h.lease = nil
+			return nil
+		case !apierrors.IsConflict(err):
+			return err
+		}
+		// Someone else wrote: release only if the spec is still ours (the
+		// sharder may have changed only the state label).
+		fresh := &coordinationv1.Lease{}
+		if err := h.opts.Reader.Get(ctx, h.key(), fresh); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if !h.ours(fresh) {
+			h.lease = nil
+			return nil
+		}
+		current = fresh
+	}
+	return nil
+}
+
+func (h *Holder) key() types.NamespacedName {
+	return types.NamespacedName{Namespace: h.opts.Namespace, Name: h.opts.Identity}
+}
+
+// tryAcquireOrRenew makes one attempt to hold the Lease. It returns an error
+// wrapping ErrLeaseLost when the Lease this holder held was taken.
+func (h *Holder) tryAcquireOrRenew(ctx context.Context) (bool, error) {
+	if h.opts.Check != nil {
+		if err := h.opts.Check(ctx); err != nil {
+			return false, fmt.Errorf("check failed: %w", err)
+		}
+	}
+	now := h.opts.Clock.Now()
+
+	// The usual case: renew the version this holder wrote last.
+	if h.lease != nil {
+		ok, err := h.write(ctx, h.desired(h.lease, now, false), now)
+		if ok || (!apierrors.IsConflict(err) && !apierrors.IsNotFound(err)) {
+			return ok, err
+		}
+	}
+
+	current := &coordinationv1.Lease{}
+	if err := h.opts.Reader.Get(ctx, h.key(), current); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("getting the Lease: %w", err)
+		}
+		created := h.desired(&coordinationv1.Lease{}, now, true)
+		if err := h.client.Create(ctx, created); err != nil {
+			return false, fmt.Errorf("creating the Lease: %w", err)
+		}
+		h.hold(created, now)
+		return true, nil
+	}
+
+	switch {
+	case h.ours(current):
+		// Only metadata changed (the sharder's state label): renew on top.
+		return h.write(ctx, h.desired(current, now, false), now)
+	case h.lease != nil:
+		return false, fmt.Errorf("%w: now held by %q", ErrLeaseLost, ptr.Deref(current.Spec.HolderIdentity, ""))
+	case !acquirable(current, now):
+		return false, fmt.Errorf("held by %q (renewed %v) until it expires", ptr.Deref(current.Spec.HolderIdentity, ""), referenceTime(current))
+	}
+	return h.write(ctx, h.desired(current, now, true), now)
+}
+
+// write updates the Lease with the resourceVersion it carries.
+func (h *Holder) write(ctx context.Context, lease *coordinationv1.Lease, now time.Time) (bool, error) {
+	if err := h.client.Update(ctx, lease); err != nil {
+		return false, err
+	}
+	h.hold(lease, now)
+	return true, nil
+}
+
+func (h *Holder) hold(lease *coordinationv1.Lease, now time.Time) {
+	h.lease = lease
+	h.renewedAt = now
+	h.held.Store(true)
+}
+
+// ours reports whether current's spec is the one this holder wrote last.
+func (h *Holder) ours(current *coordinationv1.Lease) bool {
+	if h.lease == nil {
+		return false
+	}
+	a, b := &h.lease.Spec, &current.Spec
+	return ptr.Deref(b.HolderIdentity, "") == h.opts.Identity &&
+		ptr.Deref(a.HolderIdentity, "") == h.opts.Identity &&
+		microEqual(a.RenewTime, b.RenewTime) && microEqual(a.AcquireTime, b.AcquireTime)
+}
+
+func microEqual(a, b *metav1.MicroTime) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(b)
+}
+
+// acquirable reports whether a Lease this holder does not hold may be taken:
+// it is released, or nobody renewed it within its duration.
+func acquirable(lease *coordinationv1.Lease, now time.Time) bool {
+	if ptr.Deref(lease.Spec.HolderIdentity, "") == "" {
+		return true
+	}
+	return !now.Before(referenceTime(lease).Add(durationOf(lease)))
+}
+
+// desired returns base with this holder's labels, owner and spec; acquire
+// starts a new hold (acquireTime, transitions).
+func (h *Holder) desired(base *coordinationv1.Lease, now time.Time, acquire bool) *coordinationv1.Lease {
+	l := base.DeepCopy()
+	l.Name, l.Namespace = h.opts.Identity, h.opts.Namespace
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	l.Labels[v1alpha1.LabelRing] = h.opts.Ring
+	if h.opts.VirtualNodes > 0 {
+		l.Labels[v1alpha1.LabelVirtualNodes] = fmt.Sprint(h.opts.VirtualNodes)
+	} else {
+		delete(l.Labels, v1alpha1.LabelVirtualNodes)
+	}
+	if h.opts.Pod != nil {
+		refs := []metav1.OwnerReference{*h.opts.Pod}
+		for _, ref := range l.OwnerReferences {
+			if ref.Kind != "Pod" || ref.APIVersion != "v1" {
+				refs = append(refs, ref)
+			}
+		}
+		l.OwnerReferences = refs
+	}
+	stamp := ptr.To(metav1.NewMicroTime(now))
+	if acquire || l.Spec.AcquireTime == nil {
+		if previous := ptr.Deref(l.Spec.HolderIdentity, ""); previous != "" && previous != h.opts.Identity {
+			l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+		}
+		l.Spec.AcquireTime = stamp
+	}
+	l.Spec.HolderIdentity = ptr.To(h.opts.Identity)
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(h.opts.LeaseDuration / time.Second))
+	l.Spec.RenewTime = stamp
+	return l
+}

@@ -1,0 +1,291 @@
+package leases_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/leases"
+)
+
+// holderRing is the ring label of the holder tests' Leases; no ring of that
+// name exists, so the lease controller leaves them alone.
+const holderRing = "holder-test"
+
+// running is a started holder.
+type running struct {
+	*leases.Holder
+	cancel context.CancelFunc
+	done   chan error
+	lost   atomic.Int32
+	lostAt atomic.Pointer[time.Time]
+}
+
+// startHolder starts a holder and stops it at the end of the test.
+func startHolder(t *testing.T, opts leases.HolderOptions) *running {
+	t.Helper()
+	r := &running{done: make(chan error, 1)}
+	if opts.OnLost == nil {
+		opts.OnLost = func() {
+			now := time.Now()
+			r.lostAt.Store(&now)
+			r.lost.Add(1)
+		}
+	}
+	h, err := leases.NewHolder(env.Client, opts)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	r.Holder = h
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { r.done <- h.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-r.done
+	})
+	return r
+}
+
+func TestHolderOptions(t *testing.T) {
+	valid := func() leases.HolderOptions {
+		return leases.HolderOptions{Ring: "r", Namespace: "ns", Identity: "i-0"}
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*leases.HolderOptions)
+	}{
+		{"no ring", func(o *leases.HolderOptions) { o.Ring = "" }},
+		{"ring not a DNS label", func(o *leases.HolderOptions) { o.Ring = "Ring.One" }},
+		{"no namespace", func(o *leases.HolderOptions) { o.Namespace = "" }},
+		{"identity not a Lease name", func(o *leases.HolderOptions) { o.Identity = "Instance_0" }},
+		{"negative weight", func(o *leases.HolderOptions) { o.VirtualNodes = -1 }},
+		{"weight above the maximum", func(o *leases.HolderOptions) { o.VirtualNodes = leases.MaxVirtualNodes + 1 }},
+		{"fractional duration", func(o *leases.HolderOptions) { o.LeaseDuration = 1500 * time.Millisecond }},
+		{"duration below a second", func(o *leases.HolderOptions) { o.LeaseDuration = 500 * time.Millisecond }},
+		{"renew period not below the duration", func(o *leases.HolderOptions) {
+			o.LeaseDuration = 2 * time.Second
+			o.RenewPeriod = 2 * time.Second
+		}},
+		{"default renew period above the duration given", func(o *leases.HolderOptions) { o.RenewPeriod = 20 * time.Second }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := valid()
+			tc.mutate(&opts)
+			_, err := leases.NewHolder(env.Client, opts)
+			NewWithT(t).Expect(err).To(HaveOccurred())
+		})
+	}
+
+	t.Run("defaults", func(t *testing.T) {
+		g := NewWithT(t)
+		t.Setenv("POD_NAME", "pod-7")
+		h, err := leases.NewHolder(env.Client, leases.HolderOptions{Ring: "r", Namespace: "ns"})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(h.Identity()).To(Equal("pod-7"))
+		g.Expect(h.NeedLeaderElection()).To(BeFalse())
+		g.Expect(h.Held()).To(BeFalse())
+		id, err := leases.DefaultIdentity()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(id).To(Equal("pod-7"))
+	})
+}
+
+// TestHolderCreatesAndRenews checks the Lease the holder writes.
+func TestHolderCreatesAndRenews(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	pod := &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "pod-0", UID: types.UID("uid-new")}
+	r := startHolder(t, leases.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "pod-0", VirtualNodes: 50,
+		LeaseDuration: 2 * time.Second, RenewPeriod: 200 * time.Millisecond, Pod: pod,
+	})
+	g.Eventually(r.Held).Should(BeTrue())
+	first, err := getLease(ns, "pod-0")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(first.Labels).To(Equal(map[string]string{v1alpha1.LabelRing: holderRing, v1alpha1.LabelVirtualNodes: "50"}))
+	g.Expect(first.OwnerReferences).To(Equal([]metav1.OwnerReference{*pod}))
+	g.Expect(first.Spec.HolderIdentity).To(HaveValue(Equal("pod-0")))
+	g.Expect(first.Spec.LeaseDurationSeconds).To(HaveValue(BeEquivalentTo(2)))
+	g.Expect(first.Spec.AcquireTime).NotTo(BeNil())
+	state, _ := leases.StateOf(first, time.Now())
+	g.Expect(state).To(Equal(leases.StateReady))
+
+	g.Eventually(getLease(ns, "pod-0")).Should(HaveField("Spec.RenewTime.Time", BeTemporally(">", first.Spec.RenewTime.Time)))
+	renewed, err := getLease(ns, "pod-0")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(renewed.Spec.AcquireTime.Time).To(BeTemporally("==", first.Spec.AcquireTime.Time), "a renewal keeps the acquire time")
+	g.Expect(r.lost.Load()).To(BeZero())
+}
+
+// TestHolderReacquiresReleasedLease checks that a holder takes over a
+// released Lease and replaces what a former holder left: a stale Pod owner
+// and a weight it no longer asks for.
+func TestHolderReacquiresReleasedLease(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	other := metav1.OwnerReference{APIVersion: "example.dev/v1", Kind: "Thing", Name: "x", UID: "uid-x"}
+	createLease(t, holderRing, ns, "pod-1", time.Now(), 60, func(l *coordinationv1.Lease) {
+		l.Spec.HolderIdentity = ptr.To("")
+		l.Labels[v1alpha1.LabelVirtualNodes] = "10"
+		l.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "pod-1", UID: "uid-old"}, other}
+	})
+	pod := &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "pod-1", UID: "uid-new"}
+	r := startHolder(t, leases.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-1", LeaseDuration: 2 * time.Second, Pod: pod})
+	g.Eventually(r.Held).Should(BeTrue())
+	lease, err := getLease(ns, "pod-1")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal("pod-1")))
+	g.Expect(lease.Labels).NotTo(HaveKey(v1alpha1.LabelVirtualNodes))
+	g.Expect(lease.OwnerReferences).To(ConsistOf(*pod, other))
+}
+
+// TestHolderKeepsLeaseAcrossLabelPatches checks that the sharder's state
+// label writes (which change the resourceVersion) do not cost the Lease.
+func TestHolderKeepsLeaseAcrossLabelPatches(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	r := startHolder(t, leases.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-2", LeaseDuration: time.Second, RenewPeriod: 100 * time.Millisecond})
+	g.Eventually(r.Held).Should(BeTrue())
+	for i := range 10 {
+		lease, err := getLease(ns, "pod-2")()
+		g.Expect(err).NotTo(HaveOccurred())
+		patched := lease.DeepCopy()
+		patched.Labels[v1alpha1.LabelState] = []string{"ready", "expired"}[i%2]
+		g.Expect(env.Client.Patch(context.Background(), patched, client.MergeFrom(lease))).To(Succeed())
+		// Wait for a renewal on top of the patch.
+		g.Eventually(getLease(ns, "pod-2")).Should(HaveField("Spec.RenewTime.Time", BeTemporally(">", lease.Spec.RenewTime.Time)))
+	}
+	g.Expect(r.Held()).To(BeTrue())
+	g.Expect(r.lost.Load()).To(BeZero())
+}
+
+// TestHolderLostWhenTaken checks that a holder whose Lease was taken calls
+// OnLost at once and does not release the new holder's Lease.
+func TestHolderLostWhenTaken(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	r := startHolder(t, leases.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-3", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
+	g.Eventually(r.Held).Should(BeTrue())
+
+	lease, err := getLease(ns, "pod-3")()
+	g.Expect(err).NotTo(HaveOccurred())
+	lease.Spec.HolderIdentity = ptr.To(sharderIdentity)
+	lease.Spec.RenewTime = ptr.To(metav1.NowMicro())
+	g.Expect(env.Client.Update(context.Background(), lease)).To(Succeed())
+
+	var err2 error
+	g.Eventually(r.done).Should(Receive(&err2))
+	g.Expect(errors.Is(err2, leases.ErrLeaseLost)).To(BeTrue(), "Start returned %v", err2)
+	g.Expect(r.lost.Load()).To(BeEquivalentTo(1))
+	g.Expect(r.Held()).To(BeFalse())
+	g.Expect(getLease(ns, "pod-3")()).To(HaveField("Spec.HolderIdentity", HaveValue(Equal(sharderIdentity))))
+	r.done <- err2 // for the cleanup
+}
+
+// TestHolderLostWhenRenewalFails checks that a holder that cannot renew calls
+// OnLost once its lease duration has passed, before the sharder could take
+// the Lease.
+func TestHolderLostWhenRenewalFails(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	var failing atomic.Bool
+	r := startHolder(t, leases.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "pod-4", LeaseDuration: time.Second, RenewPeriod: 200 * time.Millisecond,
+		Check: func(context.Context) error {
+			if failing.Load() {
+				return errors.New("unhealthy")
+			}
+			return nil
+		},
+	})
+	g.Eventually(r.Held).Should(BeTrue())
+	failing.Store(true)
+	g.Eventually(r.lost.Load, 5*time.Second).Should(BeEquivalentTo(1))
+	g.Eventually(r.done).Should(Receive(MatchError(leases.ErrLeaseLost)))
+	r.done <- nil // for the cleanup
+
+	last, err := getLease(ns, "pod-4")()
+	g.Expect(err).NotTo(HaveOccurred())
+	lostAt := *r.lostAt.Load()
+	g.Expect(lostAt).To(BeTemporally(">=", last.Spec.RenewTime.Add(time.Second)), "not lost while the Lease is still valid")
+	g.Expect(lostAt).To(BeTemporally("<", last.Spec.RenewTime.Add(2*time.Second)), "lost before the Lease could be taken")
+	g.Expect(r.Held()).To(BeFalse())
+}
+
+// TestTwoProcessesClaimOneID checks that a second process with the same
+// instance ID does not steal the live Lease: it waits until the first one
+// releases it.
+func TestTwoProcessesClaimOneID(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	opts := leases.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "twin", LeaseDuration: time.Second, RenewPeriod: 200 * time.Millisecond}
+	first := startHolder(t, opts)
+	g.Eventually(first.Held).Should(BeTrue())
+	second := startHolder(t, opts)
+
+	// Several lease durations pass: the first keeps renewing, the second
+	// keeps waiting, nobody loses.
+	g.Consistently(second.Held, 3*time.Second, 50*time.Millisecond).Should(BeFalse())
+	g.Expect(first.Held()).To(BeTrue())
+	g.Expect(first.lost.Load()).To(BeZero())
+	g.Expect(second.lost.Load()).To(BeZero())
+
+	// The first releases: the second acquires.
+	first.cancel()
+	g.Eventually(first.done).Should(Receive(BeNil()))
+	first.done <- nil // for the cleanup
+	g.Eventually(second.Held, 3*time.Second).Should(BeTrue())
+	g.Expect(getLease(ns, "twin")()).To(HaveField("Spec.HolderIdentity", HaveValue(Equal("twin"))))
+	g.Consistently(second.lost.Load, 2*time.Second).Should(BeZero())
+}
+
+// TestHolderRenewsDuringBeforeRelease checks that the Lease stays held while
+// BeforeRelease runs, even longer than the lease duration, and is released
+// right after.
+func TestHolderRenewsDuringBeforeRelease(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	entered, finish := make(chan struct{}), make(chan struct{})
+	r := startHolder(t, leases.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "pod-5", LeaseDuration: time.Second, RenewPeriod: 200 * time.Millisecond,
+		BeforeRelease: func(context.Context) {
+			close(entered)
+			<-finish
+		},
+	})
+	g.Eventually(r.Held).Should(BeTrue())
+	r.cancel()
+	g.Eventually(entered).Should(BeClosed())
+	g.Consistently(func() (leases.State, error) {
+		lease, err := getLease(ns, "pod-5")()
+		if err != nil {
+			return "", err
+		}
+		state, _ := leases.StateOf(lease, time.Now())
+		return state, nil
+	}, 2500*time.Millisecond, 50*time.Millisecond).Should(Equal(leases.StateReady))
+	g.Expect(r.Held()).To(BeTrue())
+
+	close(finish)
+	g.Eventually(r.done).Should(Receive(BeNil()))
+	r.done <- nil // for the cleanup
+	g.Expect(getLease(ns, "pod-5")()).To(HaveField("Spec.HolderIdentity", HaveValue(BeEmpty())))
+	g.Expect(r.Held()).To(BeFalse())
+	g.Expect(r.lost.Load()).To(BeZero())
+}
