@@ -90,11 +90,12 @@ type LeaderElection struct {
 type Client struct {
 	// QPS is the sustained rate of requests the sharder allows itself.
 	// client-go's own default (5) would stretch a rebalance of thousands of
-	// objects over minutes; the API server's priority and fairness protects
-	// itself. -1 turns client-side limiting off. Default: 500.
+	// objects over minutes. The assignment workers bound the requests in
+	// flight, and the API server's priority and fairness protects the
+	// server. -1 turns client-side limiting off. Default: 5000.
 	QPS float32 `json:"qps"`
 	// Burst is the number of requests allowed above QPS for short bursts.
-	// Default: 1000.
+	// Default: 10000.
 	Burst int `json:"burst"`
 }
 
@@ -102,6 +103,15 @@ type Client struct {
 type Controllers struct {
 	// Assignment tunes the assignment controller.
 	Assignment Assignment `json:"assignment"`
+	// Leases tunes the lease controller (instance membership and states).
+	Leases Leases `json:"leases"`
+}
+
+// Leases tunes the lease controller.
+type Leases struct {
+	// Workers is the number of instance Leases reconciled in parallel.
+	// Default: 4.
+	Workers int `json:"workers"`
 }
 
 // Assignment tunes the assignment controller.
@@ -136,9 +146,28 @@ type Webhook struct {
 	// ServiceNamespace is the namespace of that Service. Default: the
 	// namespace the sharder runs in.
 	ServiceNamespace string `json:"serviceNamespace,omitempty"`
+	// ServicePort is the port of that Service. Default: 443.
+	ServicePort int `json:"servicePort"`
+	// URL, when set, makes the API server call this base URL
+	// (https://host[:port]) instead of the Service: for a sharder running
+	// outside the cluster. Default: empty (call the Service).
+	URL string `json:"url,omitempty"`
+	// ConfigurationName is the ValidatingWebhookConfiguration the sharder
+	// keeps. Default: sharder.
+	ConfigurationName string `json:"configurationName"`
+	// TimeoutSeconds is how long the API server waits for the webhook before
+	// it applies the ring's failure policy (1-30). Keep it short: the
+	// webhook sees only writes that change shard or drain labels, but those
+	// wait on it. Default: 5.
+	TimeoutSeconds int `json:"timeoutSeconds"`
 	// SecretName is the Secret where the self-managed CA and certificate are
 	// kept, shared by all replicas. Default: sharder-webhook-tls.
 	SecretName string `json:"secretName"`
+	// CAInjectFrom is, in external mode with cert-manager, the
+	// "<namespace>/<name>" of the Certificate whose CA cert-manager injects
+	// into the webhook configuration. Default: empty (the CA bundle is read
+	// from ca.crt in certDir).
+	CAInjectFrom string `json:"caInjectFrom,omitempty"`
 }
 
 // Metrics configures the Prometheus metrics endpoint.
@@ -189,20 +218,24 @@ func Default() *Config {
 			RenewDeadline: metav1.Duration{Duration: 10 * time.Second},
 			RetryPeriod:   metav1.Duration{Duration: 2 * time.Second},
 		},
-		Client: Client{QPS: 500, Burst: 1000},
+		Client: Client{QPS: 5000, Burst: 10000},
 		Controllers: Controllers{
 			Assignment: Assignment{
 				Workers:      16,
 				ResyncPeriod: metav1.Duration{Duration: 5 * time.Minute},
 			},
+			Leases: Leases{Workers: 4},
 		},
 		Webhook: Webhook{
-			Enabled:     true,
-			Port:        9443,
-			CertDir:     "/tmp/sharder/webhook-certs",
-			CertMode:    CertModeSelfManaged,
-			ServiceName: "sharder-webhook",
-			SecretName:  "sharder-webhook-tls",
+			Enabled:           true,
+			Port:              9443,
+			CertDir:           "/tmp/sharder/webhook-certs",
+			CertMode:          CertModeSelfManaged,
+			ServiceName:       "sharder-webhook",
+			ServicePort:       443,
+			ConfigurationName: "sharder",
+			TimeoutSeconds:    5,
+			SecretName:        "sharder-webhook-tls",
 		},
 		Metrics:         Metrics{BindAddress: ":8443", Secure: true},
 		Health:          Health{BindAddress: ":8081"},

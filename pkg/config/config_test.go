@@ -96,12 +96,23 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		"renew too close to retry": {func(c *config.Config) {
 			c.LeaderElection.RetryPeriod.Duration = 9 * time.Second
 		}, []string{"leaderElection.renewDeadline", "retryPeriod"}},
-		"zero lease":     {func(c *config.Config) { c.LeaderElection.LeaseDuration.Duration = 0 }, []string{"leaderElection.leaseDuration", "positive"}},
-		"bad namespace":  {func(c *config.Config) { c.LeaderElection.Namespace = "Sharder_System" }, []string{"leaderElection.namespace"}},
-		"bad lease name": {func(c *config.Config) { c.LeaderElection.LeaseName = "" }, []string{"leaderElection.leaseName"}},
-		"zero qps":       {func(c *config.Config) { c.Client.QPS = 0 }, []string{"client.qps", "-1"}},
-		"zero burst":     {func(c *config.Config) { c.Client.Burst = 0 }, []string{"client.burst"}},
-		"no workers":     {func(c *config.Config) { c.Controllers.Assignment.Workers = 0 }, []string{"controllers.assignment.workers"}},
+		"zero lease":          {func(c *config.Config) { c.LeaderElection.LeaseDuration.Duration = 0 }, []string{"leaderElection.leaseDuration", "positive"}},
+		"bad namespace":       {func(c *config.Config) { c.LeaderElection.Namespace = "Sharder_System" }, []string{"leaderElection.namespace"}},
+		"bad lease name":      {func(c *config.Config) { c.LeaderElection.LeaseName = "" }, []string{"leaderElection.leaseName"}},
+		"zero qps":            {func(c *config.Config) { c.Client.QPS = 0 }, []string{"client.qps", "-1"}},
+		"zero burst":          {func(c *config.Config) { c.Client.Burst = 0 }, []string{"client.burst"}},
+		"no workers":          {func(c *config.Config) { c.Controllers.Assignment.Workers = 0 }, []string{"controllers.assignment.workers"}},
+		"no lease workers":    {func(c *config.Config) { c.Controllers.Leases.Workers = -1 }, []string{"controllers.leases.workers"}},
+		"service port":        {func(c *config.Config) { c.Webhook.ServicePort = 0 }, []string{"webhook.servicePort"}},
+		"long timeout":        {func(c *config.Config) { c.Webhook.TimeoutSeconds = 31 }, []string{"webhook.timeoutSeconds", "between 1 and 30"}},
+		"configuration":       {func(c *config.Config) { c.Webhook.ConfigurationName = "" }, []string{"webhook.configurationName"}},
+		"http url":            {func(c *config.Config) { c.Webhook.URL = "http://10.0.0.1:9443" }, []string{"webhook.url", "https"}},
+		"url with path":       {func(c *config.Config) { c.Webhook.URL = "https://10.0.0.1:9443/x" }, []string{"webhook.url"}},
+		"inject self-managed": {func(c *config.Config) { c.Webhook.CAInjectFrom = "ns/cert" }, []string{"webhook.caInjectFrom", "external"}},
+		"inject bad ref": {func(c *config.Config) {
+			c.Webhook.CertMode = config.CertModeExternal
+			c.Webhook.CAInjectFrom = "cert"
+		}, []string{"webhook.caInjectFrom", "<namespace>/<name>"}},
 		"tiny resync": {func(c *config.Config) {
 			c.Controllers.Assignment.ResyncPeriod.Duration = time.Millisecond
 		}, []string{"controllers.assignment.resyncPeriod"}},
@@ -155,9 +166,14 @@ func TestValidateAcceptsDeliberateChoices(t *testing.T) {
 		"no leader election":       func(c *config.Config) { c.LeaderElection.Enabled = false; c.LeaderElection.LeaseDuration.Duration = 0 },
 		"webhook off frees a port": func(c *config.Config) { c.Webhook.Enabled = false; c.Webhook.Port = 8081 },
 		"external certificates":    func(c *config.Config) { c.Webhook.CertMode = config.CertModeExternal; c.Webhook.SecretName = "" },
-		"pprof on":                 func(c *config.Config) { c.Pprof.BindAddress = "127.0.0.1:6060" },
-		"verbosity":                func(c *config.Config) { c.Logging.Level = "4" },
-		"random ports":             func(c *config.Config) { c.Metrics.BindAddress = ":0"; c.Health.BindAddress = "127.0.0.1:0" },
+		"cert-manager": func(c *config.Config) {
+			c.Webhook.CertMode = config.CertModeExternal
+			c.Webhook.CAInjectFrom = "sharder-system/sharder-webhook"
+		},
+		"off-cluster url": func(c *config.Config) { c.Webhook.URL = "https://192.168.1.10:9443" },
+		"pprof on":        func(c *config.Config) { c.Pprof.BindAddress = "127.0.0.1:6060" },
+		"verbosity":       func(c *config.Config) { c.Logging.Level = "4" },
+		"random ports":    func(c *config.Config) { c.Metrics.BindAddress = ":0"; c.Health.BindAddress = "127.0.0.1:0" },
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)

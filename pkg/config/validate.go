@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +31,9 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.LeaderElection.validate(field.NewPath("leaderElection"))...)
 	errs = append(errs, c.Client.validate(field.NewPath("client"))...)
 	errs = append(errs, c.Controllers.Assignment.validate(field.NewPath("controllers", "assignment"))...)
+	if w := c.Controllers.Leases.Workers; w < 1 || w > 1024 {
+		errs = append(errs, field.Invalid(field.NewPath("controllers", "leases", "workers"), w, "must be between 1 and 1024"))
+	}
 	errs = append(errs, c.Webhook.validate(field.NewPath("webhook"))...)
 	errs = append(errs, c.Metrics.validate(field.NewPath("metrics"))...)
 	errs = append(errs, validateAddress(field.NewPath("health", "bindAddress"), c.Health.BindAddress)...)
@@ -111,12 +115,34 @@ func (w Webhook) validate(p *field.Path) field.ErrorList {
 		for _, msg := range validation.IsDNS1123Subdomain(w.SecretName) {
 			errs = append(errs, field.Invalid(p.Child("secretName"), w.SecretName, msg))
 		}
+		if w.CAInjectFrom != "" {
+			errs = append(errs, field.Forbidden(p.Child("caInjectFrom"), "only for certMode external: self-managed certificates carry their own CA bundle"))
+		}
 	case CertModeExternal:
+		if w.CAInjectFrom != "" {
+			if ns, name, ok := strings.Cut(w.CAInjectFrom, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+				errs = append(errs, field.Invalid(p.Child("caInjectFrom"), w.CAInjectFrom, "must be <namespace>/<name> of a cert-manager Certificate"))
+			}
+		}
 	default:
 		errs = append(errs, field.NotSupported(p.Child("certMode"), w.CertMode, []string{CertModeSelfManaged, CertModeExternal}))
 	}
 	for _, msg := range validation.IsDNS1035Label(w.ServiceName) {
 		errs = append(errs, field.Invalid(p.Child("serviceName"), w.ServiceName, msg))
+	}
+	if w.ServicePort < 1 || w.ServicePort > 65535 {
+		errs = append(errs, field.Invalid(p.Child("servicePort"), w.ServicePort, "must be a TCP port (1-65535)"))
+	}
+	if w.TimeoutSeconds < 1 || w.TimeoutSeconds > 30 {
+		errs = append(errs, field.Invalid(p.Child("timeoutSeconds"), w.TimeoutSeconds, "must be between 1 and 30"))
+	}
+	for _, msg := range validation.IsDNS1123Subdomain(w.ConfigurationName) {
+		errs = append(errs, field.Invalid(p.Child("configurationName"), w.ConfigurationName, msg))
+	}
+	if w.URL != "" {
+		if u, err := url.Parse(w.URL); err != nil || u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			errs = append(errs, field.Invalid(p.Child("url"), w.URL, "must be https://<host>[:<port>], without path or query"))
+		}
 	}
 	if w.ServiceNamespace != "" {
 		for _, msg := range validation.IsDNS1123Label(w.ServiceNamespace) {

@@ -1,18 +1,391 @@
 package app
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	crzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/assign"
+	"github.com/sharder-dev/sharder/pkg/config"
+	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/webhook"
 )
+
+// The metrics endpoint checks callers with TokenReviews and
+// SubjectAccessReviews when it is served beyond localhost.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// The leader election Lease lives in the sharder's own namespace; the
+// namespaced Role in config/rbac grants it. Events record elections.
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// runOptions are the inputs of `sharder run`: the configuration (file, then
+// flags) and the cluster to talk to.
+type runOptions struct {
+	cluster    clusterFlags
+	configFile string
+	cfg        *config.Config
+
+	// namespace is the namespace the sharder runs in (filled by complete).
+	namespace string
+	// skipNameValidation lets tests start several managers in one process:
+	// controller names must otherwise be unique per process.
+	skipNameValidation bool
+
+	// logOutput is where logs go. Default: the command's stderr.
+	logOutput io.Writer
+}
 
 // NewRunCommand returns `sharder run`.
 func NewRunCommand() *cobra.Command {
-	return &cobra.Command{
+	return newRunCommand(&runOptions{cfg: config.Default()})
+}
+
+// newRunCommand returns `sharder run` working on o, whose cfg holds the
+// defaults.
+func newRunCommand(o *runOptions) *cobra.Command {
+	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the sharder (leader-elected assignment, lease controller and webhook)",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("sharder run: not built yet")
+		Long: `Run the sharder. Every replica serves the label-protecting webhook; the elected
+leader also runs the lease controller (instance membership) and the assignment
+controller (shard labels, moves, drains).
+
+Settings come from the defaults, then the --config file, then flags: a flag
+given on the command line wins over the file.`,
+		Example: `  sharder run --config /etc/sharder/config.yaml
+  sharder run --kubeconfig ~/.kube/config --leader-elect=false --webhook=false --metrics-secure=false --metrics-bind-address 127.0.0.1:8080`,
+		Args: cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return o.complete(cmd.Flags())
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.logOutput == nil {
+				o.logOutput = cmd.ErrOrStderr()
+			}
+			return o.run(cmd.Context())
 		},
 	}
+	o.addFlags(cmd.Flags())
+	_ = cmd.MarkFlagFilename("config", "yaml", "yml", "json")
+	_ = cmd.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions([]string{config.LogFormatJSON, config.LogFormatConsole}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions([]string{"debug", "info", "error"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("webhook-cert-mode", cobra.FixedCompletions([]string{config.CertModeSelfManaged, config.CertModeExternal}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// addFlags binds every flag to its field of o.cfg. The flag defaults shown
+// in --help are config.Default's values.
+func (o *runOptions) addFlags(fs *pflag.FlagSet) {
+	c := o.cfg
+	o.cluster.addFlags(fs)
+	fs.StringVar(&o.configFile, "config", "", "Path to the configuration file (YAML, kind SharderConfiguration). Flags given on the command line override it.")
+
+	fs.BoolVar(&c.LeaderElection.Enabled, "leader-elect", c.LeaderElection.Enabled, "Elect a leader among sharder replicas. Turn off only when exactly one sharder runs.")
+	fs.StringVar(&c.LeaderElection.Namespace, "leader-election-namespace", c.LeaderElection.Namespace, "Namespace of the leader election Lease. Default: the namespace the sharder runs in.")
+	fs.StringVar(&c.LeaderElection.LeaseName, "leader-election-id", c.LeaderElection.LeaseName, "Name of the leader election Lease.")
+	fs.DurationVar(&c.LeaderElection.LeaseDuration.Duration, "leader-election-lease-duration", c.LeaderElection.LeaseDuration.Duration, "How long a leader's Lease is valid without renewal.")
+	fs.DurationVar(&c.LeaderElection.RenewDeadline.Duration, "leader-election-renew-deadline", c.LeaderElection.RenewDeadline.Duration, "How long the leader retries renewing before it exits.")
+	fs.DurationVar(&c.LeaderElection.RetryPeriod.Duration, "leader-election-retry-period", c.LeaderElection.RetryPeriod.Duration, "Wait between attempts to acquire or renew the leader Lease.")
+
+	fs.Float32Var(&c.Client.QPS, "kube-api-qps", c.Client.QPS, "Requests per second the sharder allows itself against the API server (-1: no client-side limit).")
+	fs.IntVar(&c.Client.Burst, "kube-api-burst", c.Client.Burst, "Requests allowed above --kube-api-qps in short bursts.")
+
+	fs.IntVar(&c.Controllers.Assignment.Workers, "assignment-workers", c.Controllers.Assignment.Workers, "Objects labelled or moved in parallel.")
+	fs.DurationVar(&c.Controllers.Assignment.ResyncPeriod.Duration, "resync-period", c.Controllers.Assignment.ResyncPeriod.Duration, "How often every ring is recomputed from the caches.")
+
+	fs.IntVar(&c.Controllers.Leases.Workers, "lease-workers", c.Controllers.Leases.Workers, "Instance Leases reconciled in parallel.")
+
+	fs.BoolVar(&c.Webhook.Enabled, "webhook", c.Webhook.Enabled, "Serve the webhook that protects shard and drain labels.")
+	fs.IntVar(&c.Webhook.Port, "webhook-port", c.Webhook.Port, "Port of the webhook server (TLS).")
+	fs.StringVar(&c.Webhook.CertDir, "webhook-cert-dir", c.Webhook.CertDir, "Folder holding the webhook's tls.crt and tls.key.")
+	fs.StringVar(&c.Webhook.CertMode, "webhook-cert-mode", c.Webhook.CertMode, "Who provides the webhook certificate: self-managed (the sharder) or external (e.g. cert-manager).")
+	fs.StringVar(&c.Webhook.ServiceName, "webhook-service-name", c.Webhook.ServiceName, "Service in front of the webhook; the certificate is issued for it.")
+	fs.StringVar(&c.Webhook.ServiceNamespace, "webhook-service-namespace", c.Webhook.ServiceNamespace, "Namespace of the webhook Service. Default: the namespace the sharder runs in.")
+	fs.IntVar(&c.Webhook.ServicePort, "webhook-service-port", c.Webhook.ServicePort, "Port of the webhook Service.")
+	fs.StringVar(&c.Webhook.URL, "webhook-url", c.Webhook.URL, "Base URL (https://host[:port]) the API server calls instead of the Service, for a sharder outside the cluster.")
+	fs.StringVar(&c.Webhook.ConfigurationName, "webhook-configuration-name", c.Webhook.ConfigurationName, "Name of the ValidatingWebhookConfiguration the sharder keeps.")
+	fs.IntVar(&c.Webhook.TimeoutSeconds, "webhook-timeout-seconds", c.Webhook.TimeoutSeconds, "How long the API server waits for the webhook (1-30) before it applies the ring's failure policy.")
+	fs.StringVar(&c.Webhook.SecretName, "webhook-secret-name", c.Webhook.SecretName, "Secret holding the self-managed CA and certificate.")
+	fs.StringVar(&c.Webhook.CAInjectFrom, "webhook-ca-inject-from", c.Webhook.CAInjectFrom, "External mode with cert-manager: <namespace>/<name> of the Certificate whose CA is injected into the webhook configuration.")
+
+	fs.StringVar(&c.Metrics.BindAddress, "metrics-bind-address", c.Metrics.BindAddress, "Address of the metrics endpoint; 0 turns it off.")
+	fs.BoolVar(&c.Metrics.Secure, "metrics-secure", c.Metrics.Secure, "Serve metrics over HTTPS to authenticated, authorized clients only. May be false only on a loopback address.")
+	fs.StringVar(&c.Metrics.CertDir, "metrics-cert-dir", c.Metrics.CertDir, "Folder holding tls.crt and tls.key for the metrics endpoint. Default: a self-signed certificate.")
+	fs.StringVar(&c.Health.BindAddress, "health-probe-bind-address", c.Health.BindAddress, "Address of /healthz and /readyz; 0 turns them off.")
+	fs.StringVar(&c.Pprof.BindAddress, "pprof-bind-address", c.Pprof.BindAddress, "Address of /debug/pprof/; empty or 0 (default) turns profiling off.")
+
+	fs.StringVar(&c.Logging.Format, "log-format", c.Logging.Format, "Log format: json or console.")
+	fs.StringVar(&c.Logging.Level, "log-level", c.Logging.Level, "Log level: debug, info, error, or a verbosity number.")
+	fs.DurationVar(&c.ShutdownTimeout.Duration, "shutdown-timeout", c.ShutdownTimeout.Duration, "How long to wait for a graceful stop after SIGTERM.")
+}
+
+// complete loads the configuration file, lets the flags given on the command
+// line win over it, fills in the namespace and validates the result.
+func (o *runOptions) complete(fs *pflag.FlagSet) error {
+	if o.configFile != "" {
+		given := map[string]string{}
+		fs.Visit(func(f *pflag.Flag) { given[f.Name] = f.Value.String() })
+		if err := config.LoadFile(o.configFile, o.cfg); err != nil {
+			return err
+		}
+		for name, value := range given {
+			if err := fs.Set(name, value); err != nil {
+				return fmt.Errorf("applying --%s: %w", name, err)
+			}
+		}
+	}
+	if err := o.cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
+	}
+	ns, err := o.cluster.namespace()
+	if err != nil {
+		return err
+	}
+	o.namespace = ns
+	if o.cfg.LeaderElection.Namespace == "" {
+		o.cfg.LeaderElection.Namespace = ns
+	}
+	if o.cfg.Webhook.ServiceNamespace == "" {
+		o.cfg.Webhook.ServiceNamespace = ns
+	}
+	return nil
+}
+
+// newLogger builds the zap logger of the configuration.
+func newLogger(c config.Logging, out io.Writer) (logr.Logger, error) {
+	level, err := c.ZapLevel()
+	if err != nil {
+		return logr.Logger{}, fmt.Errorf("logging.level: %w", err)
+	}
+	encoder := crzap.JSONEncoder()
+	if c.Format == config.LogFormatConsole {
+		encoder = crzap.ConsoleEncoder()
+	}
+	return crzap.New(
+		crzap.WriteTo(out),
+		encoder,
+		crzap.Level(level),
+		crzap.StacktraceLevel(zapcore.PanicLevel),
+	), nil
+}
+
+// newScheme returns the types the sharder reads and writes as typed objects.
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	return s
+}
+
+func (o *runOptions) run(ctx context.Context) error {
+	log, err := newLogger(o.cfg.Logging, o.logOutput)
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(log)
+	klog.SetLogger(log)
+
+	restConfig, err := o.cluster.restConfig()
+	if err != nil {
+		return err
+	}
+	restConfig.QPS = o.cfg.Client.QPS
+	restConfig.Burst = o.cfg.Client.Burst
+
+	mgr, err := newManager(restConfig, o.cfg, log, o.skipNameValidation)
+	if err != nil {
+		return err
+	}
+	if err := setupParts(mgr, o.cfg, o.namespace); err != nil {
+		return err
+	}
+	log.Info("Starting sharder", "version", Version(),
+		"leaderElection", o.cfg.LeaderElection.Enabled,
+		"namespace", o.namespace,
+		"leaderElectionNamespace", o.cfg.LeaderElection.Namespace,
+		"webhook", o.cfg.Webhook.Enabled)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running the sharder: %w", err)
+	}
+	log.Info("Sharder stopped")
+	return nil
+}
+
+// newManager builds the controller-runtime manager of cfg: leader election
+// (released on cancel), caches, webhook server, metrics, probes and pprof.
+func newManager(restConfig *rest.Config, cfg *config.Config, log logr.Logger, skipNameValidation bool) (manager.Manager, error) {
+	le := cfg.LeaderElection
+	shutdown := cfg.ShutdownTimeout.Duration
+	opts := manager.Options{
+		Scheme: newScheme(),
+		Logger: log,
+		Cache:  cache.Options{ByObject: cacheByObject()},
+
+		LeaderElection:                le.Enabled,
+		LeaderElectionID:              le.LeaseName,
+		LeaderElectionNamespace:       le.Namespace,
+		LeaderElectionResourceLock:    "leases",
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &le.LeaseDuration.Duration,
+		RenewDeadline:                 &le.RenewDeadline.Duration,
+		RetryPeriod:                   &le.RetryPeriod.Duration,
+
+		Metrics:                 metricsOptions(cfg.Metrics),
+		HealthProbeBindAddress:  cfg.Health.BindAddress,
+		PprofBindAddress:        cfg.Pprof.BindAddress,
+		GracefulShutdownTimeout: &shutdown,
+		Controller:              crconfig.Controller{SkipNameValidation: &skipNameValidation},
+	}
+	if cfg.Webhook.Enabled {
+		opts.WebhookServer = ctrlwebhook.NewServer(ctrlwebhook.Options{
+			Port:    cfg.Webhook.Port,
+			CertDir: cfg.Webhook.CertDir,
+			TLSOpts: []func(*tls.Config){hardenTLS},
+		})
+	}
+	mgr, err := ctrl.NewManager(restConfig, opts)
+	if err != nil {
+		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("adding liveness check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("caches", cachesSynced(mgr.GetCache())); err != nil {
+		return nil, fmt.Errorf("adding readiness check: %w", err)
+	}
+	if cfg.Webhook.Enabled {
+		// Ready only once the webhook answers TLS on its port: a replica
+		// without a certificate must not receive admission requests.
+		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+			return nil, fmt.Errorf("adding readiness check: %w", err)
+		}
+	}
+	return mgr, nil
+}
+
+// metricsOptions serves metrics over HTTPS with authentication and
+// authorization against the API server, unless the configuration keeps
+// them on loopback without TLS (validated before).
+func metricsOptions(m config.Metrics) metricsserver.Options {
+	opts := metricsserver.Options{BindAddress: m.BindAddress}
+	if config.Disabled(m.BindAddress) {
+		opts.BindAddress = "0"
+		return opts
+	}
+	if m.Secure {
+		opts.SecureServing = true
+		opts.FilterProvider = filters.WithAuthenticationAndAuthorization
+		opts.CertDir = m.CertDir
+		opts.TLSOpts = []func(*tls.Config){hardenTLS}
+	}
+	return opts
+}
+
+// hardenTLS requires TLS 1.2 and turns HTTP/2 off: HTTP/2 stream resets
+// (CVE-2023-44487) cost servers more than they are worth here.
+func hardenTLS(c *tls.Config) {
+	c.MinVersion = tls.VersionTLS12
+	c.NextProtos = []string{"http/1.1"}
+}
+
+// cachesSynced is a readiness check that passes once every informer the
+// manager's cache has started (ControllerRings, Leases, ...) has synced.
+func cachesSynced(c cache.Cache) healthz.Checker {
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !c.WaitForCacheSync(ctx) {
+			return errors.New("caches not synced yet")
+		}
+		return nil
+	}
+}
+
+// cacheByObject returns the manager cache's per-type settings: each part
+// contributes the selectors of the types it watches.
+func cacheByObject() map[client.Object]cache.ByObject {
+	byObject := map[client.Object]cache.ByObject{}
+	maps.Copy(byObject, leases.CacheByObject())
+	return byObject
+}
+
+// setupParts adds the sharder's parts to mgr: the lease controller and the
+// assignment controller (leader only) and the webhook (every replica).
+// namespace is the namespace the sharder runs in.
+func setupParts(mgr manager.Manager, cfg *config.Config, namespace string) error {
+	registry := leases.NewRegistry()
+	lc := leases.NewController(leases.ControllerOptions{
+		Registry: registry,
+		Workers:  cfg.Controllers.Leases.Workers,
+	})
+	if err := lc.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the lease controller: %w", err)
+	}
+
+	resync := cfg.Controllers.Assignment.ResyncPeriod.Duration
+	ac, err := assign.New(assign.Options{
+		Registry:     registry,
+		Workers:      cfg.Controllers.Assignment.Workers,
+		ResyncPeriod: &resync,
+		QPS:          cfg.Client.QPS,
+		Burst:        cfg.Client.Burst,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the assignment controller: %w", err)
+	}
+	if err := ac.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the assignment controller: %w", err)
+	}
+
+	if !cfg.Webhook.Enabled {
+		return nil
+	}
+	w := cfg.Webhook
+	err = webhook.Setup(mgr, webhook.Options{
+		ConfigurationName: w.ConfigurationName,
+		Namespace:         namespace,
+		ServiceName:       w.ServiceName,
+		ServiceNamespace:  w.ServiceNamespace,
+		ServicePort:       int32(w.ServicePort), //nolint:gosec // validated: 1-65535
+		URL:               w.URL,
+		TimeoutSeconds:    int32(w.TimeoutSeconds), //nolint:gosec // validated: 1-30
+		CertMode:          w.CertMode,
+		SecretName:        w.SecretName,
+		CertDir:           w.CertDir,
+		CAInjectFrom:      w.CAInjectFrom,
+	})
+	if err != nil {
+		return fmt.Errorf("setting up the webhook: %w", err)
+	}
+	return nil
 }
