@@ -50,7 +50,7 @@ func run(m *testing.M) int {
 	scheme := testenv.DefaultScheme()
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
 	var err error
-	env, err = testenv.Start(testenv.Options{CRDDirectoryPaths: []string{crdPath()}, Scheme: scheme})
+	env, err = testenv.Start(testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}, Scheme: scheme})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the control plane: %v\n", err)
 		return 1
@@ -216,11 +216,4 @@ func getLease(namespace, name string) func() (*coordinationv1.Lease, error) {
 		err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, lease)
 		return lease, err
 	}
-}
-
-func crdPath() string {
-	if p := os.Getenv("LEASES_CRD"); p != "" {
-		return p
-	}
-	return "config/crd/bases"
 }
