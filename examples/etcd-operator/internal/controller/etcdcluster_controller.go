@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
+	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/reconcilelog"
 )
 
 // Finalizer holds an EtcdCluster until its children are deleted.
@@ -65,9 +66,10 @@ type Options struct {
 	MaxConcurrentReconciles int
 
 	// Wrap wraps the reconciler before the controller calls it, e.g. with
-	// a sharded instance's drain acknowledgement or a reconcile log.
+	// a sharded instance's drain acknowledgement or a reconcile log. An
+	// error fails SetupWithManager.
 	// Default: none.
-	Wrap func(reconcile.Reconciler) reconcile.Reconciler
+	Wrap func(next reconcile.Reconciler) (reconcile.Reconciler, error)
 
 	// Clock stamps status times. Default: the real clock.
 	Clock clock.PassiveClock
@@ -90,7 +92,7 @@ func (o Options) withDefaults(c client.Client) Options {
 		o.MaxConcurrentReconciles = 4
 	}
 	if o.Wrap == nil {
-		o.Wrap = func(r reconcile.Reconciler) reconcile.Reconciler { return r }
+		o.Wrap = func(r reconcile.Reconciler) (reconcile.Reconciler, error) { return r, nil }
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -118,6 +120,10 @@ func NewReconciler(c client.Client, scheme *runtime.Scheme, recorder events.Even
 // manager's cache must serve EtcdClusters, ConfigMaps, Services,
 // StatefulSets, PodDisruptionBudgets and Pods.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	wrapped, err := r.opts.Wrap(r)
+	if err != nil {
+		return fmt.Errorf("wrapping the %s reconciler: %w", ControllerName, err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(&etcdv1alpha1.EtcdCluster{}).
@@ -132,7 +138,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 				return podReady(e.ObjectOld) != podReady(e.ObjectNew)
 			}})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).
-		Complete(r.opts.Wrap(r))
+		Complete(wrapped)
 }
 
 func podToCluster(_ context.Context, obj client.Object) []reconcile.Request {
@@ -175,6 +181,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		// Gone, or no longer assigned to this instance: nothing to do.
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	reconcilelog.SetGeneration(ctx, cluster.Generation)
 	// The cache's object is shared: work on a copy (Get already copies) and
 	// remember the status as read for the deferred patch.
 	original := cluster.DeepCopy()

@@ -1,0 +1,226 @@
+// Command etcd-operator runs the example etcd operator as one instance of a
+// sharder ring: it holds its instance Lease, caches only the EtcdClusters
+// (and their children) assigned to it, and hands drained clusters back.
+// Run as many replicas as you like; see examples/etcd-operator/README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
+	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/controller"
+	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/reconcilelog"
+	"github.com/sharder-dev/sharder/pkg/instance"
+)
+
+// reconcileLogEnv names the reconcile log file when --reconcile-log is not given.
+const reconcileLogEnv = "ETCD_OPERATOR_RECONCILE_LOG"
+
+// options are the command line settings.
+type options struct {
+	kubeconfig              string
+	ring                    string
+	leaseNamespace          string
+	instance                string
+	virtualNodes            int
+	leaseDuration           time.Duration
+	renewPeriod             time.Duration
+	metricsBindAddress      string
+	healthProbeBindAddress  string
+	reconcileLog            string
+	maxConcurrentReconciles int
+	recoveryInterval        time.Duration
+	zap                     zap.Options
+}
+
+// parseFlags reads args (without the program name). Defaults that depend on
+// the environment (instance ID, reconcile log) are resolved here.
+func parseFlags(args []string, getenv func(string) string) (*options, error) {
+	o := &options{}
+	fs := pflag.NewFlagSet("etcd-operator", pflag.ContinueOnError)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Default: $KUBECONFIG, the in-cluster config, or ~/.kube/config.")
+	fs.StringVar(&o.ring, "ring", "etcd-operator", "Name of the ControllerRing this instance belongs to.")
+	fs.StringVar(&o.leaseNamespace, "lease-namespace", "etcd-operator-system", "Namespace of the instance Leases: the ring's spec.leaseNamespace.")
+	fs.StringVar(&o.instance, "instance", "", "Instance ID: name of the instance's Lease and value of the shard label on its objects. Default: $POD_NAME, else the hostname.")
+	fs.IntVar(&o.virtualNodes, "virtual-nodes", 0, "Weight of this instance in the ring. Default 0: the ring's spec.virtualNodes.")
+	fs.DurationVar(&o.leaseDuration, "lease-duration", 15*time.Second, "Duration of the instance Lease (whole seconds).")
+	fs.DurationVar(&o.renewPeriod, "renew-period", 0, "Time between Lease renewals. Default: a third of --lease-duration.")
+	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", ":8080", `Address of the metrics endpoint; "0" turns it off.`)
+	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", ":8081", `Address of /healthz and /readyz; "0" turns it off.`)
+	fs.StringVar(&o.reconcileLog, "reconcile-log", "", "File to append a JSON line to when each reconcile starts and ends. Default: $"+reconcileLogEnv+", else none.")
+	fs.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "Number of EtcdClusters reconciled at once.")
+	fs.DurationVar(&o.recoveryInterval, "recovery-interval", 30*time.Second, "How soon a Failed cluster is retried when nothing it watches changes.")
+	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)
+	o.zap.BindFlags(zfs)
+	fs.AddGoFlagSet(zfs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if o.reconcileLog == "" {
+		o.reconcileLog = getenv(reconcileLogEnv)
+	}
+	if o.instance == "" {
+		id, err := instance.DefaultIdentity()
+		if err != nil {
+			return nil, fmt.Errorf("finding the instance ID (set --instance): %w", err)
+		}
+		o.instance = id
+	}
+	var errs []error
+	if o.ring == "" {
+		errs = append(errs, errors.New("--ring must not be empty"))
+	}
+	if o.leaseNamespace == "" {
+		errs = append(errs, errors.New("--lease-namespace must not be empty"))
+	}
+	if o.maxConcurrentReconciles < 1 {
+		errs = append(errs, fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", o.maxConcurrentReconciles))
+	}
+	if o.recoveryInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--recovery-interval must be positive, got %s", o.recoveryInterval))
+	}
+	return o, errors.Join(errs...)
+}
+
+// ownerPod is the instance's Pod as the Lease's owner, when the Downward API
+// provides its name and UID (POD_NAME, POD_UID): garbage collection then
+// removes the Lease with the Pod.
+func ownerPod(getenv func(string) string) *metav1.OwnerReference {
+	name, uid := getenv("POD_NAME"), getenv("POD_UID")
+	if name == "" || uid == "" {
+		return nil
+	}
+	return &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: name, UID: types.UID(uid)}
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	return config.GetConfig()
+}
+
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(etcdv1alpha1.AddToScheme(s))
+	return s
+}
+
+// Leases are read and written in the lease namespace only.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch,namespace=etcd-operator-system
+
+func run(ctx context.Context, o *options) error {
+	log := ctrl.Log.WithName("setup")
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+
+	// The cache holds only this instance's objects of the ring's resources:
+	// the clusters and everything the clusters control, down to the pods.
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: newScheme(),
+		Cache: instance.CacheOptions(o.ring, o.instance,
+			&etcdv1alpha1.EtcdCluster{}, &corev1.ConfigMap{}, &corev1.Service{},
+			&appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &corev1.Pod{}),
+		Metrics:                metricsserver.Options{BindAddress: o.metricsBindAddress},
+		HealthProbeBindAddress: o.healthProbeBindAddress,
+		// No leader election: every instance works, on its own objects.
+		LeaderElection: false,
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("adding health check: %w", err)
+	}
+
+	inst, err := instance.Setup(mgr, instance.Options{
+		Ring:           o.ring,
+		LeaseNamespace: o.leaseNamespace,
+		Identity:       o.instance,
+		VirtualNodes:   o.virtualNodes,
+		LeaseDuration:  o.leaseDuration,
+		RenewPeriod:    o.renewPeriod,
+		Pod:            ownerPod(os.Getenv),
+	})
+	if err != nil {
+		return fmt.Errorf("setting up the instance: %w", err)
+	}
+
+	var rlog *reconcilelog.Log
+	if o.reconcileLog != "" {
+		if rlog, err = reconcilelog.Open(o.reconcileLog, o.instance, nil); err != nil {
+			return err
+		}
+		defer func() { _ = rlog.Close() }()
+	}
+
+	r := controller.NewReconciler(mgr.GetClient(), mgr.GetScheme(), mgr.GetEventRecorder("etcd-operator"), controller.Options{
+		LabelChild:              func(owner, child client.Object) { inst.LabelChild(owner, child) },
+		APIReader:               mgr.GetAPIReader(),
+		RecoveryInterval:        o.recoveryInterval,
+		MaxConcurrentReconciles: o.maxConcurrentReconciles,
+		Wrap: func(next reconcile.Reconciler) (reconcile.Reconciler, error) {
+			// The log sits inside the instance's wrapper: it records the
+			// reconciles the instance admitted, not drain acknowledgements.
+			if rlog != nil {
+				next = rlog.Wrap(next)
+			}
+			return inst.Wrap(&etcdv1alpha1.EtcdCluster{}, next)
+		},
+	})
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the controller: %w", err)
+	}
+
+	log.Info("Starting", "ring", o.ring, "instance", o.instance, "leaseNamespace", o.leaseNamespace)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running manager: %w", err)
+	}
+	return nil
+}
+
+func main() {
+	o, err := parseFlags(os.Args[1:], os.Getenv)
+	if errors.Is(err, pflag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "etcd-operator:", err)
+		os.Exit(2)
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
+	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
+		ctrl.Log.Error(err, "Exiting")
+		os.Exit(1)
+	}
+}
