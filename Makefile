@@ -56,15 +56,16 @@ test: control-plane tools ## Run every test: unit, integration (real API server)
 	$(GOTESTSUM) --format testname -- -race -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: e2e
-e2e: control-plane build ## Run only the end-to-end tests.
-	$(GO) test -timeout $(TEST_TIMEOUT) -v ./e2e/...
+e2e: control-plane ## Run only the end-to-end tests: real sharder and operator processes on a local control plane.
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./e2e/...
 
 .PHONY: bench
-bench: control-plane build ## Run the benchmarks and print their figures.
+bench: control-plane ## Run the Go benchmarks, then measure the sharder on a local control plane (writes docs/benchmarks.md).
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+	$(GO) run ./hack/bench --output docs/benchmarks.md
 
 .PHONY: demo
-demo: control-plane build ## Run the sharder on a local control plane.
+demo: control-plane ## Run the sharder, three example operator instances and 100 EtcdClusters on a local control plane.
 	hack/demo.sh
 
 .PHONY: clean
