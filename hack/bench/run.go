@@ -519,4 +519,4 @@ func poll(ctx context.Context, timeout time.Duration, fn func() error) error {
 
 func seconds(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
 func millis(d time.Duration) string  { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
-func mib(b uint64) string           { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+func mib(b uint64) string            { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
