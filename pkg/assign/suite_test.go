@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func TestMain(m *testing.M) {
 	if err := v1alpha1.AddToScheme(s); err != nil {
 		panic(err)
 	}
-	ctrl.SetLogger(discardLogger())
+	ctrl.SetLogger(testLogger())
 	os.Exit(testenv.Run(m, &env, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}, Scheme: s}))
 }
 
@@ -117,23 +118,36 @@ func members(state leases.State, ids ...string) []leases.Member {
 	return out
 }
 
+var (
+	ringsMu sync.Mutex
+	rings   = map[string]ring.Ring{}
+)
+
 // expected returns the instance the consistent-hash ring of ready picks for
 // a ConfigMap.
 func expected(t testing.TB, ready []string, ns, name string) string {
 	t.Helper()
-	ms := make([]ring.Member, 0, len(ready))
-	for _, id := range ready {
-		ms = append(ms, ring.Member{ID: id, VirtualNodes: v1alpha1.DefaultVirtualNodes})
+	id := strings.Join(ready, ",")
+	ringsMu.Lock()
+	rg, ok := rings[id]
+	if !ok {
+		ms := make([]ring.Member, 0, len(ready))
+		for _, id := range ready {
+			ms = append(ms, ring.Member{ID: id, VirtualNodes: v1alpha1.DefaultVirtualNodes})
+		}
+		var err error
+		if rg, err = ring.New(v1alpha1.AlgorithmConsistentHash, ms); err != nil {
+			ringsMu.Unlock()
+			t.Fatalf("building ring: %v", err)
+		}
+		rings[id] = rg
 	}
-	rg, err := ring.New(v1alpha1.AlgorithmConsistentHash, ms)
-	if err != nil {
-		t.Fatalf("building ring: %v", err)
-	}
-	id, err := rg.Lookup(ring.ObjectKey("", "ConfigMap", ns, name))
+	ringsMu.Unlock()
+	got, err := rg.Lookup(ring.ObjectKey("", "ConfigMap", ns, name))
 	if err != nil {
 		t.Fatalf("looking up: %v", err)
 	}
-	return id
+	return got
 }
 
 func createConfigMaps(t testing.TB, ns, prefix string, n int) []string {
