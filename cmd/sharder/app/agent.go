@@ -1,18 +1,180 @@
 package app
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/pkg/config"
+	"github.com/sharder-dev/sharder/pkg/leases"
 )
+
+// agentOptions are the flags of `sharder agent`.
+type agentOptions struct {
+	cluster   clusterFlags
+	logging   config.Logging
+	healthURL string
+	holder    leases.HolderOptions
+
+	// Filled in by complete.
+	client    client.Client
+	logOutput io.Writer
+}
 
 // NewAgentCommand returns `sharder agent`.
 func NewAgentCommand() *cobra.Command {
-	return &cobra.Command{
+	o := &agentOptions{logging: config.Logging{Format: config.LogFormatJSON, Level: "info"}}
+	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Hold an instance Lease for a controller that cannot be changed (sidecar)",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("sharder agent: not built yet")
+		Long: `agent holds the instance Lease of the pod it runs in, for a controller that
+cannot hold it itself (any language): it creates the Lease in the ring's lease
+namespace, renews it while the controller's health endpoint answers, and
+releases it when the pod terminates (SIGTERM), so that the sharder moves the
+instance's objects at once.
+
+The instance ID (the Lease's name) defaults to $POD_NAME, else the hostname.
+With $POD_NAME and $POD_UID set from the downward API, the Lease is owned by
+the pod and garbage collected with it.
+
+When the agent cannot renew within the lease duration (the API server is out
+of reach, or the health endpoint fails), it logs that the Lease is lost and
+tries to acquire it again. The controller next to it keeps running: it is up to
+its health endpoint to tell.`,
+		Example: `  sharder agent --ring etcd-operator --lease-namespace etcd-operator-system \
+    --health-url http://localhost:8081/healthz`,
+		Args: cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return o.complete(cmd.ErrOrStderr())
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.Context())
 		},
 	}
+	fs := cmd.Flags()
+	o.cluster.addFlags(fs)
+	fs.StringVar(&o.holder.Ring, "ring", "", "Name of the ControllerRing the instance belongs to. Required.")
+	fs.StringVar(&o.holder.Namespace, "lease-namespace", "", "The ring's spec.leaseNamespace, where the Lease is held. Required.")
+	fs.StringVar(&o.holder.Identity, "instance", "", "Instance ID: the Lease's name and holder. Default: $POD_NAME, else the hostname.")
+	fs.DurationVar(&o.holder.LeaseDuration, "lease-duration", leases.DefaultLeaseDuration, "How long the Lease is valid without renewal (whole seconds). The sharder moves the instance's objects about twice this long after the last renewal.")
+	fs.DurationVar(&o.holder.RenewPeriod, "renew-period", 0, "Time between renewals. Default: a third of --lease-duration.")
+	fs.IntVar(&o.holder.VirtualNodes, "virtual-nodes", 0, "Weight of the instance in the ring (sharder.dev/virtual-nodes). Default: 0, the ring's default.")
+	fs.StringVar(&o.healthURL, "health-url", "", "HTTP(S) URL of the controller's health endpoint; the Lease is acquired and renewed only while it answers 2xx. Default: none, renew unconditionally.")
+	fs.DurationVar(&o.holder.ShutdownTimeout, "shutdown-timeout", leases.DefaultShutdownTimeout, "How long the release may take after SIGTERM.")
+	fs.StringVar(&o.logging.Format, "log-format", o.logging.Format, "Log format: json or console.")
+	fs.StringVar(&o.logging.Level, "log-level", o.logging.Level, "Log level: debug, info, error, or a verbosity number.")
+	return cmd
 }
+
+// complete validates the flags and builds the client.
+func (o *agentOptions) complete(logOutput io.Writer) error {
+	o.logOutput = logOutput
+	if o.holder.Ring == "" {
+		return errors.New("--ring is required")
+	}
+	if o.holder.Namespace == "" {
+		return errors.New("--lease-namespace is required")
+	}
+	if _, err := o.logging.ZapLevel(); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	if o.logging.Format != config.LogFormatJSON && o.logging.Format != config.LogFormatConsole {
+		return fmt.Errorf("--log-format %q: must be %s or %s", o.logging.Format, config.LogFormatJSON, config.LogFormatConsole)
+	}
+	if o.healthURL != "" {
+		u, err := url.Parse(o.healthURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--health-url %q: must be an absolute http or https URL", o.healthURL)
+		}
+		o.holder.Check = o.checkHealth
+	}
+	if o.holder.Identity == "" {
+		id, err := leases.DefaultIdentity()
+		if err != nil {
+			return fmt.Errorf("--instance: %w", err)
+		}
+		o.holder.Identity = id
+	}
+	if pod, uid := os.Getenv("POD_NAME"), os.Getenv("POD_UID"); pod != "" && uid != "" {
+		o.holder.Pod = &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: pod, UID: types.UID(uid)}
+	}
+
+	restConfig, err := o.cluster.restConfig()
+	if err != nil {
+		return err
+	}
+	o.client, err = client.New(restConfig, client.Options{Scheme: clientgoscheme.Scheme})
+	if err != nil {
+		return fmt.Errorf("creating the client: %w", err)
+	}
+	// Check the holder's options now, so that mistakes fail before the start.
+	if _, err := leases.NewHolder(o.client, o.holder); err != nil {
+		return err
+	}
+	return nil
+}
+
+// run holds the Lease until ctx ends, acquiring it again after a loss.
+func (o *agentOptions) run(ctx context.Context) error {
+	log, err := newLogger(o.logging, o.logOutput)
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(log)
+	log = log.WithValues("lease", klog.KRef(o.holder.Namespace, o.holder.Identity), "ring", o.holder.Ring)
+	ctx = logr.NewContext(ctx, log)
+	log.Info("Starting the lease agent", "version", Version(), "leaseDuration", o.holder.LeaseDuration, "healthURL", o.healthURL)
+
+	for {
+		opts := o.holder
+		// The holder logs the loss; the loop below acquires the Lease again.
+		opts.OnLost = func() {}
+		holder, err := leases.NewHolder(o.client, opts)
+		if err != nil {
+			return err
+		}
+		err = holder.Start(ctx)
+		switch {
+		case err == nil:
+			log.Info("Lease agent stopped")
+			return nil
+		case errors.Is(err, leases.ErrLeaseLost) && ctx.Err() == nil:
+			log.Info("Acquiring the instance Lease again")
+		default:
+			return err
+		}
+	}
+}
+
+// checkHealth asks the controller's health endpoint; an answer other than
+// 2xx, or none, is an error.
+func (o *agentOptions) checkHealth(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.healthURL, nil)
+	if err != nil {
+		return fmt.Errorf("health request: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("health endpoint %s: %w", o.healthURL, err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	_ = resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("health endpoint %s answered %s", o.healthURL, resp.Status)
+	}
+	return nil
+}
+

@@ -1,0 +1,214 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/leases"
+)
+
+// agentLogs is a bytes.Buffer safe for the command's concurrent log writes.
+type agentLogs struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *agentLogs) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *agentLogs) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// agentNamespace creates a namespace for the test and deletes it after.
+func agentNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "agent-"}}
+	NewWithT(t).Expect(env.Client.Create(context.Background(), ns)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ns) })
+	return ns.Name
+}
+
+// agentKubeconfig writes the test control plane's kubeconfig.
+func agentKubeconfig(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	NewWithT(t).Expect(env.WriteKubeConfig(path)).To(Succeed())
+	return path
+}
+
+// runAgent runs `sharder agent args...` in-process until the returned cancel
+// is called (as the signal handler does on SIGTERM).
+func startAgent(t *testing.T, args ...string) (cancel context.CancelFunc, done chan error, logs *agentLogs) {
+	t.Helper()
+	cmd := NewAgentCommand()
+	logs = &agentLogs{}
+	cmd.SetArgs(args)
+	cmd.SetOut(logs)
+	cmd.SetErr(logs)
+	ctx, cancel := context.WithCancel(context.Background())
+	done = make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("the agent did not stop")
+		}
+	})
+	return cancel, done, logs
+}
+
+func agentLease(namespace, name string) func() (*coordinationv1.Lease, error) {
+	return func() (*coordinationv1.Lease, error) {
+		lease := &coordinationv1.Lease{}
+		err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, lease)
+		return lease, err
+	}
+}
+
+// leaseState returns the state the sharder would compute for the Lease now.
+func agentLeaseState(namespace, name string) func() (leases.State, error) {
+	return func() (leases.State, error) {
+		lease, err := agentLease(namespace, name)()
+		if err != nil {
+			return "", err
+		}
+		state, _ := leases.StateOf(lease, time.Now())
+		return state, nil
+	}
+}
+
+// TestAgent runs the agent against the test API server with a health
+// endpoint that fails and recovers, then stops it as SIGTERM would.
+func TestAgent(t *testing.T) {
+	g := NewWithT(t)
+	ns := agentNamespace(t)
+	t.Setenv("POD_NAME", "worker-0")
+	t.Setenv("POD_UID", "0d5f1c2a-0000-4000-8000-000000000001")
+
+	var status atomic.Int32
+	status.Store(http.StatusServiceUnavailable)
+	health := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(int(status.Load()))
+	}))
+	defer health.Close()
+
+	cancel, done, logs := startAgent(t,
+		"--kubeconfig", agentKubeconfig(t),
+		"--ring", "workers", "--lease-namespace", ns,
+		"--lease-duration", "1s", "--renew-period", "200ms", "--virtual-nodes", "64",
+		"--health-url", health.URL,
+	)
+
+	// Unhealthy from the start: no Lease.
+	g.Consistently(func() bool {
+		_, err := agentLease(ns, "worker-0")()
+		return apierrors.IsNotFound(err)
+	}, time.Second, 50*time.Millisecond).Should(BeTrue(), "logs:\n%s", logs)
+
+	// Healthy: the Lease is created for the pod's instance ID.
+	status.Store(http.StatusOK)
+	g.Eventually(agentLeaseState(ns, "worker-0"), 10*time.Second, 20*time.Millisecond).Should(Equal(leases.StateReady), "logs:\n%s", logs)
+	lease, err := agentLease(ns, "worker-0")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal("worker-0")))
+	g.Expect(lease.Spec.LeaseDurationSeconds).To(HaveValue(BeEquivalentTo(1)))
+	g.Expect(lease.Labels).To(Equal(map[string]string{v1alpha1.LabelRing: "workers", v1alpha1.LabelVirtualNodes: "64"}))
+	g.Expect(lease.OwnerReferences).To(ConsistOf(HaveField("UID", BeEquivalentTo("0d5f1c2a-0000-4000-8000-000000000001"))))
+	g.Expect(lease.OwnerReferences[0].Kind).To(Equal("Pod"))
+	g.Expect(lease.OwnerReferences[0].Name).To(Equal("worker-0"))
+	// Renewed while healthy: ready past its first lease duration.
+	g.Consistently(agentLeaseState(ns, "worker-0"), 1500*time.Millisecond, 50*time.Millisecond).Should(Equal(leases.StateReady))
+
+	// Unhealthy: renewals stop, the Lease expires.
+	status.Store(http.StatusInternalServerError)
+	g.Eventually(agentLeaseState(ns, "worker-0"), 5*time.Second, 20*time.Millisecond).Should(Equal(leases.StateExpired))
+
+	// Healthy again: the agent acquires the Lease again.
+	status.Store(http.StatusNoContent)
+	g.Eventually(agentLeaseState(ns, "worker-0"), 5*time.Second, 20*time.Millisecond).Should(Equal(leases.StateReady), "logs:\n%s", logs)
+
+	// SIGTERM: the command returns and the Lease is released.
+	cancel()
+	g.Eventually(done, 10*time.Second).Should(Receive(BeNil()))
+	done <- nil // for the cleanup
+	g.Expect(agentLease(ns, "worker-0")()).To(HaveField("Spec.HolderIdentity", HaveValue(BeEmpty())))
+	g.Expect(agentLeaseState(ns, "worker-0")()).To(Equal(leases.StateDead))
+	g.Expect(logs.String()).To(ContainSubstring("Released the instance Lease"))
+}
+
+// TestAgentInstanceFlag checks --instance and an agent without health URL.
+func TestAgentInstanceFlag(t *testing.T) {
+	g := NewWithT(t)
+	ns := agentNamespace(t)
+	t.Setenv("POD_NAME", "")
+	cancel, done, logs := startAgent(t,
+		"--kubeconfig", agentKubeconfig(t),
+		"--ring", "workers", "--lease-namespace", ns, "--instance", "custom-1", "--lease-duration", "2s",
+	)
+	g.Eventually(agentLeaseState(ns, "custom-1"), 10*time.Second).Should(Equal(leases.StateReady), "logs:\n%s", logs)
+	lease, err := agentLease(ns, "custom-1")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(lease.Labels).NotTo(HaveKey(v1alpha1.LabelVirtualNodes))
+	g.Expect(lease.OwnerReferences).To(BeEmpty())
+	cancel()
+	g.Eventually(done, 10*time.Second).Should(Receive(BeNil()))
+	done <- nil
+	g.Expect(agentLease(ns, "custom-1")()).To(HaveField("Spec.HolderIdentity", HaveValue(BeEmpty())))
+}
+
+// TestAgentFlagErrors checks that bad flags fail before anything runs.
+func TestAgentFlagErrors(t *testing.T) {
+	kubeconfig := agentKubeconfig(t)
+	base := []string{"--kubeconfig", kubeconfig, "--instance", "i-0"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no ring", []string{"--lease-namespace", "ns"}, "--ring is required"},
+		{"no lease namespace", []string{"--ring", "r"}, "--lease-namespace is required"},
+		{"fractional lease duration", []string{"--ring", "r", "--lease-namespace", "ns", "--lease-duration", "1500ms"}, "whole number of seconds"},
+		{"renew period too long", []string{"--ring", "r", "--lease-namespace", "ns", "--lease-duration", "2s", "--renew-period", "3s"}, "renew period"},
+		{"negative weight", []string{"--ring", "r", "--lease-namespace", "ns", "--virtual-nodes", "-2"}, "virtual nodes"},
+		{"relative health URL", []string{"--ring", "r", "--lease-namespace", "ns", "--health-url", "/healthz"}, "--health-url"},
+		{"bad instance ID", []string{"--ring", "r", "--lease-namespace", "ns", "--instance", "Not_A_Name"}, "instance ID"},
+		{"bad log level", []string{"--ring", "r", "--lease-namespace", "ns", "--log-level", "loud"}, "--log-level"},
+		{"arguments", []string{"--ring", "r", "--lease-namespace", "ns", "extra"}, "unknown command"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			cmd := NewAgentCommand()
+			var out bytes.Buffer
+			cmd.SetOut(&out)
+			cmd.SetErr(&out)
+			cmd.SetArgs(append(append([]string{}, base...), tc.args...))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := cmd.ExecuteContext(ctx)
+			g.Expect(err).To(MatchError(ContainSubstring(tc.want)))
+		})
+	}
+}
