@@ -44,16 +44,18 @@ func TestProcessStopAndKill(t *testing.T) {
 	dir := t.TempDir()
 	// A shell that ignores SIGTERM must be killed after the timeout; one
 	// that honours it stops gracefully.
-	graceful, err := StartProcess(ProcessOptions{Name: "graceful", Path: "/bin/sh", Args: []string{"-c", "echo hello; exec sleep 60"}, LogDir: dir})
+	graceful, err := StartProcess(ProcessOptions{Name: "graceful", Path: "/bin/sh", Args: []string{"-c", "echo pid-$$; exec sleep 60"}, LogDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stubborn, err := StartProcess(ProcessOptions{Name: "stubborn", Path: "/bin/sh", Args: []string{"-c", "trap '' TERM; echo ready; while true; do sleep 0.1; done"}, LogDir: dir})
+	stubborn, err := StartProcess(ProcessOptions{Name: "stubborn", Path: "/bin/sh", Args: []string{"-c", "trap '' TERM; echo pid-$$; while true; do sleep 0.1; done"}, LogDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitForLog(t, graceful, "hello")
-	waitForLog(t, stubborn, "ready")
+	// The log starts with the command line; the shell's own output carries
+	// its pid.
+	waitForLog(t, graceful, `pid-\d+`)
+	waitForLog(t, stubborn, `pid-\d+`)
 
 	if m, err := graceful.Memory(); err != nil || m.RSS == 0 || m.Peak < m.RSS {
 		t.Fatalf("memory of a running process: %+v, %v", m, err)
@@ -75,7 +77,7 @@ func TestProcessStopAndKill(t *testing.T) {
 	}
 }
 
-func waitForLog(t *testing.T, p *Process, s string) {
+func waitForLog(t *testing.T, p *Process, pattern string) {
 	t.Helper()
-	gomega.NewWithT(t).Eventually(p.Logs).WithTimeout(10 * time.Second).WithPolling(20 * time.Millisecond).Should(gomega.ContainSubstring(s))
+	gomega.NewWithT(t).Eventually(p.Logs).WithTimeout(10 * time.Second).WithPolling(20 * time.Millisecond).Should(gomega.MatchRegexp(pattern))
 }

@@ -32,6 +32,8 @@ type ReconcileRecord struct {
 	Time time.Time
 	// Generation is the object's generation the reconcile saw (0 if unknown).
 	Generation int64
+	// Error is the error an end record reports ("" for success).
+	Error string
 }
 
 // ReadReconcileLog reads a reconcile log file; a missing file is an empty
@@ -82,6 +84,7 @@ func decodeRecord(line []byte) (ReconcileRecord, error) {
 		Phase      string    `json:"phase"`
 		Time       time.Time `json:"time"`
 		Generation int64     `json:"generation"`
+		Error      string    `json:"error"`
 	}
 	if err := json.Unmarshal(line, &raw); err != nil {
 		return ReconcileRecord{}, fmt.Errorf("reconcile log line %q: %w", line, err)
@@ -90,7 +93,7 @@ func decodeRecord(line []byte) (ReconcileRecord, error) {
 		return ReconcileRecord{}, fmt.Errorf("reconcile log line %q: unknown phase %q", line, raw.Phase)
 	}
 	return ReconcileRecord{Instance: raw.Instance, Object: raw.Namespace + "/" + raw.Name, Phase: raw.Phase,
-		Time: raw.Time, Generation: raw.Generation}, nil
+		Time: raw.Time, Generation: raw.Generation, Error: raw.Error}, nil
 }
 
 // Interval is one reconcile of one object by one instance.
@@ -102,6 +105,8 @@ type Interval struct {
 	// still reconciling); End is then the instance's exit time or now.
 	Open       bool
 	Generation int64
+	// Error is the error the reconcile ended with ("" for success).
+	Error string
 }
 
 // Intervals pairs start and end records per instance and object. An
@@ -133,6 +138,7 @@ func Intervals(records []ReconcileRecord, exited map[string]time.Time, now time.
 			if r.Generation != 0 {
 				iv.Generation = r.Generation
 			}
+			iv.Error = r.Error
 			out = append(out, *iv)
 			delete(open, k)
 		}
