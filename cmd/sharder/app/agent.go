@@ -177,4 +177,3 @@ func (o *agentOptions) checkHealth(ctx context.Context) error {
 	}
 	return nil
 }
-
