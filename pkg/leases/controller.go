@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/metrics"
 )
 
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;update;patch;delete
@@ -226,6 +227,7 @@ func (c *Controller) reconcileLease(ctx context.Context, req reconcile.Request) 
 		if err != nil || taken == nil {
 			return reconcile.Result{}, err
 		}
+		metrics.LeaseTakeoversTotal.WithLabelValues(ring.Name).Inc()
 		log.Info("Took the Lease of an instance that stopped renewing: it is dead", "lease", klog.KObj(lease), "ring", ring.Name)
 		c.recorder.Eventf(taken, ring, corev1.EventTypeWarning, "InstanceDead", "Take",
 			"Instance %s of ring %s did not renew its Lease for twice its duration; the sharder took the Lease and moves its objects", lease.Name, ring.Name)
@@ -275,6 +277,7 @@ func (c *Controller) deleteOrphan(ctx context.Context, ring *v1alpha1.Controller
 	case err != nil:
 		return fmt.Errorf("deleting orphaned Lease %s: %w", klog.KObj(lease), err)
 	}
+	metrics.LeasesDeletedTotal.WithLabelValues(ring.Name).Inc()
 	ctrl.LoggerFrom(ctx).Info("Deleted an orphaned Lease", "lease", klog.KObj(lease), "ring", ring.Name)
 	c.recorder.Eventf(ring, nil, corev1.EventTypeNormal, "LeaseDeleted", "Delete",
 		"Deleted Lease %s/%s of instance %s: dead for ten lease durations", lease.Namespace, lease.Name, lease.Name)
@@ -308,6 +311,7 @@ func (c *Controller) patchState(ctx context.Context, lease *coordinationv1.Lease
 		return fmt.Errorf("labelling Lease %s with state %q: %w", klog.KObj(lease), state, err)
 	}
 	if state != "" {
+		metrics.LeaseTransitionsTotal.WithLabelValues(lease.Labels[v1alpha1.LabelRing], string(state)).Inc()
 		ctrl.LoggerFrom(ctx).V(1).Info("Instance changed state", "lease", klog.KObj(lease), "from", old, "to", state)
 		eventType := corev1.EventTypeNormal
 		if state == StateExpired || state == StateUncertain {
@@ -346,6 +350,7 @@ func (c *Controller) reconcileRing(ctx context.Context, req reconcile.Request) (
 	if err := c.client.Get(ctx, req.NamespacedName, ring); err != nil {
 		if apierrors.IsNotFound(err) {
 			c.publish(ctx, name, nil)
+			metrics.ForgetLeaseRing(name)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("getting ControllerRing %s: %w", name, err)

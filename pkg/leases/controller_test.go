@@ -6,6 +6,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/metrics"
 )
 
 // TestCrashedInstanceLifecycle follows the Lease of an instance that stops
@@ -58,6 +60,11 @@ func TestCrashedInstanceLifecycle(t *testing.T) {
 	), "published states in order")
 
 	g.Eventually(eventReasons(ns, "crashed")).Should(ContainElements("StateChanged", "InstanceDead"))
+	g.Expect(testutil.ToFloat64(metrics.LeaseTakeoversTotal.WithLabelValues(ring))).To(BeEquivalentTo(1))
+	g.Expect(testutil.ToFloat64(metrics.LeasesDeletedTotal.WithLabelValues(ring))).To(BeEquivalentTo(1))
+	for _, state := range []leases.State{leases.StateReady, leases.StateExpired, leases.StateDead} {
+		g.Expect(testutil.ToFloat64(metrics.LeaseTransitionsTotal.WithLabelValues(ring, string(state)))).To(BeEquivalentTo(1), "entered %s", state)
+	}
 }
 
 // TestReleasedLeaseIsDeadAtOnce checks that a released Lease is dead at once,
