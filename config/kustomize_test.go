@@ -1,0 +1,149 @@
+// Package config_test checks the kustomize bases: they build, and what they
+// build is accepted by a real API server (server-side dry-run).
+package config_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sharder-dev/sharder/internal/testenv"
+	"github.com/sharder-dev/sharder/pkg/config"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.Run(m, &env, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}}))
+}
+
+func kubectl(t *testing.T, stdin []byte, args ...string) []byte {
+	t.Helper()
+	dir, err := testenv.AssetsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.WriteKubeConfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(dir, "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s\n%s", strings.Join(args, " "), err, stderr.String(), out)
+	}
+	return out
+}
+
+// build returns the objects of a kustomization.
+func build(t *testing.T, dir string) ([]byte, []*unstructured.Unstructured) {
+	t.Helper()
+	out := kubectl(t, nil, "kustomize", dir)
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			break
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+	return out, objs
+}
+
+func ensureNamespace(t *testing.T, name string) {
+	t.Helper()
+	err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating namespace %s: %v", name, err)
+	}
+}
+
+func TestDefaultOverlayDryRun(t *testing.T) {
+	g := NewWithT(t)
+	manifests, objs := build(t, "default")
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kinds[o.GetKind()]++
+		if o.GetKind() != "Namespace" && o.GetNamespace() != "" {
+			g.Expect(o.GetNamespace()).To(Equal("sharder-system"), "%s %s", o.GetKind(), o.GetName())
+		}
+	}
+	g.Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 1))
+	g.Expect(kinds).To(HaveKeyWithValue("Deployment", 1))
+	g.Expect(kinds).To(HaveKeyWithValue("PodDisruptionBudget", 1))
+	g.Expect(kinds).To(HaveKeyWithValue("Service", 2))
+	g.Expect(kinds).To(HaveKey("ClusterRole"))
+
+	// Objects in a namespace need it to exist even for a dry-run.
+	ensureNamespace(t, "sharder-system")
+	out := kubectl(t, manifests, "apply", "--server-side", "--dry-run=server", "--field-manager=test", "-f", "-")
+	g.Expect(string(out)).To(ContainSubstring("deployment.apps/sharder serverside-applied (server dry run)"))
+}
+
+func TestDefaultOverlayDeployment(t *testing.T) {
+	g := NewWithT(t)
+	_, objs := build(t, "default")
+	var dep appsv1.Deployment
+	var configMap corev1.ConfigMap
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Deployment":
+			data, _ := yaml.Marshal(o.Object)
+			g.Expect(yaml.UnmarshalStrict(data, &dep)).To(Succeed())
+		case "ConfigMap":
+			data, _ := yaml.Marshal(o.Object)
+			g.Expect(yaml.UnmarshalStrict(data, &configMap)).To(Succeed())
+		}
+	}
+	g.Expect(dep.Spec.Replicas).To(HaveValue(BeEquivalentTo(2)))
+	pod := dep.Spec.Template.Spec
+	g.Expect(pod.SecurityContext.RunAsNonRoot).To(HaveValue(BeTrue()))
+	g.Expect(pod.TopologySpreadConstraints).NotTo(BeEmpty())
+	c := pod.Containers[0]
+	g.Expect(c.SecurityContext.ReadOnlyRootFilesystem).To(HaveValue(BeTrue()))
+	g.Expect(c.SecurityContext.AllowPrivilegeEscalation).To(HaveValue(BeFalse()))
+	g.Expect(c.Resources.Requests).To(HaveKey(corev1.ResourceCPU))
+	g.Expect(c.ReadinessProbe.HTTPGet.Path).To(Equal("/readyz"))
+	g.Expect(c.LivenessProbe.HTTPGet.Path).To(Equal("/healthz"))
+
+	// The shipped configuration file is valid and matches the ports.
+	cfg := config.Default()
+	g.Expect(config.Load([]byte(configMap.Data["config.yaml"]), cfg)).To(Succeed())
+	g.Expect(cfg.Validate()).To(Succeed())
+	g.Expect(*cfg).To(Equal(*config.Default()), "the shipped file spells out the defaults")
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	g.Expect(ports).To(HaveKeyWithValue("webhook", int32(cfg.Webhook.Port)))
+	g.Expect(ports).To(HaveKeyWithValue("health", int32(8081)))
+	g.Expect(ports).To(HaveKeyWithValue("metrics", int32(8443)))
+	g.Expect(pod.TerminationGracePeriodSeconds).To(HaveValue(BeNumerically(">", cfg.ShutdownTimeout.Seconds())))
+}
+
+func TestSamplesDryRun(t *testing.T) {
+	g := NewWithT(t)
+	manifests, objs := build(t, "samples")
+	g.Expect(objs).To(HaveLen(3))
+	out := kubectl(t, manifests, "apply", "--server-side", "--dry-run=server", "--field-manager=test", "-f", "-")
+	g.Expect(string(out)).To(ContainSubstring("controllerring.sharder.dev/etcd-operator serverside-applied (server dry run)"))
+}
