@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"testing"
 	"time"
@@ -20,11 +21,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/controller"
 	"github.com/sharder-dev/sharder/internal/testenv"
+	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
 
 var env *testenv.Env
@@ -32,8 +35,10 @@ var env *testenv.Env
 func TestMain(m *testing.M) {
 	scheme := testenv.DefaultScheme()
 	utilruntime.Must(etcdv1alpha1.AddToScheme(scheme))
+	utilruntime.Must(sharderv1alpha1.AddToScheme(scheme))
+	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	os.Exit(testenv.Run(m, &env, testenv.Options{
-		CRDDirectoryPaths: []string{"examples/etcd-operator/config/crd"},
+		CRDDirectoryPaths: []string{"examples/etcd-operator/config/crd", "config/crd/bases"},
 		Scheme:            scheme,
 	}))
 }
