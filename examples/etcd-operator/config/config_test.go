@@ -1,0 +1,180 @@
+// Package config_test checks the example's manifests: they build with
+// kustomize, a real API server accepts them, and the ring, the RBAC and the
+// operator's StatefulSet agree with each other.
+package config_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sharder-dev/sharder/internal/testenv"
+	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.Run(m, &env, testenv.Options{
+		CRDDirectoryPaths: []string{"config/crd/bases", "examples/etcd-operator/config/crd"},
+	}))
+}
+
+func kubectl(t *testing.T, stdin []byte, args ...string) []byte {
+	t.Helper()
+	dir, err := testenv.AssetsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := env.WriteKubeConfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(dir, "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s\n%s", strings.Join(args, " "), err, stderr.String(), out)
+	}
+	return out
+}
+
+// build returns the manifests of a kustomization and its objects.
+func build(t *testing.T, dir string) ([]byte, []*unstructured.Unstructured) {
+	t.Helper()
+	out := kubectl(t, nil, "kustomize", dir)
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			break
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+	return out, objs
+}
+
+// decode converts the one object of kind (and name, if given) into out.
+func decode(t *testing.T, objs []*unstructured.Unstructured, kind, name string, out any) {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && (name == "" || o.GetName() == name) {
+			data, err := yaml.Marshal(o.Object)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := yaml.UnmarshalStrict(data, out); err != nil {
+				t.Fatalf("%s %s: %v", kind, o.GetName(), err)
+			}
+			return
+		}
+	}
+	t.Fatalf("no %s %q in the manifests", kind, name)
+}
+
+func TestManifestsApply(t *testing.T) {
+	g := NewWithT(t)
+	manifests, objs := build(t, ".")
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kinds[o.GetKind()]++
+	}
+	g.Expect(kinds).To(Equal(map[string]int{
+		"CustomResourceDefinition": 3, "Namespace": 1, "StatefulSet": 1, "ServiceAccount": 1,
+		"ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1, "ControllerRing": 1,
+	}))
+	err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "etcd-operator-system"}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	out := kubectl(t, manifests, "apply", "--server-side", "--dry-run=server", "--field-manager=test", "-f", "-")
+	g.Expect(string(out)).To(ContainSubstring("controllerring.sharder.dev/etcd-operator serverside-applied (server dry run)"))
+	g.Expect(string(out)).To(ContainSubstring("statefulset.apps/etcd-operator serverside-applied (server dry run)"))
+
+	samples, _ := build(t, "samples")
+	out = kubectl(t, samples, "apply", "--server-side", "--dry-run=server", "--field-manager=test", "-f", "-")
+	g.Expect(string(out)).To(ContainSubstring("etcdcluster.etcd.example.sharder.dev/example serverside-applied (server dry run)"))
+}
+
+// grants reports whether rules allow every verb on group/resource.
+func grants(rules []rbacv1.PolicyRule, group, resource string, verbs ...string) bool {
+	for _, verb := range verbs {
+		ok := false
+		for _, r := range rules {
+			if slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) &&
+				(slices.Contains(r.Verbs, verb) || slices.Contains(r.Verbs, "*")) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// TestRingAndRBACAgree checks that the sharder may assign every resource of
+// the ring, and that the operator may cache every one of them and
+// acknowledge drains of its main resource.
+func TestRingAndRBACAgree(t *testing.T) {
+	g := NewWithT(t)
+	_, objs := build(t, ".")
+	var ring sharderv1alpha1.ControllerRing
+	decode(t, objs, "ControllerRing", "etcd-operator", &ring)
+	var sharderRole, operatorRole rbacv1.ClusterRole
+	decode(t, objs, "ClusterRole", "sharder:ring:etcd-operator", &sharderRole)
+	decode(t, objs, "ClusterRole", "etcd-operator", &operatorRole)
+
+	g.Expect(ring.Spec.Resources).To(HaveLen(1))
+	main := ring.Spec.Resources[0]
+	g.Expect(main.Group).To(Equal("etcd.example.sharder.dev"))
+	g.Expect(main.Resource).To(Equal("etcdclusters"))
+	all := append([]metav1.GroupResource{{Group: main.Group, Resource: main.Resource}}, main.ControlledResources...)
+	for _, gr := range all {
+		g.Expect(grants(sharderRole.Rules, gr.Group, gr.Resource, "get", "list", "watch", "patch")).To(BeTrue(),
+			"the sharder cannot assign %s", gr)
+		g.Expect(grants(operatorRole.Rules, gr.Group, gr.Resource, "get", "list", "watch")).To(BeTrue(),
+			"the operator cannot cache %s", gr)
+	}
+	g.Expect(grants(operatorRole.Rules, main.Group, main.Resource, "patch")).To(BeTrue(), "the operator cannot acknowledge drains")
+
+	// The operator's instances run as the service account the ring lets
+	// acknowledge drains, and hold their Leases where the ring looks.
+	var sts appsv1.StatefulSet
+	decode(t, objs, "StatefulSet", "etcd-operator", &sts)
+	g.Expect(ring.Spec.InstanceServiceAccounts).To(ConsistOf(sharderv1alpha1.ServiceAccountReference{
+		Namespace: sts.Namespace, Name: sts.Spec.Template.Spec.ServiceAccountName,
+	}))
+	args := sts.Spec.Template.Spec.Containers[0].Args
+	g.Expect(args).To(ContainElements("--ring="+ring.Name, "--lease-namespace="+ring.Spec.LeaseNamespace))
+	var leaseRole rbacv1.Role
+	decode(t, objs, "Role", "etcd-operator", &leaseRole)
+	g.Expect(leaseRole.Namespace).To(Equal(ring.Spec.LeaseNamespace))
+	g.Expect(grants(leaseRole.Rules, "coordination.k8s.io", "leases", "get", "create", "update")).To(BeTrue())
+	podEnv := map[string]bool{}
+	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+		podEnv[e.Name] = e.ValueFrom != nil && e.ValueFrom.FieldRef != nil
+	}
+	g.Expect(podEnv).To(HaveKeyWithValue("POD_NAME", true), "the instance ID comes from the pod name")
+}
