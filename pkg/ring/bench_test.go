@@ -39,7 +39,7 @@ func benchCases() []benchCase {
 	var cases []benchCase
 	for _, alg := range builtins {
 		for _, n := range benchInstances {
-			vnodes := []int{1024}
+			vnodes := []int{512}
 			if alg == ring.ConsistentHash {
 				vnodes = benchVirtualNodes
 			}
