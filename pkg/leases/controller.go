@@ -253,7 +253,7 @@ func (c *Controller) take(ctx context.Context, lease *coordinationv1.Lease, now 
 	taken := lease.DeepCopy()
 	hold := takeoverFactor * durationOf(lease)
 	taken.Spec.HolderIdentity = ptr.To(c.opts.Identity)
-	taken.Spec.LeaseDurationSeconds = ptr.To(int32(hold / time.Second))
+	taken.Spec.LeaseDurationSeconds = ptr.To(int32(hold / time.Second)) //nolint:gosec // at most 2 × MaxLeaseDuration
 	taken.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
 	taken.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
 	taken.Spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)

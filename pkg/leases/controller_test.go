@@ -118,7 +118,9 @@ func TestInstanceReturns(t *testing.T) {
 		go func() { done <- holder.Start(ctx) }()
 		t.Cleanup(func() {
 			cancel()
-			<-done
+			if err := <-done; err != nil {
+				t.Errorf("holder %s: %v", id, err)
+			}
 		})
 		return holder
 	}

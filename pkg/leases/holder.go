@@ -269,7 +269,8 @@ func (h *Holder) renew(ctx context.Context) error {
 			period = h.opts.RenewPeriod
 			continue
 		case ctx.Err() != nil:
-			return nil
+			// Shutdown, not a failure: the attempt was cut short by it.
+			return nil //nolint:nilerr // the caller releases the Lease next
 		case errors.Is(err, ErrLeaseLost):
 			return err
 		}
@@ -483,7 +484,7 @@ func (h *Holder) desired(base *coordinationv1.Lease, now time.Time, acquire bool
 		l.Spec.AcquireTime = stamp
 	}
 	l.Spec.HolderIdentity = ptr.To(h.opts.Identity)
-	l.Spec.LeaseDurationSeconds = ptr.To(int32(h.opts.LeaseDuration / time.Second))
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(h.opts.LeaseDuration / time.Second)) //nolint:gosec // at most MaxLeaseDuration
 	l.Spec.RenewTime = stamp
 	return l
 }

@@ -50,7 +50,9 @@ func startHolder(t *testing.T, opts leases.HolderOptions) *running {
 	go func() { r.done <- h.Start(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-r.done
+		if err := <-r.done; err != nil && !errors.Is(err, leases.ErrLeaseLost) {
+			t.Errorf("holder: %v", err)
+		}
 	})
 	return r
 }

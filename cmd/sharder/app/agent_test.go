@@ -72,7 +72,10 @@ func startAgent(t *testing.T, args ...string) (cancel context.CancelFunc, done c
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case <-done:
+		case err := <-done:
+			if err != nil {
+				t.Logf("agent: %v", err)
+			}
 		case <-time.After(30 * time.Second):
 			t.Error("the agent did not stop")
 		}
