@@ -215,7 +215,8 @@ func (c *Controller) reconcileLease(ctx context.Context, req reconcile.Request) 
 	}
 	if ring == nil {
 		// Not a member: drop the state label people might otherwise trust.
-		return reconcile.Result{}, c.patchState(ctx, lease, "")
+		_, err := c.patchState(ctx, lease, "")
+		return reconcile.Result{}, err
 	}
 	c.reportVirtualNodes(ctx, ring, lease)
 
@@ -223,6 +224,10 @@ func (c *Controller) reconcileLease(ctx context.Context, req reconcile.Request) 
 	state, next := StateOf(lease, now)
 	switch state {
 	case StateUncertain:
+		// Label it first: the state stays visible if the takeover fails.
+		if lease, err = c.patchState(ctx, lease, state); err != nil || lease == nil {
+			return reconcile.Result{}, err
+		}
 		taken, err := c.take(ctx, lease, now)
 		if err != nil || taken == nil {
 			return reconcile.Result{}, err
@@ -237,7 +242,7 @@ func (c *Controller) reconcileLease(ctx context.Context, req reconcile.Request) 
 		return reconcile.Result{}, c.deleteOrphan(ctx, ring, lease)
 	}
 
-	if err := c.patchState(ctx, lease, state); err != nil {
+	if _, err := c.patchState(ctx, lease, state); err != nil {
 		return reconcile.Result{}, err
 	}
 	if next.IsZero() {
@@ -287,12 +292,13 @@ func (c *Controller) deleteOrphan(ctx context.Context, ring *v1alpha1.Controller
 // patchState sets the sharder.dev/state label to state (removes it when
 // state is empty) with a merge patch of the labels, only when it differs,
 // and only if the Lease is still at the resourceVersion the state was
-// computed from. A conflict is not an error: the newer version is
-// reconciled on its own.
-func (c *Controller) patchState(ctx context.Context, lease *coordinationv1.Lease, state State) error {
+// computed from. It returns the Lease as written, or nil when it changed or
+// went away meanwhile (not an error: the newer version is reconciled on its
+// own).
+func (c *Controller) patchState(ctx context.Context, lease *coordinationv1.Lease, state State) (*coordinationv1.Lease, error) {
 	old, had := lease.Labels[v1alpha1.LabelState]
 	if old == string(state) && had == (state != "") {
-		return nil
+		return lease, nil
 	}
 	patched := lease.DeepCopy()
 	if state == "" {
@@ -306,9 +312,9 @@ func (c *Controller) patchState(ctx context.Context, lease *coordinationv1.Lease
 	patch := client.MergeFromWithOptions(lease, client.MergeFromWithOptimisticLock{})
 	if err := c.client.Patch(ctx, patched, patch); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return nil
+			return nil, nil
 		}
-		return fmt.Errorf("labelling Lease %s with state %q: %w", klog.KObj(lease), state, err)
+		return nil, fmt.Errorf("labelling Lease %s with state %q: %w", klog.KObj(lease), state, err)
 	}
 	if state != "" {
 		metrics.LeaseTransitionsTotal.WithLabelValues(lease.Labels[v1alpha1.LabelRing], string(state)).Inc()
@@ -319,7 +325,7 @@ func (c *Controller) patchState(ctx context.Context, lease *coordinationv1.Lease
 		}
 		c.recorder.Eventf(patched, nil, eventType, "StateChanged", "UpdateState", "Instance %s is %s (was %q)", lease.Name, state, old)
 	}
-	return nil
+	return patched, nil
 }
 
 // reportVirtualNodes reports a malformed sharder.dev/virtual-nodes label

@@ -62,7 +62,7 @@ func TestCrashedInstanceLifecycle(t *testing.T) {
 	g.Eventually(eventReasons(ns, "crashed")).Should(ContainElements("StateChanged", "InstanceDead"))
 	g.Expect(testutil.ToFloat64(metrics.LeaseTakeoversTotal.WithLabelValues(ring))).To(BeEquivalentTo(1))
 	g.Expect(testutil.ToFloat64(metrics.LeasesDeletedTotal.WithLabelValues(ring))).To(BeEquivalentTo(1))
-	for _, state := range []leases.State{leases.StateReady, leases.StateExpired, leases.StateDead} {
+	for _, state := range []leases.State{leases.StateReady, leases.StateExpired, leases.StateUncertain, leases.StateDead} {
 		g.Expect(testutil.ToFloat64(metrics.LeaseTransitionsTotal.WithLabelValues(ring, string(state)))).To(BeEquivalentTo(1), "entered %s", state)
 	}
 }
