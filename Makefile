@@ -48,8 +48,16 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs and RBAC.
 	hack/generate.sh $(CONTROLLER_GEN)
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint.
+lint: $(GOLANGCI_LINT) chart-lint ## Run golangci-lint and helm lint.
 	$(GOLANGCI_LINT) run ./...
+
+.PHONY: chart-lint
+chart-lint: $(HELM) ## Lint the Helm chart.
+	$(HELM) lint charts/sharder --strict --kube-version $(patsubst v%,%,$(KUBERNETES_VERSION))
+
+.PHONY: chart-crds
+chart-crds: ## Copy the generated CRDs into the Helm chart (after make generate).
+	cp config/crd/bases/*.yaml charts/sharder/crds/
 
 .PHONY: test
 test: control-plane tools ## Run every test: unit, integration (real API server) and e2e.
