@@ -158,7 +158,3 @@ type EtcdBackupList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []EtcdBackup `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&EtcdBackup{}, &EtcdBackupList{})
-}

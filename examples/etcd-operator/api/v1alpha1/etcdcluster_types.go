@@ -286,7 +286,3 @@ type EtcdClusterList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []EtcdCluster `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&EtcdCluster{}, &EtcdClusterList{})
-}

@@ -102,7 +102,3 @@ type EtcdRestoreList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []EtcdRestore `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&EtcdRestore{}, &EtcdRestoreList{})
-}

@@ -42,7 +42,7 @@ type Log struct {
 // Open opens (creating or appending to) the log file at path for the
 // instance's records. clk stamps the records; nil means the real clock.
 func Open(path, instance string, clk clock.PassiveClock) (*Log, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening reconcile log: %w", err)
 	}
