@@ -44,7 +44,7 @@ func InstanceNames(style NameStyle, prefix string, n int, rng *rand.Rand) []stri
 // Keys returns n distinct hash keys of main objects, shaped like the keys of
 // namespaced objects with generated names, deterministic for seed.
 func Keys(n int, seed uint64) []string {
-	rng := rand.New(rand.NewPCG(seed, 0x6b657973))
+	rng := rand.New(rand.NewPCG(seed, 0x6b657973)) //nolint:gosec // reproducible from the seed on purpose
 	keys := make([]string, 0, n)
 	seen := make(map[string]bool, n)
 	for len(keys) < n {

@@ -133,7 +133,7 @@ func Run(opts Options) (*Result, error) {
 		return nil, err
 	}
 	opts.setDefaults()
-	rng := rand.New(rand.NewPCG(opts.Seed, 0x5ead))
+	rng := rand.New(rand.NewPCG(opts.Seed, 0x5ead)) //nolint:gosec // reproducible from the seed on purpose
 	names := InstanceNames(opts.Names, opts.Prefix, opts.Instances+opts.Add, rng)
 	before := names[:opts.Instances]
 	added := names[opts.Instances:]
