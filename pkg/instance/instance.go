@@ -10,11 +10,8 @@ import (
 	"sync"
 
 	"github.com/go-logr/logr"
-	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -98,16 +95,17 @@ func Setup(mgr manager.Manager, opts Options) (*Instance, error) {
 		kinds:     map[schema.GroupVersionKind]client.Object{},
 	}
 	i.holder, err = leases.NewHolder(direct, leases.HolderOptions{
-		Ring:          opts.Ring,
-		Namespace:     opts.LeaseNamespace,
-		Identity:      opts.Identity,
-		VirtualNodes:  opts.VirtualNodes,
-		LeaseDuration: opts.LeaseDuration,
-		RenewPeriod:   opts.RenewPeriod,
-		Pod:           opts.Pod,
-		OnLost:        i.lost,
-		BeforeRelease: i.beforeRelease,
-		Clock:         opts.Clock,
+		Ring:            opts.Ring,
+		Namespace:       opts.LeaseNamespace,
+		Identity:        opts.Identity,
+		VirtualNodes:    opts.VirtualNodes,
+		LeaseDuration:   opts.LeaseDuration,
+		RenewPeriod:     opts.RenewPeriod,
+		Pod:             opts.Pod,
+		OnLost:          i.lost,
+		BeforeRelease:   i.beforeRelease,
+		Clock:           opts.Clock,
+		ShutdownTimeout: opts.ShutdownTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the Lease holder: %w", err)
@@ -183,7 +181,10 @@ func (i *Instance) Start(ctx context.Context) error {
 		}
 	}
 
-	err := wait.PollUntilContextCancel(ctx, i.opts.RetryPeriod/4, true, i.holdsLease)
+	// The holder acquires the Lease; reconciles wait until it did.
+	err := wait.PollUntilContextCancel(ctx, i.opts.RetryPeriod/4, true, func(context.Context) (bool, error) {
+		return i.holder.Held(), nil
+	})
 	if err != nil {
 		return nil //nolint:nilerr // ctx ended before the Lease was held: a normal shutdown
 	}
@@ -191,22 +192,6 @@ func (i *Instance) Start(ctx context.Context) error {
 	i.log.Info("Instance holds its Lease, reconciling")
 	<-ctx.Done()
 	return nil
-}
-
-// holdsLease reports whether the instance's Lease names it as holder and has
-// not expired. The holder acquires the Lease; this only observes it.
-func (i *Instance) holdsLease(ctx context.Context) (bool, error) {
-	lease := &coordinationv1.Lease{}
-	err := i.apiReader.Get(ctx, types.NamespacedName{Namespace: i.opts.LeaseNamespace, Name: i.opts.Identity}, lease)
-	if err != nil {
-		if !apierrors.IsNotFound(err) {
-			i.log.V(1).Info("Reading the instance Lease failed", "err", err.Error())
-		}
-		return false, nil
-	}
-	state, _ := leases.StateOf(lease, i.opts.Clock.Now())
-	held := lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity == i.opts.Identity && state == leases.StateReady
-	return held, nil
 }
 
 func (i *Instance) readyz(_ *http.Request) error {

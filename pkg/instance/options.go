@@ -56,6 +56,11 @@ type Options struct {
 	// Default: log and exit the process with status 1.
 	OnLost func()
 
+	// ShutdownTimeout bounds how long shutdown waits for reconciles in flight
+	// before the Lease is released anyway.
+	// Default: 30s.
+	ShutdownTimeout time.Duration
+
 	// RetryPeriod is how soon a request that arrives before the instance holds
 	// its Lease is tried again.
 	// Default: 1s.
@@ -101,6 +106,9 @@ func (o Options) complete() (Options, error) {
 	}
 	if o.VirtualNodes < 0 {
 		errs = append(errs, fmt.Errorf("virtual nodes must not be negative, got %d", o.VirtualNodes))
+	}
+	if o.ShutdownTimeout < 0 {
+		errs = append(errs, fmt.Errorf("shutdown timeout must not be negative, got %s", o.ShutdownTimeout))
 	}
 	if o.RetryPeriod < 0 {
 		errs = append(errs, fmt.Errorf("retry period must not be negative, got %s", o.RetryPeriod))
