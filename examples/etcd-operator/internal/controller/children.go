@@ -176,8 +176,13 @@ func (r *Reconciler) ensure(ctx context.Context, c *etcdv1alpha1.EtcdCluster, ch
 
 // explainHidden handles a child that exists although the cache does not
 // hold it. Read directly: an object of someone else is a conflict the user
-// must resolve; our own object is only not labelled for this instance yet
-// (the sharder relabels it with its owner), which a retry outlives.
+// must resolve. Our own object carries labels that keep it out of this
+// instance's cache: normally the sharder is about to relabel it with its
+// owner, but a child of a resource the ring does not list is never
+// relabelled, so the reconciler gives it its owner's labels itself. The
+// value is the one the sharder would write (the owner's instance); where
+// the sharder's webhook protects the label, the patch is refused and the
+// sharder's own relabelling is awaited. Either way the caller retries.
 func (r *Reconciler) explainHidden(ctx context.Context, c *etcdv1alpha1.EtcdCluster, desired client.Object) error {
 	kind := kindOf(desired)
 	key := client.ObjectKeyFromObject(desired)
@@ -188,7 +193,17 @@ func (r *Reconciler) explainHidden(ctx context.Context, c *etcdv1alpha1.EtcdClus
 	if err := checkControlled(c, existing, kind); err != nil {
 		return err
 	}
-	return fmt.Errorf("%s %s exists but is not in this instance's cache yet", kind, key)
+	relabelled := existing.DeepCopyObject().(client.Object)
+	r.opts.LabelChild(c, relabelled)
+	if equality.Semantic.DeepEqual(relabelled.GetLabels(), existing.GetLabels()) {
+		return fmt.Errorf("%s %s exists but is not in this instance's cache yet", kind, key)
+	}
+	patch := client.MergeFromWithOptions(existing, client.MergeFromWithOptimisticLock{})
+	if err := r.client.Patch(ctx, relabelled, patch); err != nil {
+		return fmt.Errorf("%s %s is not in this instance's cache and giving it its owner's labels failed: %w", kind, key, err)
+	}
+	log.FromContext(ctx).Info("Gave a child its owner's labels", "kind", kind, "name", key.Name)
+	return fmt.Errorf("%s %s was given its owner's labels and is not in this instance's cache yet", kind, key)
 }
 
 // checkControlled returns a ResourceConflict childError unless obj is

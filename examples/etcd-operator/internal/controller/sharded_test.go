@@ -296,3 +296,46 @@ func spreadNames(t *testing.T, ns string, ids []string, perID int) []string {
 	}
 	return names
 }
+
+// TestChildOutsideTheCacheIsRelabelled covers a child of the cluster that
+// carries another instance's shard label and so is invisible to the
+// assigned instance, as happens after a move when the ring does not list
+// the child's resource: the instance gives it its owner's label and then
+// manages it as usual.
+func TestChildOutsideTheCacheIsRelabelled(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	const ringName, id = "etcd-relabel", "etcd-a"
+	shard := sharderv1alpha1.ShardLabel(ringName)
+
+	c := newCluster(ns, "hidden", 1)
+	c.Labels = map[string]string{shard: id}
+	g.Expect(env.Client.Create(ctx, c)).To(Succeed())
+	stale := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hidden-config", Labels: map[string]string{shard: "etcd-gone"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: etcdv1alpha1.GroupVersion.String(), Kind: "EtcdCluster",
+				Name: c.Name, UID: c.UID, Controller: ptr.To(true)}}},
+		Data: map[string]string{"stale": "true"},
+	}
+	g.Expect(env.Client.Create(ctx, stale)).To(Succeed())
+
+	cacheOpts := instance.CacheOptions(ringName, id,
+		&etcdv1alpha1.EtcdCluster{}, &corev1.ConfigMap{}, &corev1.Service{},
+		&appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &corev1.Pod{})
+	cacheOpts.DefaultNamespaces = map[string]cache.Config{ns: {}}
+	startManager(t, controller.Options{
+		LabelChild: func(owner, child client.Object) { instance.LabelChild(ringName, owner, child) },
+	}, ctrl.Options{Cache: cacheOpts})
+
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(stale), stale)).To(Succeed())
+		g.Expect(stale.Labels).To(HaveKeyWithValue(shard, id))
+		g.Expect(stale.Data).To(HaveKey("ETCD_INITIAL_CLUSTER"))
+		g.Expect(stale.Data).NotTo(HaveKey("stale"))
+	}, timeout, interval).Should(Succeed())
+	g.Eventually(getCluster(ctx, c), timeout, interval).Should(And(
+		havePhase(etcdv1alpha1.EtcdClusterPhaseCreating),
+		haveCondition(etcdv1alpha1.ConditionResourcesReady, metav1.ConditionTrue, etcdv1alpha1.ReasonReconciled),
+	))
+}
