@@ -226,7 +226,7 @@ func Default() *Config {
 			},
 			Leases: Leases{Workers: 4},
 		},
-		Webhook: Webhook{
+		Webhook: Webhook{ //nolint:gosec // G101: a Secret's name, not a credential
 			Enabled:           true,
 			Port:              9443,
 			CertDir:           "/tmp/sharder/webhook-certs",
