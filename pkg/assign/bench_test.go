@@ -90,6 +90,7 @@ type placement struct {
 	ok      map[string]bool
 	first   map[string]time.Time // first time at its wanted instance
 	shards  map[string]map[string]bool
+	last    map[string]*metav1.PartialObjectMetadata
 	done    chan struct{}
 	closed  bool
 	created map[string]time.Time
@@ -97,7 +98,7 @@ type placement struct {
 
 func newPlacement(ring string) *placement {
 	return &placement{ring: ring, want: map[string]string{}, ok: map[string]bool{}, first: map[string]time.Time{},
-		shards: map[string]map[string]bool{}, created: map[string]time.Time{}, done: make(chan struct{})}
+		shards: map[string]map[string]bool{}, last: map[string]*metav1.PartialObjectMetadata{}, created: map[string]time.Time{}, done: make(chan struct{})}
 }
 
 // expect sets the wanted placement and re-arms done.
@@ -109,6 +110,9 @@ func (p *placement) expect(want map[string]string) {
 	p.closed = false
 	p.ok = map[string]bool{}
 	p.first = map[string]time.Time{}
+	for _, m := range p.last {
+		p.judgeLocked(m, time.Now())
+	}
 	p.checkLocked()
 }
 
@@ -118,19 +122,26 @@ func (p *placement) observe(obj any) {
 		return
 	}
 	now := time.Now()
-	shard := m.Labels[v1alpha1.ShardLabel(p.ring)]
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if shard != "" {
+	p.last[m.Name] = m
+	if shard := m.Labels[v1alpha1.ShardLabel(p.ring)]; shard != "" {
 		if p.shards[m.Name] == nil {
 			p.shards[m.Name] = map[string]bool{}
 		}
 		p.shards[m.Name][shard] = true
 	}
+	p.judgeLocked(m, now)
+	p.checkLocked()
+}
+
+// judgeLocked records whether m is where it is wanted.
+func (p *placement) judgeLocked(m *metav1.PartialObjectMetadata, now time.Time) {
 	want, wanted := p.want[m.Name]
 	if !wanted {
 		return
 	}
+	shard := m.Labels[v1alpha1.ShardLabel(p.ring)]
 	good := shard != "" && (want == "" || shard == want) && !drain.Requested(m, p.ring)
 	if good && p.first[m.Name].IsZero() {
 		p.first[m.Name] = now
@@ -140,7 +151,6 @@ func (p *placement) observe(obj any) {
 	} else {
 		delete(p.ok, m.Name)
 	}
-	p.checkLocked()
 }
 
 func (p *placement) checkLocked() {
