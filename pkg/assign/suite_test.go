@@ -20,6 +20,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -49,7 +50,15 @@ var configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmap
 // until the test ends or the returned function is called.
 func startSharder(t testing.TB, registry *leases.Registry, opts assign.Options) (stop func()) {
 	t.Helper()
+	return startSharderWith(t, registry, opts, nil)
+}
+
+// startSharderWith is startSharder; setup, when set, adds more parts to the
+// manager (such as the lease controller).
+func startSharderWith(t testing.TB, registry *leases.Registry, opts assign.Options, setup func(ctrl.Manager) error) (stop func()) {
+	t.Helper()
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Cache:                  cache.Options{ByObject: leases.CacheByObject()},
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -65,6 +74,11 @@ func startSharder(t testing.TB, registry *leases.Registry, opts assign.Options) 
 	}
 	if err := c.SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up controller: %v", err)
+	}
+	if setup != nil {
+		if err := setup(mgr); err != nil {
+			t.Fatalf("setting up: %v", err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
