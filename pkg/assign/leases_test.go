@@ -47,7 +47,7 @@ func TestWithLeaseController(t *testing.T) {
 	b := createLease(t, ns, "b")
 	names := createConfigMaps(t, ns, "cm", 20)
 	reg := leases.NewRegistry()
-	startSharderWith(t, reg, assign.Options{}, func(mgr ctrl.Manager) error {
+	startSharderWith(t, env.Config, reg, assign.Options{}, func(mgr ctrl.Manager) error {
 		return leases.NewController(leases.ControllerOptions{Registry: reg}).SetupWithManager(mgr)
 	})
 

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -50,14 +51,14 @@ var configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmap
 // until the test ends or the returned function is called.
 func startSharder(t testing.TB, registry *leases.Registry, opts assign.Options) (stop func()) {
 	t.Helper()
-	return startSharderWith(t, registry, opts, nil)
+	return startSharderWith(t, env.Config, registry, opts, nil)
 }
 
 // startSharderWith is startSharder; setup, when set, adds more parts to the
 // manager (such as the lease controller).
-func startSharderWith(t testing.TB, registry *leases.Registry, opts assign.Options, setup func(ctrl.Manager) error) (stop func()) {
+func startSharderWith(t testing.TB, cfg *rest.Config, registry *leases.Registry, opts assign.Options, setup func(ctrl.Manager) error) (stop func()) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Cache:                  cache.Options{ByObject: leases.CacheByObject()},
 		Scheme:                 env.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},

@@ -1,0 +1,103 @@
+package assign
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/leases"
+)
+
+func TestTransformKeepsOnlyWhatAssignmentNeeds(t *testing.T) {
+	r := &runner{shardLabel: v1alpha1.ShardLabel("web"), drainLabel: v1alpha1.DrainLabel("web")}
+	in := &metav1.PartialObjectMetadata{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "a", Namespace: "ns", UID: "u1", ResourceVersion: "7", Generation: 3,
+			Labels: map[string]string{
+				"shard.sharder.dev/web": "i1", "drain.sharder.dev/web": "true",
+				"shard.sharder.dev/other": "x", "app": "db",
+			},
+			Annotations:   map[string]string{"big": "value"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+			Finalizers:    []string{"f"},
+			OwnerReferences: []metav1.OwnerReference{
+				{APIVersion: "v1", Kind: "Secret", Name: "other", UID: "u2"},
+				{APIVersion: "apps/v1", Kind: "Deployment", Name: "d", UID: "u3", Controller: ptr.To(true)},
+			},
+		},
+	}
+	out, err := r.transformObject(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*metav1.PartialObjectMetadata)
+	if got.Name != "a" || got.Namespace != "ns" || got.UID != "u1" || got.ResourceVersion != "7" {
+		t.Errorf("identity lost: %+v", got.ObjectMeta)
+	}
+	if len(got.Labels) != 2 || got.Labels["shard.sharder.dev/web"] != "i1" || got.Labels["drain.sharder.dev/web"] != "true" {
+		t.Errorf("labels = %v, want only the ring's two", got.Labels)
+	}
+	if got.Annotations != nil || got.ManagedFields != nil || got.Finalizers != nil || got.Generation != 0 {
+		t.Errorf("kept fields assignment does not need: %+v", got.ObjectMeta)
+	}
+	if len(got.OwnerReferences) != 1 || got.OwnerReferences[0].UID != "u3" {
+		t.Errorf("ownerReferences = %v, want only the controller", got.OwnerReferences)
+	}
+	again, _ := r.transformObject(got)
+	if again.(*metav1.PartialObjectMetadata).Labels["shard.sharder.dev/web"] != "i1" || len(again.(*metav1.PartialObjectMetadata).OwnerReferences) != 1 {
+		t.Error("transform is not idempotent")
+	}
+	// Anything else passes through untouched.
+	if v, _ := r.transformObject("tombstone"); v != "tombstone" {
+		t.Errorf("non-metadata object changed: %v", v)
+	}
+}
+
+func TestDescribeMembershipChange(t *testing.T) {
+	ready := func(id string) leases.Member { return leases.Member{ID: id, State: leases.StateReady} }
+	for _, tc := range []struct {
+		name      string
+		prev, cur []leases.Member
+		want      string
+	}{
+		{"none", []leases.Member{ready("a")}, []leases.Member{ready("a")}, ""},
+		{"join", []leases.Member{ready("a")}, []leases.Member{ready("a"), ready("b")}, "b joined (ready); 2 of 2 instances ready"},
+		{"leave", []leases.Member{ready("a"), ready("b")}, []leases.Member{ready("a")}, "b left; 1 of 1 instances ready"},
+		{"state", []leases.Member{ready("a"), ready("b")}, []leases.Member{ready("a"), {ID: "b", State: leases.StateDead}}, "b ready -> dead; 1 of 2 instances ready"},
+		{"weight", []leases.Member{ready("a")}, []leases.Member{{ID: "a", State: leases.StateReady, VirtualNodes: 5}}, "a virtual nodes 0 -> 5; 1 of 1 instances ready"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := describeMembershipChange(tc.prev, tc.cur); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestBuildViewReusesRingWhenReadySetUnchanged(t *testing.T) {
+	cfg := &ringConfig{algorithm: v1alpha1.AlgorithmConsistentHash, virtualNodes: 16}
+	m := []leases.Member{{ID: "a", State: leases.StateReady}, {ID: "b", State: leases.StateExpired}}
+	v1, built, err := buildView(cfg, m, nil)
+	if err != nil || !built {
+		t.Fatalf("first build: %v, built=%v", err, built)
+	}
+	// b goes from expired to uncertain: the ready set is the same.
+	m2 := []leases.Member{{ID: "a", State: leases.StateReady}, {ID: "b", State: leases.StateUncertain}}
+	v2, built, err := buildView(cfg, m2, v1)
+	if err != nil || built {
+		t.Fatalf("second build: %v, built=%v; want the ring reused", err, built)
+	}
+	if v2.states["b"] != leases.StateUncertain {
+		t.Errorf("state of b = %s, want uncertain", v2.states["b"])
+	}
+	if id, err := v2.ring.Lookup("k"); err != nil || id != "a" {
+		t.Errorf("Lookup = %q, %v; want a (the only ready instance)", id, err)
+	}
+	m3 := []leases.Member{{ID: "a", State: leases.StateReady}, {ID: "b", State: leases.StateReady}}
+	if _, built, _ := buildView(cfg, m3, v2); !built {
+		t.Error("ring not rebuilt when b became ready")
+	}
+}
