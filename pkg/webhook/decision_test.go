@@ -1,0 +1,196 @@
+package webhook
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+)
+
+const (
+	testSharder  = "system:serviceaccount:sharder-system:sharder"
+	testInstance = "system:serviceaccount:operators:etcd-operator"
+)
+
+func testRing() *v1alpha1.ControllerRing {
+	return &v1alpha1.ControllerRing{
+		ObjectMeta: metav1.ObjectMeta{Name: "etcd"},
+		Spec: v1alpha1.ControllerRingSpec{
+			LeaseNamespace:          "operators",
+			Resources:               []v1alpha1.RingResource{{Group: "etcd.example.dev", Resource: "etcdclusters"}},
+			InstanceServiceAccounts: []v1alpha1.ServiceAccountReference{{Namespace: "operators", Name: "etcd-operator"}},
+		},
+	}
+}
+
+func present(v string) labelState { return labelState{present: true, value: v} }
+
+func TestDecide(t *testing.T) {
+	choose := func(instance, why string) choice {
+		return func() (string, string, error) { return instance, why, nil }
+	}
+	noChoice := func() (string, string, error) {
+		t.Error("choice asked for a request that is not a labelled creation")
+		return "", "", nil
+	}
+	for _, tc := range []struct {
+		name    string
+		req     labelRequest
+		choose  choice
+		allowed bool
+		reason  string
+		// message must contain these
+		message []string
+	}{{
+		name:    "labels unchanged",
+		req:     labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), newShard: present("a")},
+		allowed: true, reason: reasonUnchanged,
+	}, {
+		name:    "sharder relabels",
+		req:     labelRequest{op: admissionv1.Update, username: testSharder, oldShard: present("a"), newShard: present("b")},
+		allowed: true, reason: reasonSharder,
+	}, {
+		name:    "sharder sets drain label",
+		req:     labelRequest{op: admissionv1.Update, username: testSharder, oldShard: present("a"), newShard: present("a"), newDrain: present("true")},
+		allowed: true, reason: reasonSharder,
+	}, {
+		name: "user changes the shard label",
+		req:  labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), newShard: present("b")},
+		reason: reasonShardLabel, message: []string{`"shard.sharder.dev/etcd"`, `ring "etcd"`, "leave it as it is"},
+	}, {
+		name: "user removes the shard label",
+		req:  labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a")},
+		reason: reasonShardLabel, message: []string{`"shard.sharder.dev/etcd"`, `ring "etcd"`},
+	}, {
+		name: "user empties the shard label",
+		req:  labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), newShard: present("")},
+		reason: reasonShardLabel,
+	}, {
+		name: "user adds a drain label",
+		req:  labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), newShard: present("a"), newDrain: present("true")},
+		reason: reasonDrainLabel, message: []string{`"drain.sharder.dev/etcd"`, `ring "etcd"`, "acknowledges a drain by removing both"},
+	}, {
+		name: "user removes only the drain label",
+		req:  labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), newShard: present("a"), oldDrain: present("true")},
+		reason: reasonDrainLabel,
+	}, {
+		name:    "instance acknowledges a drain",
+		req:     labelRequest{op: admissionv1.Update, username: testInstance, oldShard: present("a"), oldDrain: present("true")},
+		allowed: true, reason: reasonAcknowledgement,
+	}, {
+		name: "user acknowledges a drain",
+		req:  labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), oldDrain: present("true")},
+		reason: reasonNotInstance, message: []string{"spec.instanceServiceAccounts", `"alice"`, `ring "etcd"`},
+	}, {
+		name: "instance removes the shard label without a drain",
+		req:  labelRequest{op: admissionv1.Update, username: testInstance, oldShard: present("a")},
+		reason: reasonShardLabel,
+	}, {
+		name: "instance keeps the shard label while removing the drain label",
+		req:  labelRequest{op: admissionv1.Update, username: testInstance, oldShard: present("a"), newShard: present("a"), oldDrain: present("true")},
+		reason: reasonDrainLabel,
+	}, {
+		name:    "create with the chosen instance",
+		req:     labelRequest{op: admissionv1.Create, username: testInstance, newShard: present("a")},
+		choose:  choose("a", ""),
+		allowed: true, reason: reasonAssignment,
+	}, {
+		name:   "create with the chosen instance by any user",
+		req:    labelRequest{op: admissionv1.Create, username: "alice", newShard: present("a")},
+		choose: choose("a", ""), allowed: true, reason: reasonAssignment,
+	}, {
+		name:   "create with another instance",
+		req:    labelRequest{op: admissionv1.Create, username: testInstance, newShard: present("b")},
+		choose: choose("a", ""),
+		reason: reasonWrongInstance, message: []string{`instance "a", not "b"`, "shard.sharder.dev/etcd=a"},
+	}, {
+		name:   "create with no instance to choose",
+		req:    labelRequest{op: admissionv1.Create, username: testInstance, newShard: present("a")},
+		choose: choose("", "the ring has no ready instance"),
+		reason: reasonNoChoice, message: []string{"no ready instance", "without the label"},
+	}, {
+		name: "create with a drain label",
+		req:  labelRequest{op: admissionv1.Create, username: testInstance, newShard: present("a"), newDrain: present("true")},
+		reason: reasonDrainLabel,
+	}, {
+		name: "create with only a drain label",
+		req:  labelRequest{op: admissionv1.Create, username: "alice", newDrain: present("true")},
+		reason: reasonDrainLabel,
+	}, {
+		name: "update adding the owner's label to an existing child",
+		req:  labelRequest{op: admissionv1.Update, username: testInstance, newShard: present("a")},
+		reason: reasonShardLabel,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.req.ring = "etcd"
+			c := tc.choose
+			if c == nil {
+				c = noChoice
+			}
+			v, err := decide(tc.req, testRing(), testSharder, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.allowed != tc.allowed || v.reason != tc.reason {
+				t.Fatalf("decide = allowed %v reason %q (%s), want allowed %v reason %q", v.allowed, v.reason, v.message, tc.allowed, tc.reason)
+			}
+			if !v.allowed && v.message == "" {
+				t.Fatal("denial without a message")
+			}
+			for _, m := range tc.message {
+				if !strings.Contains(v.message, m) {
+					t.Errorf("message %q does not contain %q", v.message, m)
+				}
+			}
+		})
+	}
+}
+
+func TestDecideReturnsChoiceFault(t *testing.T) {
+	boom := errors.New("leases not readable")
+	_, err := decide(labelRequest{ring: "etcd", op: admissionv1.Create, username: "x", newShard: present("a")}, testRing(), testSharder,
+		func() (string, string, error) { return "", "", boom })
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want the choice's error", err)
+	}
+}
+
+func TestRingFromPath(t *testing.T) {
+	for _, tc := range []struct {
+		path   string
+		ring   string
+		policy admissionregistrationv1.FailurePolicyType
+		ok     bool
+	}{
+		{ringPath("etcd", admissionregistrationv1.Fail), "etcd", admissionregistrationv1.Fail, true},
+		{ringPath("etcd", admissionregistrationv1.Ignore), "etcd", admissionregistrationv1.Ignore, true},
+		{PathPrefix + "etcd", "etcd", admissionregistrationv1.Ignore, true},
+		{PathPrefix, "", "", false},
+		{"/other/etcd", "", "", false},
+	} {
+		ring, policy, ok := ringFromPath(tc.path)
+		if ring != tc.ring || policy != tc.policy || ok != tc.ok {
+			t.Errorf("ringFromPath(%q) = %q %q %v, want %q %q %v", tc.path, ring, policy, ok, tc.ring, tc.policy, tc.ok)
+		}
+	}
+}
+
+func TestDecodeMetadata(t *testing.T) {
+	m, err := decodeMetadata([]byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","labels":{"x":"y"}},"data":{"big":"...."}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Name != "a" || m.Labels["x"] != "y" || m.Kind != "ConfigMap" {
+		t.Fatalf("decoded %+v", m)
+	}
+	for _, bad := range []string{"", "{", `{"metadata":"x"}`} {
+		if _, err := decodeMetadata([]byte(bad)); err == nil {
+			t.Errorf("decodeMetadata(%q): want an error", bad)
+		}
+	}
+}
