@@ -59,40 +59,40 @@ func TestDecide(t *testing.T) {
 		req:     labelRequest{op: admissionv1.Update, username: testSharder, oldShard: present("a"), newShard: present("a"), newDrain: present("true")},
 		allowed: true, reason: reasonSharder,
 	}, {
-		name: "user changes the shard label",
-		req:  labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), newShard: present("b")},
+		name:   "user changes the shard label",
+		req:    labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), newShard: present("b")},
 		reason: reasonShardLabel, message: []string{`"shard.sharder.dev/etcd"`, `ring "etcd"`, "leave it as it is"},
 	}, {
-		name: "user removes the shard label",
-		req:  labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a")},
+		name:   "user removes the shard label",
+		req:    labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a")},
 		reason: reasonShardLabel, message: []string{`"shard.sharder.dev/etcd"`, `ring "etcd"`},
 	}, {
-		name: "user empties the shard label",
-		req:  labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), newShard: present("")},
+		name:   "user empties the shard label",
+		req:    labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), newShard: present("")},
 		reason: reasonShardLabel,
 	}, {
-		name: "user adds a drain label",
-		req:  labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), newShard: present("a"), newDrain: present("true")},
+		name:   "user adds a drain label",
+		req:    labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), newShard: present("a"), newDrain: present("true")},
 		reason: reasonDrainLabel, message: []string{`"drain.sharder.dev/etcd"`, `ring "etcd"`, "acknowledges a drain by removing both"},
 	}, {
-		name: "user removes only the drain label",
-		req:  labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), newShard: present("a"), oldDrain: present("true")},
+		name:   "user removes only the drain label",
+		req:    labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), newShard: present("a"), oldDrain: present("true")},
 		reason: reasonDrainLabel,
 	}, {
 		name:    "instance acknowledges a drain",
 		req:     labelRequest{op: admissionv1.Update, username: testInstance, oldShard: present("a"), oldDrain: present("true")},
 		allowed: true, reason: reasonAcknowledgement,
 	}, {
-		name: "user acknowledges a drain",
-		req:  labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), oldDrain: present("true")},
+		name:   "user acknowledges a drain",
+		req:    labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), oldDrain: present("true")},
 		reason: reasonNotInstance, message: []string{"spec.instanceServiceAccounts", `"alice"`, `ring "etcd"`},
 	}, {
-		name: "instance removes the shard label without a drain",
-		req:  labelRequest{op: admissionv1.Update, username: testInstance, oldShard: present("a")},
+		name:   "instance removes the shard label without a drain",
+		req:    labelRequest{op: admissionv1.Update, username: testInstance, oldShard: present("a")},
 		reason: reasonShardLabel,
 	}, {
-		name: "instance keeps the shard label while removing the drain label",
-		req:  labelRequest{op: admissionv1.Update, username: testInstance, oldShard: present("a"), newShard: present("a"), oldDrain: present("true")},
+		name:   "instance keeps the shard label while removing the drain label",
+		req:    labelRequest{op: admissionv1.Update, username: testInstance, oldShard: present("a"), newShard: present("a"), oldDrain: present("true")},
 		reason: reasonDrainLabel,
 	}, {
 		name:    "create with the chosen instance",
@@ -114,16 +114,16 @@ func TestDecide(t *testing.T) {
 		choose: choose("", "the ring has no ready instance"),
 		reason: reasonNoChoice, message: []string{"no ready instance", "without the label"},
 	}, {
-		name: "create with a drain label",
-		req:  labelRequest{op: admissionv1.Create, username: testInstance, newShard: present("a"), newDrain: present("true")},
+		name:   "create with a drain label",
+		req:    labelRequest{op: admissionv1.Create, username: testInstance, newShard: present("a"), newDrain: present("true")},
 		reason: reasonDrainLabel,
 	}, {
-		name: "create with only a drain label",
-		req:  labelRequest{op: admissionv1.Create, username: "alice", newDrain: present("true")},
+		name:   "create with only a drain label",
+		req:    labelRequest{op: admissionv1.Create, username: "alice", newDrain: present("true")},
 		reason: reasonDrainLabel,
 	}, {
-		name: "update adding the owner's label to an existing child",
-		req:  labelRequest{op: admissionv1.Update, username: testInstance, newShard: present("a")},
+		name:   "update adding the owner's label to an existing child",
+		req:    labelRequest{op: admissionv1.Update, username: testInstance, newShard: present("a")},
 		reason: reasonShardLabel,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
