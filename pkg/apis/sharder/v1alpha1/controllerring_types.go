@@ -238,7 +238,3 @@ type ControllerRingList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ControllerRing `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&ControllerRing{}, &ControllerRingList{})
-}
