@@ -189,7 +189,8 @@ func (r *recorder) overlaps() []string {
 type instanceConfig struct {
 	ring, namespace, id string
 	rec                 *recorder
-	// work is how long each reconcile works.
+	// work is how long each reconcile of controller "a" works; controller
+	// "b" works a tenth of it.
 	work time.Duration
 	// hook, when set, runs inside the user reconciler of each controller
 	// ("a" or "b") before the work.
@@ -277,7 +278,11 @@ func startInstance(t *testing.T, cfg instanceConfig) *testInstance {
 			if cfg.hook != nil {
 				cfg.hook(ctx, name, req)
 			}
-			time.Sleep(cfg.work) // the controller's work
+			if name == "a" { // the controller's work
+				time.Sleep(cfg.work)
+			} else {
+				time.Sleep(cfg.work / 10)
+			}
 			return reconcile.Result{}, nil
 		})
 		wrapped, err := inst.Wrap(&corev1.ConfigMap{}, user)
