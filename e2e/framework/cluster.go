@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -29,6 +30,8 @@ type ClusterOptions struct {
 	CRDs []string
 	// Operator builds the example operator too. Default: false.
 	Operator bool
+	// Scheme of the admin client. Default: Scheme().
+	Scheme *runtime.Scheme
 }
 
 // Cluster is a local control plane with the sharder's binaries and the
@@ -65,7 +68,7 @@ func NewCluster(opts ClusterOptions) (*Cluster, error) {
 	if c.Binaries, err = Build(BuildOptions{Dir: filepath.Join(opts.Dir, "bin"), Operator: opts.Operator}); err != nil {
 		return nil, err
 	}
-	if c.ControlPlane, err = StartControlPlane(ControlPlaneOptions{Dir: filepath.Join(opts.Dir, "kubeconfigs"), CRDs: opts.CRDs}); err != nil {
+	if c.ControlPlane, err = StartControlPlane(ControlPlaneOptions{Dir: filepath.Join(opts.Dir, "kubeconfigs"), CRDs: opts.CRDs, Scheme: opts.Scheme}); err != nil {
 		return nil, err
 	}
 	if c.SharderUser, err = c.ControlPlane.AddUser("sharder", SharderUserName, "system:masters"); err != nil {
@@ -234,5 +237,5 @@ const leaderMessage = "successfully acquired lease"
 // replica that loses its leadership exits, so a running replica that once
 // acquired the lease still leads.
 func IsLeader(s *Sharder) bool {
-	return !s.Exited() && strings.Contains(s.Logs(), leaderMessage)
+	return !s.Exited() && strings.Contains(strings.ToLower(s.Logs()), leaderMessage)
 }

@@ -1,0 +1,12 @@
+// Package e2e is the end-to-end suite: it builds the sharder and the example
+// etcd operator, starts a local control plane (real etcd and
+// kube-apiserver), runs the sharder as two leader-elected replicas with its
+// webhook and several operator processes as instances, and drives the
+// scenarios users meet: initial assignment, scale-out and scale-in, an
+// instance killed, the sharder leader killed, forbidden label edits, and a
+// churn run checked for overlapping reconciles.
+//
+// Each scenario is a function taking an input struct, run by a Test
+// function; `go test ./e2e/...` (or `make e2e`) runs them all. Process logs
+// are printed when a scenario fails.
+package e2e

@@ -1,0 +1,443 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/e2e/framework"
+	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
+	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+)
+
+var (
+	etcdClusters    = etcdv1alpha1.GroupVersion.WithResource("etcdclusters")
+	etcdClusterKind = schema.GroupKind{Group: etcdv1alpha1.GroupVersion.Group, Kind: "EtcdCluster"}
+)
+
+// instanceAccount is the ServiceAccount the operator's instances run as.
+const instanceAccount = "etcd-operator"
+
+// ringOptions shape one scenario's ring.
+type ringOptions struct {
+	// Sharders is the number of sharder replicas. Default: 2.
+	Sharders int
+	// LeaseDuration of the instances' Leases. Default: 3s.
+	LeaseDuration time.Duration
+	// DrainTimeout of the ring. Default: 5s.
+	DrainTimeout time.Duration
+}
+
+// ringEnv is one scenario's world: a ring of EtcdClusters in a namespace of
+// its own, its sharder replicas and operator instances, and a tracker of
+// the EtcdClusters' labels.
+type ringEnv struct {
+	t    *testing.T
+	g    gomega.Gomega
+	ctx  context.Context
+	opts ringOptions
+	c    client.Client
+
+	ring             string
+	namespace        string
+	leaseNamespace   string
+	sharderNamespace string
+	reconcileLogs    string
+	instanceUser     *framework.User
+	tracker          *framework.Tracker
+
+	mu        sync.Mutex
+	sharders  []*framework.Sharder
+	instances map[string]*framework.Process
+	procs     framework.Processes
+}
+
+// newRingEnv creates the namespaces and the ring and starts the sharder
+// replicas. Processes are stopped when the test ends; their logs are
+// printed if it failed.
+func newRingEnv(t *testing.T, opts ringOptions) *ringEnv {
+	t.Helper()
+	if opts.Sharders == 0 {
+		opts.Sharders = 2
+	}
+	if opts.LeaseDuration == 0 {
+		opts.LeaseDuration = 3 * time.Second
+	}
+	if opts.DrainTimeout == 0 {
+		opts.DrainTimeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	suffix := make([]byte, 3)
+	_, _ = rand.Read(suffix)
+	name := "e2e-" + hex.EncodeToString(suffix)
+	e := &ringEnv{
+		t: t, g: gomega.NewWithT(t), ctx: ctx, opts: opts, c: cluster.Client(),
+		ring: name, namespace: name, leaseNamespace: name + "-instances", sharderNamespace: name + "-sharder",
+		reconcileLogs: filepath.Join(cluster.Dir, name, "reconciles"),
+		instances:     map[string]*framework.Process{},
+	}
+	t.Cleanup(func() {
+		e.stopAll()
+		if t.Failed() {
+			e.procs.DumpLogs(os.Stderr)
+		}
+		cancel()
+		r := &sharderv1alpha1.ControllerRing{ObjectMeta: metav1.ObjectMeta{Name: e.ring}}
+		_ = client.IgnoreNotFound(e.c.Delete(context.Background(), r))
+		// Nothing collects a test's Services (no controller manager), and
+		// each holds one of the API server's few ClusterIPs.
+		_ = e.c.DeleteAllOf(context.Background(), &corev1.Service{}, client.InNamespace(e.namespace))
+	})
+	g := e.g
+	g.Expect(os.MkdirAll(e.reconcileLogs, 0o750)).To(gomega.Succeed())
+	g.Expect(e.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.namespace,
+		Labels: map[string]string{"e2e.sharder.dev/ring": e.ring}}})).To(gomega.Succeed())
+	g.Expect(framework.EnsureNamespace(ctx, e.c, e.leaseNamespace)).To(gomega.Succeed())
+
+	var err error
+	e.instanceUser, err = cluster.ControlPlane.AddServiceAccountUser(e.ring+"-instance", e.leaseNamespace, instanceAccount)
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+
+	drain := metav1.Duration{Duration: opts.DrainTimeout}
+	r := &sharderv1alpha1.ControllerRing{
+		ObjectMeta: metav1.ObjectMeta{Name: e.ring},
+		Spec: sharderv1alpha1.ControllerRingSpec{
+			LeaseNamespace: e.leaseNamespace,
+			Resources: []sharderv1alpha1.RingResource{{
+				Group:    etcdClusterKind.Group,
+				Resource: etcdClusters.Resource,
+				// Everything an EtcdCluster controls follows it.
+				ControlledResources: []metav1.GroupResource{
+					{Group: "", Resource: "configmaps"},
+					{Group: "", Resource: "services"},
+					{Group: "apps", Resource: "statefulsets"},
+					{Group: "policy", Resource: "poddisruptionbudgets"},
+					{Group: "", Resource: "pods"},
+				},
+			}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"e2e.sharder.dev/ring": e.ring}},
+			DrainTimeout:            &drain,
+			InstanceServiceAccounts: []sharderv1alpha1.ServiceAccountReference{{Namespace: e.leaseNamespace, Name: instanceAccount}},
+		},
+	}
+	g.Expect(e.c.Create(ctx, r)).To(gomega.Succeed())
+
+	e.tracker, err = framework.NewTracker(cluster.ControlPlane.Config, etcdClusters, e.namespace, e.ring)
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	g.Expect(e.tracker.Start(ctx)).To(gomega.Succeed())
+	return e
+}
+
+// startSharders starts the configured number of sharder replicas and waits
+// until one of them leads.
+func (e *ringEnv) startSharders() {
+	e.t.Helper()
+	for i := range e.opts.Sharders {
+		e.startSharder(fmt.Sprintf("%s-sharder-%d", e.ring, i))
+	}
+	e.leader()
+}
+
+func (e *ringEnv) startSharder(name string) *framework.Sharder {
+	e.t.Helper()
+	s, err := cluster.StartSharder(e.ctx, framework.SharderOptions{Name: name, Namespace: e.sharderNamespace})
+	e.g.Expect(err).NotTo(gomega.HaveOccurred())
+	e.procs.Add(s.Process)
+	e.mu.Lock()
+	e.sharders = append(e.sharders, s)
+	e.mu.Unlock()
+	return s
+}
+
+// leader waits until exactly one running replica says it leads and
+// returns it.
+func (e *ringEnv) leader() *framework.Sharder {
+	e.t.Helper()
+	var leader *framework.Sharder
+	e.g.Eventually(func() error {
+		leader = nil
+		for _, s := range e.liveSharders() {
+			if framework.IsLeader(s) {
+				if leader != nil {
+					return fmt.Errorf("both %s and %s lead", leader.Name, s.Name)
+				}
+				leader = s
+			}
+		}
+		if leader == nil {
+			return fmt.Errorf("no sharder replica leads yet")
+		}
+		return nil
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(gomega.Succeed())
+	return leader
+}
+
+func (e *ringEnv) liveSharders() []*framework.Sharder {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []*framework.Sharder
+	for _, s := range e.sharders {
+		if !s.Exited() {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// startInstance starts an operator instance with identity id and waits
+// until it holds its Lease.
+func (e *ringEnv) startInstance(id string) *framework.Process {
+	e.t.Helper()
+	p, err := cluster.Start(framework.ProcessOptions{
+		Name: e.ring + "-" + id, Path: cluster.Binaries.Operator,
+		Args: operatorArgs(e, id),
+		Env:  []string{"POD_NAME=" + id, "POD_NAMESPACE=" + e.leaseNamespace},
+	})
+	e.g.Expect(err).NotTo(gomega.HaveOccurred())
+	e.procs.Add(p)
+	e.mu.Lock()
+	e.instances[id] = p
+	e.mu.Unlock()
+	e.g.Eventually(func() error {
+		if p.Exited() {
+			return gomega.StopTrying(fmt.Sprintf("instance %s exited: %v", id, p.ExitError()))
+		}
+		var lease coordinationv1.Lease
+		if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.leaseNamespace, Name: id}, &lease); err != nil {
+			return err
+		}
+		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != id {
+			return fmt.Errorf("lease %s not held by its instance", id)
+		}
+		return nil
+	}).WithTimeout(time.Minute).WithPolling(100 * time.Millisecond).Should(gomega.Succeed())
+	return p
+}
+
+// reconcileLog is the path of an instance's reconcile log.
+func (e *ringEnv) reconcileLog(id string) string {
+	return filepath.Join(e.reconcileLogs, id+".jsonl")
+}
+
+// stopInstance stops an instance gracefully (SIGTERM) and expects a clean
+// exit.
+func (e *ringEnv) stopInstance(id string) {
+	e.t.Helper()
+	e.g.Expect(e.instance(id).Stop(30 * time.Second)).To(gomega.Succeed())
+}
+
+// killInstance kills an instance with SIGKILL.
+func (e *ringEnv) killInstance(id string) {
+	e.t.Helper()
+	e.g.Expect(e.instance(id).Kill()).To(gomega.Succeed())
+}
+
+func (e *ringEnv) instance(id string) *framework.Process {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p, ok := e.instances[id]
+	if !ok {
+		e.t.Fatalf("no instance %s", id)
+	}
+	return p
+}
+
+// liveInstances returns the IDs of the running instances, sorted.
+func (e *ringEnv) liveInstances() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var ids []string
+	for id, p := range e.instances {
+		if !p.Exited() {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// stopAll stops instances first (so they release their Leases while the
+// sharder still runs), then the sharders.
+func (e *ringEnv) stopAll() {
+	e.mu.Lock()
+	instances := make([]*framework.Process, 0, len(e.instances))
+	for _, p := range e.instances {
+		instances = append(instances, p)
+	}
+	sharders := append([]*framework.Sharder(nil), e.sharders...)
+	e.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range instances {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = p.Stop(15 * time.Second) }()
+	}
+	wg.Wait()
+	for _, s := range sharders {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = s.Stop(15 * time.Second) }()
+	}
+	wg.Wait()
+}
+
+// newCluster returns an EtcdCluster of the scenario's namespace.
+func (e *ringEnv) newCluster(name string) *etcdv1alpha1.EtcdCluster {
+	return &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: e.namespace, Name: name},
+		Spec:       etcdv1alpha1.EtcdClusterSpec{Size: 1},
+	}
+}
+
+// createClusters creates n EtcdClusters named prefix-<i>.
+func (e *ringEnv) createClusters(prefix string, n int) []string {
+	e.t.Helper()
+	keys := make([]string, n)
+	for i := range n {
+		obj := e.newCluster(fmt.Sprintf("%s-%03d", prefix, i))
+		e.g.Expect(e.c.Create(e.ctx, obj)).To(gomega.Succeed())
+		keys[i] = e.namespace + "/" + obj.Name
+	}
+	return keys
+}
+
+// waitSettled waits until n EtcdClusters sit on the instances the ring of
+// the given instances (default: the running ones) chooses, none draining.
+func (e *ringEnv) waitSettled(n int, timeout time.Duration, instances ...string) framework.Assignment {
+	e.t.Helper()
+	if len(instances) == 0 {
+		instances = e.liveInstances()
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, timeout)
+	defer cancel()
+	if err := e.tracker.Wait(ctx, framework.SettledOn(etcdClusterKind, n, instances...)); err != nil {
+		e.t.Fatalf("EtcdClusters of ring %s did not settle on %v within %s: %v", e.ring, instances, timeout, err)
+	}
+	return e.tracker.Assignment()
+}
+
+// records reads every instance's reconcile log.
+func (e *ringEnv) records() []framework.ReconcileRecord {
+	e.t.Helper()
+	var all []framework.ReconcileRecord
+	entries, err := os.ReadDir(e.reconcileLogs)
+	e.g.Expect(err).NotTo(gomega.HaveOccurred())
+	for _, entry := range entries {
+		recs, err := framework.ReadReconcileLog(filepath.Join(e.reconcileLogs, entry.Name()))
+		e.g.Expect(err).NotTo(gomega.HaveOccurred())
+		all = append(all, recs...)
+	}
+	return all
+}
+
+// intervals pairs the reconcile records; a reconcile left open by a killed
+// instance lasts until the instance's exit.
+func (e *ringEnv) intervals() []framework.Interval {
+	exited := map[string]time.Time{}
+	e.mu.Lock()
+	for id, p := range e.instances {
+		if t, ok := p.ExitTime(); ok {
+			exited[id] = t
+		}
+	}
+	e.mu.Unlock()
+	return framework.Intervals(e.records(), exited, time.Now())
+}
+
+// expectNoOverlap fails the test if two instances ever reconciled one
+// object at the same time.
+func (e *ringEnv) expectNoOverlap() []framework.Interval {
+	e.t.Helper()
+	ivs := e.intervals()
+	overlaps := framework.Overlaps(ivs)
+	if len(overlaps) > 0 {
+		msgs := make([]string, 0, len(overlaps))
+		for _, o := range overlaps {
+			msgs = append(msgs, o.String())
+		}
+		e.t.Fatalf("%d overlapping reconciles:\n%s", len(overlaps), strings.Join(msgs, "\n"))
+	}
+	return ivs
+}
+
+// expectReconciledByOwner waits until every EtcdCluster's current
+// generation has been reconciled to the end by the instance it is
+// assigned to.
+func (e *ringEnv) expectReconciledByOwner(timeout time.Duration) {
+	e.t.Helper()
+	e.g.Eventually(func() error {
+		last := framework.LastReconcile(e.intervals())
+		var bad []string
+		for _, o := range e.tracker.Snapshot() {
+			iv, ok := last[o.Key]
+			switch {
+			case !ok:
+				bad = append(bad, o.Key+" never reconciled")
+			case iv.Instance != o.Instance:
+				bad = append(bad, fmt.Sprintf("%s last reconciled by %s, assigned to %s", o.Key, iv.Instance, o.Instance))
+			case iv.Error != "":
+				bad = append(bad, fmt.Sprintf("%s: last reconcile failed: %s", o.Key, iv.Error))
+			case iv.Generation < o.Generation:
+				bad = append(bad, fmt.Sprintf("%s last reconciled at generation %d, now %d", o.Key, iv.Generation, o.Generation))
+			}
+		}
+		if len(bad) > 0 {
+			n := len(bad)
+			bad = bad[:min(n, 5)]
+			return fmt.Errorf("%d objects not reconciled after their last change: %s", n, strings.Join(bad, "; "))
+		}
+		return nil
+	}).WithTimeout(timeout).WithPolling(250 * time.Millisecond).Should(gomega.Succeed())
+}
+
+// lease reads an instance's Lease.
+func (e *ringEnv) lease(id string) *coordinationv1.Lease {
+	e.t.Helper()
+	var l coordinationv1.Lease
+	e.g.Expect(e.c.Get(e.ctx, client.ObjectKey{Namespace: e.leaseNamespace, Name: id}, &l)).To(gomega.Succeed())
+	return &l
+}
+
+// ignoreGone treats a deleted object as success.
+func ignoreGone(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// metav1ControllerOf returns the name of obj's controller, "" if none.
+func metav1ControllerOf(obj client.Object) string {
+	if ref := metav1.GetControllerOf(obj); ref != nil {
+		return ref.Name
+	}
+	return ""
+}
+
+// operatorArgs is the example operator's command line for instance id.
+func operatorArgs(e *ringEnv, id string) []string {
+	return []string{
+		"--kubeconfig", e.instanceUser.Kubeconfig,
+		"--ring", e.ring,
+		"--lease-namespace", e.leaseNamespace,
+		"--instance", id,
+		"--lease-duration", e.opts.LeaseDuration.String(),
+		"--reconcile-log", e.reconcileLog(id),
+		"--metrics-bind-address", "0",
+		"--health-probe-bind-address", "0",
+	}
+}

@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/e2e/framework"
+	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+)
+
+// isDenied reports whether err is an admission webhook's denial.
+func isDenied(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "denied the request")
+}
+
+// ForbiddenEditsInput configures ForbiddenEditsSpec.
+type ForbiddenEditsInput struct {
+	// Instances of the operator.
+	Instances int
+	// Timeout bounds each wait.
+	Timeout time.Duration
+}
+
+// ForbiddenEditsSpec: nobody but the sharder may set, change or remove a
+// shard or drain label; the denial names the label and the ring. Ordinary
+// edits pass, and so does a new object labelled with the instance the
+// sharder would choose.
+func ForbiddenEditsSpec(t *testing.T, in ForbiddenEditsInput) {
+	e := newRingEnv(t, ringOptions{})
+	for i := range in.Instances {
+		e.startInstance(fmt.Sprintf("instance-%d", i))
+	}
+	e.startSharders()
+	e.createClusters("obj", 1)
+	a := e.waitSettled(1, in.Timeout)
+	name := "obj-000"
+	owner := a[0].Instance
+	shard, drain := sharderv1alpha1.ShardLabel(e.ring), sharderv1alpha1.DrainLabel(e.ring)
+
+	instanceClient, err := client.New(e.instanceUser.Config, client.Options{Scheme: cluster.ControlPlane.Env.Scheme})
+	e.g.Expect(err).NotTo(gomega.HaveOccurred())
+	adminClient := e.c
+
+	patch := func(c client.Client, labels string) error {
+		return c.Patch(e.ctx, e.newCluster(name), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":`+labels+`}}`)))
+	}
+	denials := []struct {
+		what   string
+		c      client.Client
+		labels string
+		label  string
+	}{
+		{"moving the object to another instance", adminClient, fmt.Sprintf(`{%q:"elsewhere"}`, shard), shard},
+		{"removing the shard label", adminClient, fmt.Sprintf(`{%q:null}`, shard), shard},
+		{"asking for a drain", adminClient, fmt.Sprintf(`{%q:"true"}`, drain), drain},
+		{"an instance dropping an object it was not asked to drain", instanceClient, fmt.Sprintf(`{%q:null,%q:null}`, shard, drain), shard},
+	}
+	for _, d := range denials {
+		err := patch(d.c, d.labels)
+		e.g.Expect(isDenied(err)).To(gomega.BeTrue(), "%s: want a denial, got %v", d.what, err)
+		e.g.Expect(err.Error()).To(gomega.ContainSubstring(d.label), "%s: the denial names the label", d.what)
+		e.g.Expect(err.Error()).To(gomega.ContainSubstring(e.ring), "%s: the denial names the ring", d.what)
+	}
+	e.g.Consistently(func() string {
+		o, _ := e.tracker.Get(e.namespace + "/" + name)
+		return o.Instance
+	}).WithTimeout(time.Second).Should(gomega.Equal(owner), "denied edits leave the assignment alone")
+
+	// An ordinary edit passes.
+	e.g.Expect(patch(adminClient, `{"team":"storage"}`)).To(gomega.Succeed())
+
+	// Creating an object with a wrong shard label is denied; with the
+	// sharder's choice it is allowed.
+	key := e.namespace + "/labelled"
+	want, err := framework.Desired(etcdClusterKind, []string{key}, e.liveInstances())
+	e.g.Expect(err).NotTo(gomega.HaveOccurred())
+	wrong := e.newCluster("labelled")
+	for _, id := range e.liveInstances() {
+		if id != want[key] {
+			wrong.Labels = map[string]string{shard: id}
+			break
+		}
+	}
+	err = adminClient.Create(e.ctx, wrong)
+	e.g.Expect(isDenied(err)).To(gomega.BeTrue(), "creating with another instance's label: want a denial, got %v", err)
+	right := e.newCluster("labelled")
+	right.Labels = map[string]string{shard: want[key]}
+	e.g.Expect(adminClient.Create(e.ctx, right)).To(gomega.Succeed())
+	e.waitSettled(2, in.Timeout)
+
+	// A denial is not an error of the webhook.
+	e.g.Expect(apierrors.IsInternalError(patch(adminClient, fmt.Sprintf(`{%q:"elsewhere"}`, shard)))).To(gomega.BeFalse())
+}
+
+func TestForbiddenEdits(t *testing.T) {
+	ForbiddenEditsSpec(t, ForbiddenEditsInput{Instances: 2, Timeout: 60 * time.Second})
+}
