@@ -23,10 +23,11 @@ import (
 	"github.com/sharder-dev/sharder/pkg/leases"
 )
 
-// The instance reads and renews its Lease, reads its objects and removes the
-// shard and drain labels of those it drains (the reconciled resources need
-// get, list, watch and patch as well: grant them for your resources).
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
+// RBAC: the instance runs inside the user's controller, whose role this
+// package cannot generate (a +kubebuilder:rbac marker here would land in the
+// sharder's own role). The controller's service account needs get, create
+// and update on Leases in the ring's lease namespace, and patch on the ring's
+// main resources for drain acknowledgements (docs/instance.md).
 
 // Instance is one instance of a ring on a controller-runtime manager: it holds
 // the instance's Lease, admits reconciles only while it holds it, tracks the
