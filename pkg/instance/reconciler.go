@@ -127,7 +127,7 @@ func (r *reconciler) acknowledge(ctx context.Context, key inflight.Key, cached c
 		return reconcile.Result{}, nil // another controller of this instance acknowledges it
 	}
 	r.inst.acked.Store(key, struct{}{})
-	var obj client.Object = cached
+	obj := cached
 	if cp, ok := cached.DeepCopyObject().(client.Object); ok {
 		obj = cp
 	}
@@ -135,6 +135,10 @@ func (r *reconciler) acknowledge(ctx context.Context, key inflight.Key, cached c
 		err := drain.Acknowledge(ctx, r.inst.client, obj, r.inst.opts.Ring)
 		if err == nil {
 			log.Info("Drain acknowledged", "object", klog.KObj(obj))
+			return reconcile.Result{}, nil
+		}
+		if apierrors.IsNotFound(err) { // deleted meanwhile: nothing left to hand over
+			r.inst.acked.Delete(key)
 			return reconcile.Result{}, nil
 		}
 		if !apierrors.IsConflict(err) || attempt == acknowledgeAttempts {
