@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -116,7 +117,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		k.caBundle = fileCABundle(dir)
 	}
 
-	srv.Register(PathPrefix, &admission.Webhook{Handler: h, WithContextFunc: withPath})
+	log := mgr.GetLogger().WithName("label-webhook")
+	srv.Register(PathPrefix, &admission.Webhook{
+		Handler:         h,
+		WithContextFunc: withPath,
+		LogConstructor: func(_ logr.Logger, req *admission.Request) logr.Logger {
+			return admission.DefaultLogConstructor(log, req)
+		},
+	})
 
 	toKey := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{key}

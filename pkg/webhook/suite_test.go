@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -40,6 +42,9 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
+	// Each manager logs through its own logger (Options.Logger); the
+	// process-wide one is silenced.
+	logf.SetLogger(logr.Discard())
 	scheme := testenv.DefaultScheme()
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
 	os.Exit(testenv.Run(m, &env, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}, Scheme: scheme}))
