@@ -302,9 +302,12 @@ func BenchmarkAssignmentLatency(b *testing.B) {
 		reg := leases.NewRegistry()
 		reg.Set(ns, members(leases.StateReady, "a", "b", "c"))
 		benchRing(b, ns)
-		startSharder(b, reg, assign.Options{})
+		startSharder(b, reg, assign.Options{Workers: benchWorkers()})
 		p := newPlacement(ns)
 		watchPlacement(b, ns, p)
+		// Measure a running sharder: wait until it assigned a first object.
+		p.expect(map[string]string{createMany(b, ns, "warm-up", 1)[0]: ""})
+		p.wait(b, time.Minute)
 		n := int(rate * duration / time.Second)
 		names := make([]string, n)
 		for i := range names {
@@ -362,7 +365,7 @@ func BenchmarkRebalance3To4(b *testing.B) {
 		p := newPlacement(ns)
 		watchPlacement(b, ns, p)
 		p.expect(wantAll(names, func(n string) string { return expected(b, three, ns, n) }))
-		startSharder(b, reg, assign.Options{})
+		startSharder(b, reg, assign.Options{Workers: benchWorkers()})
 		p.wait(b, 2*time.Minute)
 		fastAcknowledger(b, ns, ns)
 		p.expect(wantAll(names, func(n string) string { return expected(b, four, ns, n) }))
