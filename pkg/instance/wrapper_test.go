@@ -172,6 +172,7 @@ func TestDeletionReachesReconciler(t *testing.T) {
 	cm := createConfigMap(t, ns, "doomed", map[string]string{v1alpha1.ShardLabel(ring): id})
 	createConfigMap(t, ns, "elsewhere", map[string]string{v1alpha1.ShardLabel(ring): "i2"})
 	g.Eventually(func() []interval { return rec.runsOf("doomed", id) }, 20*time.Second).ShouldNot(BeEmpty())
+	g.Eventually(func() bool { _, ok := rec.gainedAt(id, "doomed"); return ok }, 10*time.Second).Should(BeTrue())
 
 	g.Expect(env.Client.Delete(context.Background(), cm)).To(Succeed())
 	g.Eventually(func() bool {
@@ -203,7 +204,7 @@ func TestNoReconcileBeforeLeaseIsHeld(t *testing.T) {
 	g.Expect(env.Client.Create(ctx, lease)).To(Succeed())
 
 	rec := newRecorder()
-	ti := startInstance(t, instanceConfig{ring: ring, namespace: ns, id: id, rec: rec})
+	startInstance(t, instanceConfig{ring: ring, namespace: ns, id: id, rec: rec})
 	createConfigMap(t, ns, "waiting", map[string]string{v1alpha1.ShardLabel(ring): id})
 	g.Eventually(func() int { return rec.requestsOf(id, "a", "waiting") }, 20*time.Second).Should(BeNumerically(">=", 1))
 	g.Consistently(func() []interval { return rec.runsOf("waiting", id) }, time.Second).Should(BeEmpty(),
@@ -215,7 +216,6 @@ func TestNoReconcileBeforeLeaseIsHeld(t *testing.T) {
 	lease.Spec.HolderIdentity = ptr.To("")
 	g.Expect(env.Client.Update(ctx, lease)).To(Succeed())
 	g.Eventually(func() []interval { return rec.runsOf("waiting", id) }, 10*time.Second).ShouldNot(BeEmpty())
-	_ = ti
 }
 
 func TestShutdownWaitsForReconcileBeforeRelease(t *testing.T) {
