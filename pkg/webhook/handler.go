@@ -213,7 +213,8 @@ func (h *labelHandler) ownerInstance(ctx context.Context, rg *v1alpha1.Controlle
 	}
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	if err != nil {
-		return "", fmt.Sprintf("its controller's apiVersion %q is malformed", ref.APIVersion), nil
+		// A malformed reference is the request's fault: deny, do not fail.
+		return "", fmt.Sprintf("its controller's apiVersion %q is malformed: %v", ref.APIVersion, err), nil
 	}
 	gvk := gv.WithKind(ref.Kind)
 	mapping, err := h.mapper.RESTMapping(gvk.GroupKind(), gv.Version)

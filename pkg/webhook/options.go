@@ -119,7 +119,7 @@ const (
 	DefaultServiceName       = "sharder-webhook"
 	DefaultServicePort       = 443
 	DefaultTimeoutSeconds    = 5
-	DefaultSecretName        = "sharder-webhook-tls"
+	DefaultSecretName        = "sharder-webhook-tls" //nolint:gosec // a Secret's name, not a credential
 	DefaultCAValidity        = 2 * 365 * 24 * time.Hour
 	DefaultCARenewBefore     = 180 * 24 * time.Hour
 	DefaultCertValidity      = 90 * 24 * time.Hour

@@ -322,8 +322,9 @@ func (r *reconciler) issue(ca authority, caKey crypto.Signer) (certPEM, keyPEM [
 // ParseBundle returns the certificates of a PEM bundle, skipping anything
 // unreadable.
 func ParseBundle(pemBytes []byte) []*x509.Certificate {
-	var out []*x509.Certificate
-	for _, a := range parseCerts(pemBytes) {
+	authorities := parseCerts(pemBytes)
+	out := make([]*x509.Certificate, 0, len(authorities))
+	for _, a := range authorities {
 		out = append(out, a.cert)
 	}
 	return out
