@@ -1,0 +1,348 @@
+// Command demo runs the sharder as people would on a laptop: a local control
+// plane, two sharder replicas, three instances of the example etcd operator
+// and a hundred EtcdClusters; then a fourth instance joins and the objects
+// rebalance. It keeps everything running for kubectl until Ctrl-C and then
+// cleans up. `make demo` runs it through hack/demo.sh.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sharder-dev/sharder/e2e/framework"
+	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
+	"github.com/sharder-dev/sharder/internal/testenv"
+	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+)
+
+// The example's ring, as its manifest declares it.
+const ringManifest = "examples/etcd-operator/config/ring/controllerring.yaml"
+
+// demoNamespace holds the EtcdClusters.
+const demoNamespace = "demo"
+
+func main() {
+	dir := flag.String("dir", "bin/demo", "folder for the demo's kubeconfigs, binaries and logs (emptied first)")
+	clusters := flag.Int("clusters", 100, "EtcdClusters to create")
+	leaseDuration := flag.Duration("lease-duration", 10*time.Second, "lease duration of the operator instances")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *dir, *clusters, *leaseDuration); err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(os.Stderr, "\ndemo: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// demo is one run of the demo.
+type demo struct {
+	cl            *framework.Cluster
+	c             client.Client
+	ring          *sharderv1alpha1.ControllerRing
+	instanceUser  *framework.User
+	leaseDuration time.Duration
+	instances     []*framework.Process
+	tracker       *framework.Tracker
+	kubectl       string
+}
+
+func step(format string, args ...any) {
+	fmt.Printf("\n\033[1m==> %s\033[0m\n", fmt.Sprintf(format, args...))
+}
+
+func run(ctx context.Context, dir string, clusters int, leaseDuration time.Duration) (err error) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return err
+	}
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(root, dir)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		return err
+	}
+
+	step("Building the sharder and the example etcd operator")
+	scheme := framework.Scheme()
+	utilruntime.Must(etcdv1alpha1.AddToScheme(scheme))
+	fmt.Println("    and starting a local control plane (etcd and kube-apiserver)")
+	cl, err := framework.NewCluster(framework.ClusterOptions{Dir: dir, Operator: true, Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("the demo needs the sharder and the example operator to build and the control plane to start: %w", err)
+	}
+	d := &demo{cl: cl, c: cl.Client(), leaseDuration: leaseDuration, kubectl: filepath.Join(assets, "kubectl")}
+	defer func() {
+		step("Cleaning up: stopping the instances, the sharders and the control plane")
+		d.stopAll()
+		if err := cl.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "stopping the control plane: %v\n", err)
+		}
+		fmt.Printf("    logs are in %s\n", cl.LogDir)
+	}()
+	if err := d.setUp(ctx); err != nil {
+		return err
+	}
+	if err := d.startSharders(ctx); err != nil {
+		return err
+	}
+	step("Starting three instances of the example etcd operator")
+	for i := range 3 {
+		if err := d.startInstance(ctx, i); err != nil {
+			return err
+		}
+	}
+	step("Creating %d EtcdClusters in namespace %s", clusters, demoNamespace)
+	for i := range clusters {
+		obj := &etcdv1alpha1.EtcdCluster{
+			ObjectMeta: metav1.ObjectMeta{Namespace: demoNamespace, Name: fmt.Sprintf("etcd-%03d", i)},
+			Spec:       etcdv1alpha1.EtcdClusterSpec{Size: 3},
+		}
+		if err := d.c.Create(ctx, obj); err != nil {
+			return fmt.Errorf("creating EtcdCluster %s: %w", obj.Name, err)
+		}
+	}
+	if err := d.waitSettled(ctx, clusters); err != nil {
+		return err
+	}
+	before := d.tracker.Assignment()
+	d.show(ctx, before)
+
+	step("Adding a fourth instance: the sharder drains a quarter of the clusters to it")
+	if err := d.startInstance(ctx, 3); err != nil {
+		return err
+	}
+	if err := d.waitSettled(ctx, clusters); err != nil {
+		return err
+	}
+	after := d.tracker.Assignment()
+	d.show(ctx, after)
+	moved := framework.Moved(before, after)
+	fmt.Printf("\n    %d of %d clusters moved (ideal: a quarter, %d), each drained by its old instance first\n",
+		moved, len(after), len(after)/4)
+
+	d.instructions()
+	<-ctx.Done()
+	return nil
+}
+
+func (d *demo) setUp(ctx context.Context) error {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(filepath.Join(root, ringManifest))
+	if err != nil {
+		return err
+	}
+	d.ring = &sharderv1alpha1.ControllerRing{}
+	if err := yaml.UnmarshalStrict(data, d.ring); err != nil {
+		return fmt.Errorf("reading %s: %w", ringManifest, err)
+	}
+	for _, ns := range []string{d.ring.Spec.LeaseNamespace, demoNamespace} {
+		if err := framework.EnsureNamespace(ctx, d.c, ns); err != nil {
+			return err
+		}
+	}
+	step("Declaring the ring %q (%s)", d.ring.Name, ringManifest)
+	if err := d.c.Create(ctx, d.ring); err != nil {
+		return fmt.Errorf("creating the ControllerRing: %w", err)
+	}
+	sa := d.ring.Spec.InstanceServiceAccounts
+	if len(sa) == 0 {
+		return fmt.Errorf("%s names no instanceServiceAccounts", ringManifest)
+	}
+	if d.instanceUser, err = d.cl.ControlPlane.AddServiceAccountUser("etcd-operator", sa[0].Namespace, sa[0].Name); err != nil {
+		return err
+	}
+	d.tracker, err = framework.NewTracker(d.cl.ControlPlane.Config, etcdv1alpha1.GroupVersion.WithResource("etcdclusters"), demoNamespace, d.ring.Name)
+	if err != nil {
+		return err
+	}
+	return d.tracker.Start(ctx)
+}
+
+func (d *demo) startSharders(ctx context.Context) error {
+	step("Starting the sharder: two replicas, leader election, webhook at https://%s", d.cl.Webhook.Address())
+	var sharders []*framework.Sharder
+	for i := range 2 {
+		s, err := d.cl.StartSharder(ctx, framework.SharderOptions{Name: fmt.Sprintf("sharder-%d", i)})
+		if err != nil {
+			return err
+		}
+		sharders = append(sharders, s)
+	}
+	return poll(ctx, time.Minute, func() error {
+		for _, s := range sharders {
+			if s.Exited() {
+				return fmt.Errorf("%s exited: %v\n%s", s.Name, s.ExitError(), tail(s.Logs(), 20))
+			}
+			if framework.IsLeader(s) {
+				fmt.Printf("    %s leads (pid %d); the other replica serves the webhook and stands by\n", s.Name, s.Pid())
+				return nil
+			}
+		}
+		return errors.New("no sharder replica leads yet")
+	})
+}
+
+func (d *demo) startInstance(ctx context.Context, i int) error {
+	id := fmt.Sprintf("etcd-operator-%d", i)
+	p, err := d.cl.Start(framework.ProcessOptions{
+		Name: id, Path: d.cl.Binaries.Operator,
+		Args: []string{
+			"--kubeconfig", d.instanceUser.Kubeconfig,
+			"--ring", d.ring.Name,
+			"--lease-namespace", d.ring.Spec.LeaseNamespace,
+			"--instance", id,
+			"--lease-duration", d.leaseDuration.String(),
+			"--metrics-bind-address", "0",
+			"--health-probe-bind-address", "0",
+		},
+	})
+	if err != nil {
+		return err
+	}
+	d.instances = append(d.instances, p)
+	err = poll(ctx, time.Minute, func() error {
+		if p.Exited() {
+			return fmt.Errorf("instance %s exited: %v\n%s", id, p.ExitError(), tail(p.Logs(), 20))
+		}
+		var lease coordinationv1.Lease
+		if err := d.c.Get(ctx, client.ObjectKey{Namespace: d.ring.Spec.LeaseNamespace, Name: id}, &lease); err != nil {
+			return err
+		}
+		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != id {
+			return errors.New("lease not held yet")
+		}
+		return nil
+	})
+	if err == nil {
+		fmt.Printf("    %s holds its Lease (pid %d)\n", id, p.Pid())
+	}
+	return err
+}
+
+func (d *demo) waitSettled(ctx context.Context, n int) error {
+	var ids []string
+	for _, p := range d.instances {
+		if !p.Exited() {
+			ids = append(ids, p.Name)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	kind := etcdv1alpha1.GroupVersion.WithKind("EtcdCluster").GroupKind()
+	if err := d.tracker.Wait(ctx, framework.SettledOn(kind, n, ids...)); err != nil {
+		return fmt.Errorf("waiting for the assignment: %w", err)
+	}
+	fmt.Printf("    all %d EtcdClusters assigned to their instances (%s)\n", n, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// show prints the membership view and the distribution.
+func (d *demo) show(ctx context.Context, a framework.Assignment) {
+	step("Membership: kubectl get leases -A -l sharder.dev/ring -L sharder.dev/ring,sharder.dev/state,sharder.dev/virtual-nodes")
+	d.run(ctx, "get", "leases", "-A", "-l", sharderv1alpha1.LabelRing,
+		"-L", strings.Join([]string{sharderv1alpha1.LabelRing, sharderv1alpha1.LabelState, sharderv1alpha1.LabelVirtualNodes}, ","))
+	step("The ring: kubectl get controllerrings")
+	d.run(ctx, "get", "controllerrings")
+	step("Distribution: EtcdClusters per instance")
+	fmt.Print(framework.FormatCounts(a.Counts()))
+}
+
+func (d *demo) run(ctx context.Context, args ...string) {
+	cmd := exec.CommandContext(ctx, d.kubectl, append([]string{"--kubeconfig", d.cl.ControlPlane.AdminKubeconfig}, args...)...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "kubectl %s: %v\n", strings.Join(args, " "), err)
+	}
+}
+
+func (d *demo) instructions() {
+	k := d.cl.ControlPlane.AdminKubeconfig
+	shard := sharderv1alpha1.ShardLabel(d.ring.Name)
+	step("The demo keeps running. In another shell:")
+	fmt.Printf(`
+    export KUBECONFIG=%s PATH=%s:$PATH
+
+    kubectl get etcdclusters -n %s -L %s
+    kubectl get statefulsets,services,configmaps -n %s -L %s   # children follow their cluster
+    kubectl get leases -A -l sharder.dev/ring -L sharder.dev/ring,sharder.dev/state,sharder.dev/virtual-nodes
+    kubectl get controllerrings -o wide
+    %s status
+
+    # Only the sharder may change the labels: this is denied by its webhook.
+    kubectl label etcdcluster -n %s etcd-000 %s=someone-else --overwrite
+
+    # Kill an instance: its Lease expires, the sharder declares it dead after
+    # 2 × %s and moves its clusters to the others.
+    kill -9 %d
+    # Or stop one gracefully: it releases its Lease and its clusters move at once.
+    kill %d
+
+Logs of every process: %s
+Press Ctrl-C to stop the demo and clean up.
+`, k, filepath.Dir(d.kubectl), demoNamespace, shard, demoNamespace, shard, d.cl.Binaries.Sharder,
+		demoNamespace, shard, d.leaseDuration, d.instances[1].Pid(), d.instances[2].Pid(), d.cl.LogDir)
+}
+
+// stopAll stops the instances (they release their Leases), then the
+// sharders.
+func (d *demo) stopAll() {
+	for _, p := range d.instances {
+		_ = p.Stop(15 * time.Second)
+	}
+	for _, p := range d.cl.Processes.All() {
+		_ = p.Stop(15 * time.Second)
+	}
+}
+
+func poll(ctx context.Context, timeout time.Duration, fn func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
