@@ -292,6 +292,14 @@ func (h *labelHandler) ringOf(ctx context.Context, rg *v1alpha1.ControllerRing) 
 	return r, nil
 }
 
+// forget drops what the handler keeps of a deleted ring.
+func (h *labelHandler) forget(ringName string) {
+	h.mu.Lock()
+	delete(h.rings, ringName)
+	h.mu.Unlock()
+	metrics.ForgetWebhookRing(ringName)
+}
+
 // resourceRole reports whether gr is a main or a controlled resource of
 // the ring.
 func resourceRole(spec *v1alpha1.ControllerRingSpec, gr schema.GroupResource) (main, controlled bool) {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -409,4 +412,98 @@ func TestExternalCertificatesWithInjectedCA(t *testing.T) {
 	g.Expect(slices.ContainsFunc(cfg.Webhooks, func(w admissionregistrationv1.ValidatingWebhook) bool {
 		return w.Name == r2.Name+".shard-label.sharder.dev"
 	})).To(BeTrue())
+}
+
+func TestExternalCertificatesWithCAFile(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	dir := t.TempDir()
+	res, err := pki.Reconcile(nil, pki.Config{Hosts: []string{"127.0.0.1"}, CAValidity: 24 * time.Hour, CARenewBefore: 2 * time.Hour,
+		CertValidity: time.Hour, CertRenewBefore: 10 * time.Minute}, time.Now())
+	g.Expect(err).NotTo(HaveOccurred())
+	for k, v := range res.Data {
+		g.Expect(os.WriteFile(filepath.Join(dir, k), v, 0o600)).To(Succeed())
+	}
+	r := createRing(t, ns)
+	startSharder(t, webhook.Options{CertMode: webhook.CertModeExternal}, func(o *ctrlwebhook.Options) { o.CertDir = dir })
+	// The bundle comes from ca.crt in the server's certificate folder.
+	waitProtected(t, r.Name, ns)
+}
+
+// warnings collects the warnings the API server returns.
+type warnings struct {
+	mu   sync.Mutex
+	text []string
+}
+
+func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.text = append(w.text, text)
+}
+
+func (w *warnings) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.text)
+}
+
+// TestFaultsFollowFailurePolicy sends the running webhook requests for rings
+// it does not know, through a configuration written here: under Ignore they
+// are allowed with a warning, under Fail rejected.
+func TestFaultsFollowFailurePolicy(t *testing.T) {
+	ctx := context.Background()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	r := createRing(t, ns)
+	s := startSharder(t, webhook.Options{})
+	waitProtected(t, r.Name, ns)
+
+	secret := &corev1.Secret{}
+	g.Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: sharderNamespace, Name: s.opts.SecretName}, secret)).To(Succeed())
+	ghost := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "ghost-rings-" + ns}}
+	for _, policy := range []admissionregistrationv1.FailurePolicyType{admissionregistrationv1.Ignore, admissionregistrationv1.Fail} {
+		ring := "ghost-" + strings.ToLower(string(policy))
+		ghost.Webhooks = append(ghost.Webhooks, admissionregistrationv1.ValidatingWebhook{
+			Name: ring + ".test.sharder.dev",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{
+				URL:      ptr.To(s.opts.URL + webhook.PathPrefix + ring + "/" + strings.ToLower(string(policy))),
+				CABundle: secret.Data["ca.crt"],
+			},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+			}},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.LabelNamespaceName: ns}},
+			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: v1alpha1.ShardLabel(ring), Operator: metav1.LabelSelectorOpExists}}},
+			FailurePolicy:           ptr.To(policy),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+		})
+	}
+	g.Expect(env.Client.Create(ctx, ghost)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ghost) })
+
+	cfg := configAs(t, userAlice)
+	collected := &warnings{}
+	cfg.WarningHandler = collected
+	alice, err := kubernetes.NewForConfig(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	// Fail: rejected, naming the ring.
+	g.Eventually(func() string {
+		_, err := alice.CoreV1().ConfigMaps(ns).Create(ctx, labelled(ns, "ghost-fail", map[string]string{v1alpha1.ShardLabel("ghost-fail"): "x"}),
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil {
+			return "allowed"
+		}
+		return err.Error()
+	}).WithTimeout(10 * time.Second).Should(ContainSubstring(`cannot check labels of ring "ghost-fail"`))
+
+	// Ignore: allowed, with a warning naming the ring.
+	cm := labelled(ns, "ghost-ignore", map[string]string{v1alpha1.ShardLabel("ghost-ignore"): "x"})
+	_, err = alice.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(collected.all()).To(ContainElement(And(ContainSubstring(`ring "ghost-ignore"`), ContainSubstring("not found"))))
 }

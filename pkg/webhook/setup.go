@@ -10,6 +10,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -75,6 +76,21 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		synced:    func() bool { return ringInformer.HasSynced() && leaseInformer.HasSynced() },
 		identity:  id,
 		clock:     opts.Clock,
+	}
+
+	// A deleted ring leaves no series and no built ring behind.
+	_, err = ringInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if r, ok := obj.(*v1alpha1.ControllerRing); ok {
+				h.forget(r.Name)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("webhook: watching ring deletions: %w", err)
 	}
 
 	// The keeper's reconciles all concern the one configuration.
