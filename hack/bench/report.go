@@ -44,10 +44,12 @@ Figures of the sharder running as a process against a local control plane
 | CPU | %s |
 | CPU count | %d |
 | Go | %s |
+| load average at the start (1, 5, 15 min) | %s |
 | control plane | kube-apiserver and etcd on the same machine, no kubelet |
 
 The control plane, the sharder, the simulated instances and the load generator
-share these CPUs, so the figures include their contention.
+share these CPUs, so the figures include their contention, and whatever else
+the machine ran at the time (see the load average).
 
 ## Method
 
@@ -78,7 +80,7 @@ share these CPUs, so the figures include their contention.
   stopped growing, with %d objects and after creating objects up to %d. Per
   object: RSS difference divided by the objects added. CPU: user+system time
   from /proc/<pid>/stat over 10 s with nothing changing.
-`, time.Now().UTC().Format(time.RFC3339), uname(), cpuModel(), runtime.NumCPU(), runtime.Version(),
+`, time.Now().UTC().Format(time.RFC3339), uname(), cpuModel(), runtime.NumCPU(), runtime.Version(), p.loadBefore,
 		128, extraArgs(p.sharderArgs), p.leaseDuration, p.objects, p.rateObjects, p.rate, p.objects, p.largeObjects)
 	return os.WriteFile(p.output, []byte(s.String()), 0o644)
 }
@@ -140,4 +142,16 @@ func extraArgs(args []string) string {
 		return ""
 	}
 	return " except `" + strings.Join(args, " ") + "`"
+}
+
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], ", ")
 }

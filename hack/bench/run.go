@@ -46,6 +46,7 @@ type params struct {
 	workers       int
 	leaseDuration time.Duration
 	sharderArgs   []string
+	loadBefore    string
 }
 
 // row is one line of the results table.
@@ -83,6 +84,7 @@ func run(ctx context.Context, p params) (err error) {
 		return err
 	}
 	start := time.Now()
+	p.loadBefore = loadAverage()
 	fmt.Println("building the sharder and starting the local control plane ...")
 	cl, err := framework.NewCluster(framework.ClusterOptions{Dir: dir, CRDs: []string{"config/crd/bases"}})
 	if err != nil {
@@ -302,8 +304,15 @@ func (b *bench) rebalance(ctx context.Context) error {
 	after := b.tracker.Assignment()
 	acquired := lease.Spec.AcquireTime.Time
 	took := lastChange(b.tracker.Snapshot()).Sub(acquired)
+	var first time.Time
+	for _, o := range b.tracker.Snapshot() {
+		if o.Instance == instanceID(3) && (first.IsZero() || o.Changed.Before(first)) {
+			first = o.Changed
+		}
+	}
 	moved := float64(framework.Moved(before, after)) / float64(len(after))
-	b.add(fmt.Sprintf("3 → 4 rebalance of %d objects (from the 4th Lease's acquisition)", b.p.objects), seconds(took), "≤ 4 s", took <= 4*time.Second)
+	b.add(fmt.Sprintf("3 → 4 rebalance of %d objects (from the 4th Lease's acquisition)", b.p.objects),
+		fmt.Sprintf("%s (first object arrived at %s)", seconds(took), seconds(first.Sub(acquired))), "≤ 4 s", took <= 4*time.Second)
 	b.add("3 → 4 moved fraction (ideal 0.250)", fmt.Sprintf("%.3f (%.2f × ideal)", moved, moved/0.25), "≤ 1.10 × ideal", moved/0.25 <= 1.10)
 	return nil
 }
@@ -329,16 +338,21 @@ func (b *bench) failover(ctx context.Context) error {
 	if err := b.wait(ctx, 2*time.Minute, framework.SettledOn(configMapKind, b.p.objects, b.liveInstances()...)); err != nil {
 		return err
 	}
-	var last time.Time
+	var first, last time.Time
 	for _, k := range mine {
-		if o, _ := b.tracker.Get(k); o.Changed.After(last) {
+		o, _ := b.tracker.Get(k)
+		if o.Changed.After(last) {
 			last = o.Changed
+		}
+		if first.IsZero() || o.Changed.Before(first) {
+			first = o.Changed
 		}
 	}
 	took := last.Sub(lastRenewal)
 	d := b.p.leaseDuration
 	b.add(fmt.Sprintf("fail-over of %d objects after SIGKILL (lease %s; from the last renewal)", len(mine), d),
-		seconds(took), fmt.Sprintf("≤ 2 × lease + 1 s = %s", seconds(2*d+time.Second)), took <= 2*d+time.Second)
+		fmt.Sprintf("%s (first object moved at %s)", seconds(took), seconds(first.Sub(lastRenewal))),
+		fmt.Sprintf("≤ 2 × lease + 1 s = %s", seconds(2*d+time.Second)), took <= 2*d+time.Second)
 	return nil
 }
 
