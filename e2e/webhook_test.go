@@ -3,12 +3,14 @@ package e2e
 import (
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/e2e/framework"
@@ -101,4 +103,86 @@ func ForbiddenEditsSpec(t *testing.T, in ForbiddenEditsInput) {
 
 func TestForbiddenEdits(t *testing.T) {
 	ForbiddenEditsSpec(t, ForbiddenEditsInput{Instances: 2, Timeout: 60 * time.Second})
+}
+
+// DrainIdentityInput configures DrainIdentitySpec.
+type DrainIdentityInput struct {
+	// Objects is the number of EtcdClusters.
+	Objects int
+	// Timeout bounds each wait.
+	Timeout time.Duration
+}
+
+// DrainIdentitySpec: while an object waits for its drain to be
+// acknowledged, only the ring's instance identity may remove its labels;
+// an administrator and another ServiceAccount are denied.
+func DrainIdentitySpec(t *testing.T, in DrainIdentityInput) {
+	// A long lease and drain timeout keep the frozen instance's drains
+	// pending for the whole check.
+	e := newRingEnv(t, ringOptions{LeaseDuration: 30 * time.Second, DrainTimeout: 60 * time.Second})
+	e.startInstance("instance-0")
+	e.startInstance("instance-1")
+	e.startSharders()
+	e.createClusters("obj", in.Objects)
+	e.waitSettled(in.Objects, in.Timeout)
+	e.expectReconciledByOwner(in.Timeout)
+
+	// Freeze instance-0 so it cannot acknowledge, then add an instance:
+	// some of instance-0's objects are asked to drain and stay so.
+	frozen := e.instance("instance-0")
+	e.g.Expect(frozen.Signal(syscall.SIGSTOP)).To(gomega.Succeed())
+	defer func() { _ = frozen.Signal(syscall.SIGCONT) }()
+	e.startInstance("instance-2")
+	// Pick a draining object the frozen instance is not in the middle of
+	// reconciling: acknowledging for it then is what the instance itself
+	// would do once idle (acknowledging mid-reconcile would let two
+	// instances overlap, which the final check would catch).
+	var pending framework.Tracked
+	e.g.Eventually(func() error {
+		busy := map[string]bool{}
+		for _, iv := range e.intervals() {
+			if iv.Open && iv.Instance == "instance-0" {
+				busy[iv.Object] = true
+			}
+		}
+		for _, o := range e.tracker.Snapshot() {
+			if o.Draining && o.Instance == "instance-0" && !busy[o.Key] {
+				pending = o
+				return nil
+			}
+		}
+		return fmt.Errorf("no idle object of the frozen instance is draining yet")
+	}).WithTimeout(in.Timeout).WithPolling(100 * time.Millisecond).Should(gomega.Succeed())
+
+	shard, drain := sharderv1alpha1.ShardLabel(e.ring), sharderv1alpha1.DrainLabel(e.ring)
+	ack := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:null,%q:null}}}`, shard, drain))
+	name := pending.Key[len(e.namespace)+1:]
+	intruder, err := cluster.ControlPlane.AddServiceAccountUser(e.ring+"-intruder", e.leaseNamespace, "intruder")
+	e.g.Expect(err).NotTo(gomega.HaveOccurred())
+	for _, u := range []struct {
+		who string
+		cfg *rest.Config
+	}{
+		{"an administrator", cluster.ControlPlane.Config},
+		{"a ServiceAccount the ring does not list", intruder.Config},
+	} {
+		c, err := client.New(u.cfg, client.Options{Scheme: cluster.ControlPlane.Env.Scheme})
+		e.g.Expect(err).NotTo(gomega.HaveOccurred())
+		err = c.Patch(e.ctx, e.newCluster(name), client.RawPatch(types.MergePatchType, ack))
+		e.g.Expect(isDenied(err)).To(gomega.BeTrue(), "%s acknowledging a drain: want a denial, got %v", u.who, err)
+	}
+	// The instance's identity may: this is the acknowledgement the frozen
+	// instance would have sent.
+	c, err := client.New(e.instanceUser.Config, client.Options{Scheme: cluster.ControlPlane.Env.Scheme})
+	e.g.Expect(err).NotTo(gomega.HaveOccurred())
+	e.g.Expect(c.Patch(e.ctx, e.newCluster(name), client.RawPatch(types.MergePatchType, ack))).To(gomega.Succeed())
+
+	e.g.Expect(frozen.Signal(syscall.SIGCONT)).To(gomega.Succeed())
+	e.waitSettled(in.Objects, in.Timeout)
+	e.expectReconciledByOwner(in.Timeout)
+	e.expectNoOverlap()
+}
+
+func TestDrainIdentity(t *testing.T) {
+	DrainIdentitySpec(t, DrainIdentityInput{Objects: 30, Timeout: 60 * time.Second})
 }

@@ -129,6 +129,15 @@ func (p *Process) Stop(timeout time.Duration) error {
 	}
 }
 
+// Signal sends sig to the process (e.g. SIGSTOP to freeze it, SIGCONT to
+// resume it).
+func (p *Process) Signal(sig os.Signal) error {
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signalling %s: %w", p.Name, err)
+	}
+	return nil
+}
+
 // Kill sends SIGKILL and waits for the process to be gone.
 func (p *Process) Kill() error {
 	if p.Exited() {
