@@ -44,8 +44,9 @@ type Process struct {
 	exited time.Time
 }
 
-// StartProcess starts a program. It is killed if the calling process dies
-// (Linux parent-death signal), so a crashed run leaves nothing behind.
+// StartProcess starts a program in a process group of its own. It is
+// killed if the calling process dies (Linux parent-death signal), so a
+// crashed run leaves nothing behind.
 func StartProcess(opts ProcessOptions) (*Process, error) {
 	if opts.Name == "" || opts.Path == "" || opts.LogDir == "" {
 		return nil, errors.New("process: Name, Path and LogDir are required")
@@ -62,7 +63,9 @@ func StartProcess(opts ProcessOptions) (*Process, error) {
 	cmd := exec.Command(opts.Path, opts.Args...)
 	cmd.Env = append(os.Environ(), opts.Env...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// A process group of its own keeps a terminal's Ctrl-C away from it:
+	// the caller decides how and when its processes stop.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("starting %s: %w", opts.Name, err)
