@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -363,6 +366,10 @@ func (b *bench) memory(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	smallHeap, err := heapInUse(ctx, b.sharder.MetricsAddress)
+	if err != nil {
+		return err
+	}
 	cpu, err := b.idleCPU(ctx, 10*time.Second)
 	if err != nil {
 		return err
@@ -381,13 +388,45 @@ func (b *bench) memory(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	largeHeap, err := heapInUse(ctx, b.sharder.MetricsAddress)
+	if err != nil {
+		return err
+	}
 	perObject := (float64(large.RSS) - float64(small.RSS)) / float64(extra)
+	heapPerObject := (largeHeap - smallHeap) / float64(extra)
 	b.add("sharder CPU while nothing changes (10 s)", fmt.Sprintf("%.1f %% of a core", cpu*100), "close to 0", cpu < 0.02)
 	b.add(fmt.Sprintf("sharder RSS with %d objects", b.p.objects), mib(small.RSS), "", true)
 	b.add(fmt.Sprintf("sharder RSS with %d objects", b.p.largeObjects), mib(large.RSS), "", true)
 	b.add(fmt.Sprintf("sharder peak RSS (VmHWM) over the run, up to %d objects", b.p.largeObjects), mib(large.Peak), "< 120 MiB", large.Peak < 120<<20)
 	b.add("sharder memory per additional object", fmt.Sprintf("%.0f B", perObject), "≤ 1 KiB", perObject <= 1024)
+	b.add(fmt.Sprintf("sharder Go heap in use with %d / %d objects", b.p.objects, b.p.largeObjects),
+		fmt.Sprintf("%s / %s (%.0f B per additional object)", mib(uint64(smallHeap)), mib(uint64(largeHeap)), heapPerObject), "", true)
 	return nil
+}
+
+// heapInUse reads go_memstats_heap_inuse_bytes from the sharder's metrics
+// endpoint (plain HTTP on loopback).
+func heapInUse(ctx context.Context, addr string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("reading the sharder's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(make([]byte, 64*1024), 1024*1024)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "go_memstats_heap_inuse_bytes "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	if err := s.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errors.New("go_memstats_heap_inuse_bytes missing from the sharder's metrics")
 }
 
 // steadyMemory waits until the sharder's RSS stops growing and returns it.
