@@ -3,6 +3,7 @@ package leases_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -264,6 +265,8 @@ func TestHolderRenewsDuringBeforeRelease(t *testing.T) {
 	g := NewWithT(t)
 	ns := env.Namespace(t)
 	entered, finish := make(chan struct{}), make(chan struct{})
+	var finishOnce sync.Once
+	release := func() { finishOnce.Do(func() { close(finish) }) }
 	r := startHolder(t, leases.HolderOptions{
 		Ring: holderRing, Namespace: ns, Identity: "pod-5", LeaseDuration: time.Second, RenewPeriod: 200 * time.Millisecond,
 		BeforeRelease: func(context.Context) {
@@ -271,6 +274,9 @@ func TestHolderRenewsDuringBeforeRelease(t *testing.T) {
 			<-finish
 		},
 	})
+	// A failing assertion below must not leave BeforeRelease blocked, or the
+	// holder's cleanup would wait for it forever.
+	t.Cleanup(release)
 	g.Eventually(r.Held).Should(BeTrue())
 	r.cancel()
 	g.Eventually(entered).Should(BeClosed())
@@ -284,7 +290,7 @@ func TestHolderRenewsDuringBeforeRelease(t *testing.T) {
 	}, 2500*time.Millisecond, 50*time.Millisecond).Should(Equal(leases.StateReady))
 	g.Expect(r.Held()).To(BeTrue())
 
-	close(finish)
+	release()
 	g.Eventually(r.done).Should(Receive(BeNil()))
 	r.done <- nil // for the cleanup
 	g.Expect(getLease(ns, "pod-5")()).To(HaveField("Spec.HolderIdentity", HaveValue(BeEmpty())))

@@ -41,7 +41,7 @@ const (
 // Defaults of ControllerRingSpec fields.
 const (
 	DefaultAlgorithm    = AlgorithmConsistentHash
-	DefaultVirtualNodes = 128
+	DefaultVirtualNodes = 512
 	DefaultDrainTimeout = 30 // seconds
 )
 
@@ -79,7 +79,7 @@ type ControllerRingSpec struct {
 
 	// VirtualNodes is the weight of an instance whose Lease carries no
 	// sharder.dev/virtual-nodes label.
-	// Default: 128.
+	// Default: 512.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=10000
