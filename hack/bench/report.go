@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
 
 // table renders the results as a Markdown table.
@@ -81,7 +83,7 @@ the machine ran at the time (see the load average).
   object: RSS difference divided by the objects added. CPU: user+system time
   from /proc/<pid>/stat over 10 s with nothing changing.
 `, time.Now().UTC().Format(time.RFC3339), uname(), cpuModel(), runtime.NumCPU(), runtime.Version(), p.loadBefore,
-		128, extraArgs(p.sharderArgs), p.leaseDuration, p.objects, p.rateObjects, p.rate, p.objects, p.largeObjects)
+		sharderv1alpha1.DefaultVirtualNodes, extraArgs(p.sharderArgs), p.leaseDuration, p.objects, p.rateObjects, p.rate, p.objects, p.largeObjects)
 	return os.WriteFile(p.output, []byte(s.String()), 0o644)
 }
 
