@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -26,7 +27,7 @@ type Balancer struct {
 
 // NewBalancer listens on 127.0.0.1 on a free port.
 func NewBalancer() (*Balancer, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
@@ -99,11 +100,13 @@ func (b *Balancer) dial() (net.Conn, error) {
 	if len(backends) == 0 {
 		return nil, errors.New("no backends")
 	}
-	start := int(b.next.Add(1))
+	n := uint64(len(backends))
+	start := b.next.Add(1) % n
+	dialer := net.Dialer{Timeout: time.Second}
 	var errs []error
-	for i := range backends {
-		addr := backends[(start+i)%len(backends)]
-		c, err := net.DialTimeout("tcp", addr, time.Second)
+	for i := range n {
+		addr := backends[(start+i)%n]
+		c, err := dialer.DialContext(context.Background(), "tcp", addr)
 		if err == nil {
 			return c, nil
 		}

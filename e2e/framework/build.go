@@ -2,6 +2,7 @@ package framework
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -55,11 +56,11 @@ func BuildPackage(dir, pkg, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return "", err
 	}
 	out := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd := exec.CommandContext(context.Background(), "go", "build", "-o", out, pkg) //nolint:gosec // builds a package of this repository
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
 	var output bytes.Buffer

@@ -125,7 +125,7 @@ func EnsureNamespace(ctx context.Context, c client.Client, name string) error {
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
@@ -202,7 +202,8 @@ func (c *Cluster) StartSharder(ctx context.Context, opts SharderOptions) (*Shard
 		return nil, err
 	}
 	d := opts.LeaderLeaseDuration
-	args := []string{"run",
+	args := make([]string, 0, 32+len(opts.Args))
+	args = append(args, "run",
 		"--kubeconfig", c.SharderUser.Kubeconfig,
 		"--leader-elect=true",
 		"--leader-election-namespace", opts.Namespace,
@@ -211,13 +212,13 @@ func (c *Cluster) StartSharder(ctx context.Context, opts SharderOptions) (*Shard
 		"--leader-election-retry-period", (d / 8).String(),
 		"--webhook-port", strconv.Itoa(s.WebhookPort),
 		"--webhook-cert-dir", filepath.Join(c.Dir, opts.Name, "webhook-certs"),
-		"--webhook-url", "https://" + c.Webhook.Address(),
+		"--webhook-url", "https://"+c.Webhook.Address(),
 		"--metrics-bind-address", s.MetricsAddress,
 		"--metrics-secure=false",
 		"--health-probe-bind-address", s.HealthAddress,
 		"--log-format", "console",
 		"--shutdown-timeout", "10s",
-	}
+	)
 	args = append(args, opts.Args...)
 	p, err := c.Start(ProcessOptions{Name: opts.Name, Path: c.Binaries.Sharder, Args: args,
 		Env: []string{"POD_NAMESPACE=" + opts.Namespace, "POD_NAME=" + opts.Name}})

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -51,16 +52,17 @@ func StartProcess(opts ProcessOptions) (*Process, error) {
 	if opts.Name == "" || opts.Path == "" || opts.LogDir == "" {
 		return nil, errors.New("process: Name, Path and LogDir are required")
 	}
-	if err := os.MkdirAll(opts.LogDir, 0o755); err != nil {
+	if err := os.MkdirAll(opts.LogDir, 0o750); err != nil {
 		return nil, err
 	}
 	logPath := filepath.Join(opts.LogDir, opts.Name+".log")
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening log of %s: %w", opts.Name, err)
 	}
 	fmt.Fprintf(f, "=== %s: %s %s\n", time.Now().Format(time.RFC3339Nano), opts.Path, strings.Join(opts.Args, " "))
-	cmd := exec.Command(opts.Path, opts.Args...)
+	// Not tied to a context: the caller stops the process with Stop or Kill.
+	cmd := exec.CommandContext(context.Background(), opts.Path, opts.Args...) //nolint:gosec // runs the binaries the caller built
 	cmd.Env = append(os.Environ(), opts.Env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// A process group of its own keeps a terminal's Ctrl-C away from it:

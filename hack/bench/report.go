@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -84,11 +86,11 @@ the machine ran at the time (see the load average).
   from /proc/<pid>/stat over 10 s with nothing changing.
 `, time.Now().UTC().Format(time.RFC3339), uname(), cpuModel(), runtime.NumCPU(), runtime.Version(), p.loadBefore,
 		sharderv1alpha1.DefaultVirtualNodes, extraArgs(p.sharderArgs), p.leaseDuration, p.objects, p.rateObjects, p.rate, p.objects, p.largeObjects)
-	return os.WriteFile(p.output, []byte(s.String()), 0o644)
+	return os.WriteFile(p.output, []byte(s.String()), 0o644) //nolint:gosec // a document of the repository, meant to be read
 }
 
 func uname() string {
-	out, err := exec.Command("uname", "-srmo").Output()
+	out, err := exec.CommandContext(context.Background(), "uname", "-srmo").Output()
 	if err != nil {
 		return runtime.GOOS + "/" + runtime.GOARCH
 	}
@@ -136,7 +138,11 @@ func cpuTime(pid int) (time.Duration, error) {
 	if err1 != nil || err2 != nil {
 		return 0, fmt.Errorf("parsing /proc/%d/stat", pid)
 	}
-	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+	ticks := utime + stime
+	if ticks > math.MaxInt64/uint64(time.Second) {
+		return 0, fmt.Errorf("CPU time of %d out of range", pid)
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
 func extraArgs(args []string) string {

@@ -43,8 +43,9 @@ func main() {
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, *dir, *clusters, *leaseDuration); err != nil && !errors.Is(err, context.Canceled) {
+	err := run(ctx, *dir, *clusters, *leaseDuration)
+	stop()
+	if err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintf(os.Stderr, "\ndemo: %v\n", err)
 		os.Exit(1)
 	}
@@ -197,7 +198,7 @@ func (d *demo) startSharders(ctx context.Context) error {
 	return poll(ctx, time.Minute, func() error {
 		for _, s := range sharders {
 			if s.Exited() {
-				return fmt.Errorf("%s exited: %v\n%s", s.Name, s.ExitError(), tail(s.Logs(), 20))
+				return fmt.Errorf("%s exited: %w\n%s", s.Name, s.ExitError(), tail(s.Logs(), 20))
 			}
 			if framework.IsLeader(s) {
 				fmt.Printf("    %s leads (pid %d); the other replica serves the webhook and stands by\n", s.Name, s.Pid())
@@ -228,7 +229,7 @@ func (d *demo) startInstance(ctx context.Context, i int) error {
 	d.instances = append(d.instances, p)
 	err = poll(ctx, time.Minute, func() error {
 		if p.Exited() {
-			return fmt.Errorf("instance %s exited: %v\n%s", id, p.ExitError(), tail(p.Logs(), 20))
+			return fmt.Errorf("instance %s exited: %w\n%s", id, p.ExitError(), tail(p.Logs(), 20))
 		}
 		var lease coordinationv1.Lease
 		if err := d.c.Get(ctx, client.ObjectKey{Namespace: d.ring.Spec.LeaseNamespace, Name: id}, &lease); err != nil {
@@ -275,7 +276,8 @@ func (d *demo) show(ctx context.Context, a framework.Assignment) {
 }
 
 func (d *demo) run(ctx context.Context, args ...string) {
-	cmd := exec.CommandContext(ctx, d.kubectl, append([]string{"--kubeconfig", d.cl.ControlPlane.AdminKubeconfig}, args...)...)
+	cmd := exec.CommandContext(ctx, d.kubectl, //nolint:gosec // kubectl of the local control plane with the demo's own arguments
+		append([]string{"--kubeconfig", d.cl.ControlPlane.AdminKubeconfig}, args...)...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "kubectl %s: %v\n", strings.Join(args, " "), err)
