@@ -2,7 +2,8 @@
 // from Go modules into bin/ by the Makefile) for tests, the demo and the e2e
 // suite.
 //
-// Most tests need only Start in TestMain and Env.Namespace per test:
+// Most tests need only Run in TestMain and Env.Namespace per test (Start and
+// Env.Stop serve programs that are not tests):
 //
 //	var env *testenv.Env
 //

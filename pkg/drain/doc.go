@@ -1,6 +1,6 @@
 // Package drain implements the drain protocol that moves an object from one
 // ready instance of a ring to another without two instances ever working on
-// it at the same time (DESIGN §5).
+// it at the same time (docs/design.md, section 5).
 //
 // The protocol:
 //

@@ -1,5 +1,5 @@
 // Package webhook protects the shard and drain labels of every ring's
-// objects with a validating admission webhook (DESIGN §6).
+// objects with a validating admission webhook (docs/design.md, section 6).
 //
 // Setup is the one entry point: it registers the admission handler on the
 // manager's webhook server, keeps the ValidatingWebhookConfiguration in line
@@ -8,9 +8,12 @@
 // replicas. The handler runs on every replica, so admission keeps working
 // while leadership moves.
 //
-// The API server sends the webhook only requests that change one of a ring's
-// two labels on one of its resources and do not come from the sharder
-// (objectSelector and matchConditions). The handler allows such a change
+// The configuration holds two webhooks per ring,
+// <ring>.shard-label.sharder.dev and <ring>.drain-label.sharder.dev: an
+// objectSelector cannot match "this label or that one". Through their
+// objectSelectors and matchConditions the API server sends the webhook only
+// requests that change one of a ring's two labels on one of its resources
+// and do not come from the sharder. The handler allows such a change
 // only when it is a drain acknowledgement by one of the ring's instance
 // service accounts, or the creation of an object labelled with the instance
 // the sharder would choose for it (a main object: the ring's lookup over its
