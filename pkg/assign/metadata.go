@@ -2,6 +2,8 @@ package assign
 
 import (
 	"maps"
+	"strings"
+	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -15,32 +17,103 @@ import (
 // ring: name, namespace, uid, resourceVersion, the ring's shard and drain
 // labels and the controller ownerReference. It is idempotent and copies
 // nothing it drops.
+//
+// The kept namespace, ownerReference apiVersion and kind, and the label map
+// itself are shared between cached objects through r.shared: most objects
+// of a ring carry one of a handful of label sets (one per instance). Cached
+// objects are never mutated, so sharing is safe.
 func (r *runner) transformObject(obj any) (any, error) {
 	m, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
 		return obj, nil
 	}
 	out := &metav1.PartialObjectMetadata{
-		TypeMeta: m.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            m.Name,
-			Namespace:       m.Namespace,
+			Namespace:       r.shared.str(m.Namespace),
 			UID:             m.UID,
 			ResourceVersion: m.ResourceVersion,
 		},
 	}
-	for _, key := range []string{r.shardLabel, r.drainLabel} {
-		if v, ok := m.Labels[key]; ok {
-			if out.Labels == nil {
-				out.Labels = make(map[string]string, 2)
-			}
-			out.Labels[key] = v
-		}
-	}
+	shard, hasShard := m.Labels[r.shardLabel]
+	drainValue, hasDrain := m.Labels[r.drainLabel]
+	out.Labels = r.shared.labels(r.shardLabel, shard, hasShard, r.drainLabel, drainValue, hasDrain)
 	if ref := metav1.GetControllerOfNoCopy(m); ref != nil {
-		out.OwnerReferences = []metav1.OwnerReference{*ref}
+		kept := *ref
+		kept.APIVersion = r.shared.str(ref.APIVersion)
+		kept.Kind = r.shared.str(ref.Kind)
+		out.OwnerReferences = []metav1.OwnerReference{kept}
 	}
 	return out, nil
+}
+
+// maxShared bounds the entries of a sharedValues: beyond it, values are kept
+// unshared rather than grown without limit.
+const maxShared = 1 << 14
+
+// sharedValues hands out one copy of equal strings and label maps so that
+// the cached objects of a ring do not each hold their own. It is safe for
+// concurrent use. The maps it returns must not be modified.
+type sharedValues struct {
+	mu      sync.Mutex
+	strs    map[string]string
+	labelss map[labelSet]map[string]string
+}
+
+// labelSet is the ring's labels of one object.
+type labelSet struct {
+	shard, drain       string
+	hasShard, hasDrain bool
+}
+
+// str returns the shared copy of s.
+func (v *sharedValues) str(s string) string {
+	if s == "" {
+		return ""
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if c, ok := v.strs[s]; ok {
+		return c
+	}
+	if v.strs == nil {
+		v.strs = map[string]string{}
+	}
+	if len(v.strs) < maxShared {
+		s = strings.Clone(s)
+		v.strs[s] = s
+	}
+	return s
+}
+
+// labels returns a map holding shardKey=shard when hasShard and
+// drainKey=drain when hasDrain, nil when neither. The keys are the ring's,
+// the same for every call.
+func (v *sharedValues) labels(shardKey, shard string, hasShard bool, drainKey, drain string, hasDrain bool) map[string]string {
+	if !hasShard && !hasDrain {
+		return nil
+	}
+	set := labelSet{shard: shard, drain: drain, hasShard: hasShard, hasDrain: hasDrain}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if m, ok := v.labelss[set]; ok {
+		return m
+	}
+	m := make(map[string]string, 2)
+	if hasShard {
+		m[shardKey] = strings.Clone(shard)
+	}
+	if hasDrain {
+		m[drainKey] = strings.Clone(drain)
+	}
+	if v.labelss == nil {
+		v.labelss = map[labelSet]map[string]string{}
+	}
+	if len(v.labelss) < maxShared {
+		set.shard, set.drain = strings.Clone(shard), strings.Clone(drain)
+		v.labelss[set] = m
+	}
+	return m
 }
 
 // transformNamespace keeps a Namespace's name and labels (for the ring's
@@ -51,7 +124,6 @@ func transformNamespace(obj any) (any, error) {
 		return obj, nil
 	}
 	return &metav1.PartialObjectMetadata{
-		TypeMeta: m.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            m.Name,
 			UID:             m.UID,

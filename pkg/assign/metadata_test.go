@@ -1,7 +1,9 @@
 package assign
 
 import (
+	"reflect"
 	"testing"
+	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -99,5 +101,48 @@ func TestBuildViewReusesRingWhenReadySetUnchanged(t *testing.T) {
 	m3 := []leases.Member{{ID: "a", State: leases.StateReady}, {ID: "b", State: leases.StateReady}}
 	if _, built, _ := buildView(cfg, m3, v2); !built {
 		t.Error("ring not rebuilt when b became ready")
+	}
+}
+
+func TestTransformSharesLabelSets(t *testing.T) {
+	r := &runner{shardLabel: v1alpha1.ShardLabel("web"), drainLabel: v1alpha1.DrainLabel("web")}
+	obj := func(name string, labels map[string]string) *metav1.PartialObjectMetadata {
+		in := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: string([]byte("ns")), Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: string([]byte("apps/v1")), Kind: string([]byte("Deployment")), Name: "d", UID: "u", Controller: ptr.To(true)}},
+		}}
+		out, err := r.transformObject(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.(*metav1.PartialObjectMetadata)
+	}
+	a := obj("a", map[string]string{"shard.sharder.dev/web": "i1", "app": "x"})
+	b := obj("b", map[string]string{"shard.sharder.dev/web": "i1", "app": "y"})
+	c := obj("c", map[string]string{"shard.sharder.dev/web": "i2"})
+	d := obj("d", map[string]string{"shard.sharder.dev/web": "i1", "drain.sharder.dev/web": "true"})
+	e := obj("e", map[string]string{"app": "z"})
+	same := func(x, y map[string]string) bool {
+		return reflect.ValueOf(x).UnsafePointer() == reflect.ValueOf(y).UnsafePointer()
+	}
+	if !same(a.Labels, b.Labels) {
+		t.Error("equal ring labels are not shared")
+	}
+	if same(a.Labels, c.Labels) || same(a.Labels, d.Labels) {
+		t.Error("different ring labels share a map")
+	}
+	if c.Labels["shard.sharder.dev/web"] != "i2" || len(c.Labels) != 1 || len(d.Labels) != 2 || d.Labels["drain.sharder.dev/web"] != "true" {
+		t.Errorf("labels wrong: c=%v d=%v", c.Labels, d.Labels)
+	}
+	if e.Labels != nil {
+		t.Errorf("labels of an object without ring labels = %v, want nil", e.Labels)
+	}
+	if unsafe.StringData(a.Namespace) != unsafe.StringData(b.Namespace) ||
+		unsafe.StringData(a.OwnerReferences[0].Kind) != unsafe.StringData(b.OwnerReferences[0].Kind) ||
+		unsafe.StringData(a.OwnerReferences[0].APIVersion) != unsafe.StringData(b.OwnerReferences[0].APIVersion) {
+		t.Error("namespace or ownerReference apiVersion and kind not shared")
+	}
+	if a.OwnerReferences[0].Kind != "Deployment" || a.OwnerReferences[0].APIVersion != "apps/v1" || a.Namespace != "ns" {
+		t.Errorf("shared values changed: %+v", a.ObjectMeta)
 	}
 }

@@ -139,6 +139,7 @@ type runner struct {
 	seen    sync.Map // UID -> time.Time an unassigned main object was first seen
 	written sync.Map // UID -> int64 resourceVersion of the sharder's last write
 	synced  atomic.Bool
+	shared  sharedValues // strings and label maps shared by cached objects
 
 	membership chan struct{}
 	reconfig   chan struct{}
@@ -185,10 +186,10 @@ func (r *runner) config() *ringConfig { return r.cfg.Load() }
 // newWatched builds the metadata informer of res with its transform,
 // indexes and event handlers.
 func (r *runner) newWatched(res resource) *watched {
+	// Only the controller index is kept: a namespace's objects are found by
+	// a scan, as its labels rarely change, and every index costs memory per
+	// object.
 	indexers := toolscache.Indexers{}
-	if res.namespaced {
-		indexers[toolscache.NamespaceIndex] = toolscache.MetaNamespaceIndexFunc
-	}
 	if !res.main && res != namespacesResource {
 		indexers[indexController] = indexByController
 	}
@@ -446,12 +447,8 @@ func (r *runner) namespaceChanged(oldObj, newObj any) {
 		if !w.res.namespaced {
 			continue
 		}
-		objs, err := w.informer.GetIndexer().ByIndex(toolscache.NamespaceIndex, ns.Name)
-		if err != nil {
-			continue
-		}
-		for _, obj := range objs {
-			if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		for _, obj := range w.informer.GetStore().List() {
+			if m, ok := obj.(*metav1.PartialObjectMetadata); ok && m.Namespace == ns.Name {
 				r.enqueue(w.res.gk, m)
 			}
 		}
