@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"os"
 	"path/filepath"
 	"sort"
@@ -42,6 +43,8 @@ type ringOptions struct {
 	LeaseDuration time.Duration
 	// DrainTimeout of the ring. Default: 5s.
 	DrainTimeout time.Duration
+	// FailurePolicy of the ring's webhooks. Default: the API's (Ignore).
+	FailurePolicy admissionregistrationv1.FailurePolicyType
 }
 
 // ringEnv is one scenario's world: a ring of EtcdClusters in a namespace of
@@ -135,6 +138,9 @@ func newRingEnv(t *testing.T, opts ringOptions) *ringEnv {
 			DrainTimeout:            &drain,
 			InstanceServiceAccounts: []sharderv1alpha1.ServiceAccountReference{{Namespace: e.leaseNamespace, Name: instanceAccount}},
 		},
+	}
+	if opts.FailurePolicy != "" {
+		r.Spec.Webhook = &sharderv1alpha1.RingWebhook{FailurePolicy: &opts.FailurePolicy}
 	}
 	g.Expect(e.c.Create(ctx, r)).To(gomega.Succeed())
 

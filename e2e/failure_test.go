@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,7 +104,10 @@ type LeaderKilledInput struct {
 // edits throughout, objects created meanwhile are assigned by the new
 // leader, and nothing is lost or assigned twice.
 func LeaderKilledSpec(t *testing.T, in LeaderKilledInput) {
-	e := newRingEnv(t, ringOptions{Sharders: 2})
+	// The ring asks for protection over availability (failurePolicy Fail):
+	// under the default Ignore, a request in flight to the killed replica
+	// at the moment of the kill is let through by design.
+	e := newRingEnv(t, ringOptions{Sharders: 2, FailurePolicy: admissionregistrationv1.Fail})
 	for i := range in.Instances {
 		e.startInstance(fmt.Sprintf("instance-%d", i))
 	}
@@ -110,20 +115,19 @@ func LeaderKilledSpec(t *testing.T, in LeaderKilledInput) {
 	e.createClusters("before", in.Objects)
 	e.waitSettled(in.Objects, in.Timeout)
 	probe := e.namespace + "/before-000"
+	e.g.Expect(e.tryForbiddenEdit(e.ctx, probe)).To(gomega.Succeed())
 
 	old := e.leader()
 	e.g.Expect(old.Kill()).To(gomega.Succeed())
 
-	// While the survivor takes over, the webhook answers every forbidden
-	// edit (under the default Ignore policy an unreachable webhook would
-	// let it through).
+	// While the survivor takes over, no forbidden edit gets through.
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	probes := make(chan error, 1)
 	go func() {
 		defer close(probes)
 		for ctx.Err() == nil {
-			if err := e.tryForbiddenEdit(ctx, probe); err != nil && ctx.Err() == nil {
+			if err := e.tryForbiddenEditDuringFailover(ctx, probe); err != nil && ctx.Err() == nil {
 				probes <- err
 				return
 			}
@@ -141,12 +145,25 @@ func LeaderKilledSpec(t *testing.T, in LeaderKilledInput) {
 	for err := range probes {
 		e.g.Expect(err).NotTo(gomega.HaveOccurred())
 	}
+	// And the surviving replica's webhook itself answers, naming label and ring.
+	e.g.Expect(e.tryForbiddenEdit(e.ctx, probe)).To(gomega.Succeed())
 	e.expectReconciledByOwner(in.Timeout)
 	e.expectNoOverlap()
 }
 
+// tryForbiddenEditDuringFailover is tryForbiddenEdit for the moment a
+// replica dies: a rejection because the webhook could not be called (failure
+// policy Fail) counts as well as the webhook's own denial.
+func (e *ringEnv) tryForbiddenEditDuringFailover(ctx context.Context, key string) error {
+	err := e.tryForbiddenEdit(ctx, key)
+	if err != nil && strings.Contains(err.Error(), "failed calling webhook") {
+		return nil
+	}
+	return err
+}
+
 // tryForbiddenEdit moves an object to another instance as the admin user
-// and returns an error unless the webhook denied it.
+// and returns an error unless the webhook denied it, naming label and ring.
 func (e *ringEnv) tryForbiddenEdit(ctx context.Context, key string) error {
 	o, ok := e.tracker.Get(key)
 	if !ok {
@@ -160,6 +177,9 @@ func (e *ringEnv) tryForbiddenEdit(ctx context.Context, key string) error {
 	}
 	if !isDenied(err) {
 		return fmt.Errorf("changing the shard label of %s: want a denial, got %w", key, err)
+	}
+	if label := sharderv1alpha1.ShardLabel(e.ring); !strings.Contains(err.Error(), label) {
+		return fmt.Errorf("changing the shard label of %s: the denial does not name %s: %w", key, label, err)
 	}
 	return nil
 }
