@@ -133,9 +133,10 @@ type Webhook struct {
 	Enabled bool `json:"enabled"`
 	// Port the webhook server listens on (TLS). Default: 9443.
 	Port int `json:"port"`
-	// CertDir holds tls.crt and tls.key. Default:
-	// /tmp/sharder/webhook-certs (mount a writable emptyDir there when the
-	// root filesystem is read-only).
+	// CertDir holds tls.crt and tls.key (and ca.crt) of an externally
+	// managed certificate, e.g. cert-manager's; it is read only in that mode.
+	// The self-managed certificate lives in a Secret and is served from
+	// memory. Default: /tmp/sharder/webhook-certs.
 	CertDir string `json:"certDir"`
 	// CertMode is self-managed (default) or external (cert-manager or a
 	// mounted Secret provides the files and the CA bundle).

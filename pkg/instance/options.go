@@ -41,7 +41,7 @@ type Options struct {
 
 	// RenewPeriod is how often the Lease is renewed; it must be shorter than
 	// LeaseDuration.
-	// Default: 5s.
+	// Default: LeaseDuration/3 (5s for the default duration).
 	RenewPeriod time.Duration
 
 	// Pod, when set, becomes the Lease's owner, so that garbage collection
