@@ -3,10 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"strings"
 	"testing"
 	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/onsi/gomega"
 	"sigs.k8s.io/controller-runtime/pkg/client"
