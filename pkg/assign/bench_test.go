@@ -174,6 +174,20 @@ func (p *placement) wait(b *testing.B, timeout time.Duration) {
 	}
 }
 
+// firstArrival returns the earliest time an object reached the wanted
+// instance, among the objects wanted at instance.
+func (p *placement) firstArrival(instance string) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var first time.Time
+	for name, want := range p.want {
+		if t := p.first[name]; want == instance && !t.IsZero() && (first.IsZero() || t.Before(first)) {
+			first = t
+		}
+	}
+	return first
+}
+
 // movedFraction is the share of names that carried more than one instance.
 func (p *placement) movedFraction(names []string) float64 {
 	p.mu.Lock()
@@ -377,6 +391,7 @@ func BenchmarkRebalance3To4(b *testing.B) {
 		elapsed := time.Since(start)
 		b.StopTimer()
 		b.ReportMetric(elapsed.Seconds(), "s/rebalance")
+		b.ReportMetric(p.firstArrival("d").Sub(start).Seconds(), "s/first-arrival")
 		b.ReportMetric(p.movedFraction(names), "moved-fraction")
 		b.ReportMetric(p.movedFraction(names)/0.25, "moved/ideal")
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/drain"
+	"github.com/sharder-dev/sharder/pkg/leases"
 	"github.com/sharder-dev/sharder/pkg/ring"
 )
 
@@ -163,9 +164,19 @@ func newRunner(c *Controller, cfg *ringConfig) *runner {
 		status:     make(chan struct{}, 1),
 	}
 	r.cfg.Store(cfg)
+	clk := c.opts.Clock
 	r.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[item](retryBaseDelay, retryMaxDelay),
-		workqueue.TypedRateLimitingQueueConfig[item]{Clock: c.opts.Clock},
+		workqueue.TypedRateLimitingQueueConfig[item]{
+			Clock: clk,
+			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[item]{
+				Clock: clk,
+				Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[item]{
+					Clock: clk,
+					Queue: newUrgencyQueue(r.urgent),
+				}),
+			}),
+		},
 	)
 	for _, res := range cfg.resources {
 		w := r.newWatched(res)
@@ -337,6 +348,30 @@ func (r *runner) processNext(ctx context.Context) bool {
 		r.queue.AddAfter(it, after)
 	}
 	return true
+}
+
+// urgent reports whether it waits for nothing but the sharder: its object
+// is unassigned (new, or its drain was acknowledged) or assigned to a dead
+// or unknown instance. Urgent items are processed before the others.
+func (r *runner) urgent(it item) bool {
+	w := r.byGK[it.gk]
+	if w == nil {
+		return false
+	}
+	obj, ok := w.get(it.namespace, it.name)
+	if !ok {
+		return false
+	}
+	current := obj.Labels[r.shardLabel]
+	if current == "" {
+		return true
+	}
+	view := r.view.Load()
+	if view == nil {
+		return false
+	}
+	state, known := view.states[current]
+	return !known || state == leases.StateDead || state == leases.StateOrphaned
 }
 
 // notifyMembership asks the runner to rebuild its ring; it never blocks.

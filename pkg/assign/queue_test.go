@@ -1,0 +1,63 @@
+package assign
+
+import (
+	"slices"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func TestUrgencyQueueServesUrgentItemsFirst(t *testing.T) {
+	it := func(name string) item {
+		return item{gk: schema.GroupKind{Kind: "ConfigMap"}, namespace: "ns", name: name}
+	}
+	urgent := map[item]bool{}
+	q := newUrgencyQueue(func(i item) bool { return urgent[i] })
+	pop := func() []string {
+		var got []string
+		for q.Len() > 0 {
+			got = append(got, q.Pop().name)
+		}
+		return got
+	}
+
+	// Urgent items overtake, each list keeps its order.
+	urgent[it("u1")], urgent[it("u2")] = true, true
+	for _, n := range []string{"a", "u1", "b", "u2", "c"} {
+		q.Push(it(n))
+	}
+	if got, want := pop(), []string{"u1", "u2", "a", "b", "c"}; !slices.Equal(got, want) {
+		t.Errorf("order = %v, want %v", got, want)
+	}
+
+	// An item that becomes urgent while queued moves ahead once.
+	for _, n := range []string{"a", "b", "c"} {
+		q.Push(it(n))
+	}
+	urgent[it("c")] = true
+	q.Touch(it("c"))
+	q.Touch(it("c"))
+	q.Touch(it("a")) // not urgent: stays
+	if got, want := pop(), []string{"c", "a", "b"}; !slices.Equal(got, want) {
+		t.Errorf("order after promotion = %v, want %v", got, want)
+	}
+
+	// A promoted item pushed again after its Pop is delivered once, even
+	// though its first entry is still in the normal list.
+	urgent = map[item]bool{}
+	q.Push(it("x"))
+	q.Push(it("y"))
+	urgent[it("x")] = true
+	q.Touch(it("x"))
+	if got := q.Pop().name; got != "x" {
+		t.Fatalf("Pop = %q, want x", got)
+	}
+	urgent[it("x")] = false
+	q.Push(it("x"))
+	if got, want := pop(), []string{"y", "x"}; !slices.Equal(got, want) && !slices.Equal(got, []string{"x", "y"}) {
+		t.Errorf("order = %v, want y and x once each", got)
+	}
+	if q.Len() != 0 {
+		t.Errorf("Len = %d after draining", q.Len())
+	}
+}
