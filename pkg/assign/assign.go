@@ -32,7 +32,11 @@ func (r *runner) reconcile(ctx context.Context, it item) (time.Duration, error) 
 		return 0, nil
 	}
 	obj, ok := w.get(it.namespace, it.name)
-	if !ok || r.stale(obj) || !r.selected(obj.Namespace) {
+	if !ok || r.stale(obj) {
+		return 0, nil
+	}
+	if !r.selected(obj.Namespace) {
+		r.seen.Delete(obj.UID) // its namespace left the ring
 		return 0, nil
 	}
 	view, cfg := r.view.Load(), r.cfg.Load()

@@ -432,7 +432,7 @@ func (r *runner) mainChanged(w *watched, oldObj, newObj any) {
 	if !ok {
 		return
 	}
-	if obj.Labels[r.shardLabel] == "" {
+	if obj.Labels[r.shardLabel] == "" && r.selected(obj.Namespace) {
 		r.seen.LoadOrStore(obj.UID, r.c.opts.Clock.Now())
 	}
 	if old, ok := oldObj.(*metav1.PartialObjectMetadata); ok && !r.labelsChanged(old, obj) {
