@@ -54,6 +54,8 @@ type options struct {
 	reconcileLog            string
 	maxConcurrentReconciles int
 	recoveryInterval        time.Duration
+	kubeAPIQPS              float32
+	kubeAPIBurst            int
 	zap                     zap.Options
 }
 
@@ -74,6 +76,8 @@ func parseFlags(args []string, getenv func(string) string) (*options, error) {
 	fs.StringVar(&o.reconcileLog, "reconcile-log", "", "File to append a JSON line to when each reconcile starts and ends. Default: $"+reconcileLogEnv+", else none.")
 	fs.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "Number of EtcdClusters reconciled at once.")
 	fs.DurationVar(&o.recoveryInterval, "recovery-interval", 30*time.Second, "How soon a Failed cluster is retried when nothing it watches changes.")
+	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 50, "Requests per second to the API server (client-side limit). Drain acknowledgements share it with reconciles, so a low limit slows moves.")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst of requests to the API server above --kube-api-qps.")
 	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.zap.BindFlags(zfs)
 	fs.AddGoFlagSet(zfs)
@@ -143,6 +147,7 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
+	cfg.QPS, cfg.Burst = o.kubeAPIQPS, o.kubeAPIBurst
 
 	// The cache holds only this instance's objects of the ring's resources:
 	// the clusters and everything the clusters control, down to the pods.
