@@ -16,7 +16,13 @@ type urgencyQueue struct {
 	urgent func(item) bool
 	lists  [2][]item    // urgent, then normal; may hold stale entries
 	queued map[item]int // queued items and the list that holds them
+	peak   int          // most items queued since queued was last made
 }
+
+// shrinkAfter is the peak number of queued items above which the queue's
+// map is made anew once the queue is empty: a Go map keeps the memory of its
+// largest size, and a rebalance can queue every object of the ring.
+const shrinkAfter = 1024
 
 func newUrgencyQueue(urgent func(item) bool) *urgencyQueue {
 	return &urgencyQueue{urgent: urgent, queued: map[item]int{}}
@@ -34,6 +40,7 @@ func (q *urgencyQueue) Push(it item) {
 	c := q.class(it)
 	q.lists[c] = append(q.lists[c], it)
 	q.queued[it] = c
+	q.peak = max(q.peak, len(q.queued))
 }
 
 // Touch is called when a queued item is added again: it moves to the urgent
@@ -62,6 +69,10 @@ func (q *urgencyQueue) Pop() item {
 			}
 			if at, ok := q.queued[it]; ok && at == c {
 				delete(q.queued, it)
+				if len(q.queued) == 0 && q.peak > shrinkAfter {
+					q.queued, q.peak = map[item]int{}, 0
+					q.lists = [2][]item{}
+				}
 				return it
 			}
 		}

@@ -1,6 +1,7 @@
 package assign
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -59,5 +60,32 @@ func TestUrgencyQueueServesUrgentItemsFirst(t *testing.T) {
 	}
 	if q.Len() != 0 {
 		t.Errorf("Len = %d after draining", q.Len())
+	}
+}
+
+// After a burst the queue lets go of the memory it grew to.
+func TestUrgencyQueueShrinksWhenEmptyAfterBurst(t *testing.T) {
+	q := newUrgencyQueue(func(i item) bool { return i.name[0] == 'u' })
+	for i := range 3 * shrinkAfter {
+		q.Push(item{name: fmt.Sprintf("n%d", i)})
+		q.Push(item{name: fmt.Sprintf("u%d", i)})
+	}
+	seen := map[item]bool{}
+	for q.Len() > 0 {
+		it := q.Pop()
+		if seen[it] {
+			t.Fatalf("%v delivered twice", it)
+		}
+		seen[it] = true
+	}
+	if len(seen) != 6*shrinkAfter {
+		t.Errorf("delivered %d items, want %d", len(seen), 6*shrinkAfter)
+	}
+	if q.peak != 0 || cap(q.lists[0]) != 0 || cap(q.lists[1]) != 0 {
+		t.Errorf("queue kept its burst's memory: peak %d, list capacities %d and %d", q.peak, cap(q.lists[0]), cap(q.lists[1]))
+	}
+	q.Push(item{name: "n"})
+	if q.Len() != 1 || q.Pop().name != "n" {
+		t.Error("queue unusable after shrinking")
 	}
 }
