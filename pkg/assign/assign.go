@@ -127,7 +127,7 @@ func (r *runner) reconcile(ctx context.Context, it item) (time.Duration, error) 
 
 // move labels the controlled objects, then the main object, with instance,
 // removing any drain label.
-func (r *runner) move(ctx context.Context, w *watched, obj *metav1.PartialObjectMetadata, children []child, instance string) error {
+func (r *runner) move(ctx context.Context, w *watched, obj *object, children []child, instance string) error {
 	if err := r.labelChildren(ctx, children, instance); err != nil {
 		return err
 	}
@@ -152,7 +152,7 @@ func (r *runner) labelChildren(ctx context.Context, children []child, instance s
 
 // patchMain writes labels on a main object, locked on the cached
 // resourceVersion: a decision taken on a stale cache fails with a conflict.
-func (r *runner) patchMain(ctx context.Context, w *watched, obj *metav1.PartialObjectMetadata, labels map[string]any) error {
+func (r *runner) patchMain(ctx context.Context, w *watched, obj *object, labels map[string]any) error {
 	patch := map[string]any{"metadata": map[string]any{"resourceVersion": obj.ResourceVersion, "labels": labels}}
 	out, err := r.patch(ctx, w, obj, patch)
 	if apierrors.IsNotFound(err) {
@@ -166,7 +166,7 @@ func (r *runner) patchMain(ctx context.Context, w *watched, obj *metav1.PartialO
 }
 
 // requestDrain sets the drain label, locked on the cached resourceVersion.
-func (r *runner) requestDrain(ctx context.Context, w *watched, obj *metav1.PartialObjectMetadata) error {
+func (r *runner) requestDrain(ctx context.Context, w *watched, obj *object) error {
 	out, err := r.patchBytes(ctx, w, obj, drain.RequestPatch(r.name, obj.ResourceVersion))
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -178,7 +178,7 @@ func (r *runner) requestDrain(ctx context.Context, w *watched, obj *metav1.Parti
 	return nil
 }
 
-func (r *runner) patch(ctx context.Context, w *watched, obj *metav1.PartialObjectMetadata, patch map[string]any) (*metav1.PartialObjectMetadata, error) {
+func (r *runner) patch(ctx context.Context, w *watched, obj *object, patch map[string]any) (*metav1.PartialObjectMetadata, error) {
 	data, err := json.Marshal(patch)
 	if err != nil {
 		return nil, err
@@ -188,7 +188,7 @@ func (r *runner) patch(ctx context.Context, w *watched, obj *metav1.PartialObjec
 
 // patchBytes sends a JSON merge patch and records a Forbidden answer as a
 // problem of the resource.
-func (r *runner) patchBytes(ctx context.Context, w *watched, obj *metav1.PartialObjectMetadata, data []byte) (*metav1.PartialObjectMetadata, error) {
+func (r *runner) patchBytes(ctx context.Context, w *watched, obj *object, data []byte) (*metav1.PartialObjectMetadata, error) {
 	out, err := r.c.meta.Resource(w.res.gvr).Namespace(obj.Namespace).Patch(ctx, obj.Name, types.MergePatchType, data, metav1.PatchOptions{})
 	switch {
 	case err == nil:

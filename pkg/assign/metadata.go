@@ -27,13 +27,11 @@ func (r *runner) transformObject(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	out := &metav1.PartialObjectMetadata{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:            m.Name,
-			Namespace:       r.shared.str(m.Namespace),
-			UID:             m.UID,
-			ResourceVersion: m.ResourceVersion,
-		},
+	out := &object{
+		Name:            m.Name,
+		Namespace:       r.shared.str(m.Namespace),
+		UID:             m.UID,
+		ResourceVersion: m.ResourceVersion,
 	}
 	shard, hasShard := m.Labels[r.shardLabel]
 	drainValue, hasDrain := m.Labels[r.drainLabel]
@@ -195,12 +193,12 @@ func (r *runner) rootOf(gk schema.GroupKind, obj metav1.Object) (item, bool) {
 // child is a controlled object found below a main object.
 type child struct {
 	w   *watched
-	obj *metav1.PartialObjectMetadata
+	obj *object
 }
 
 // descendants returns the objects whose controller chain leads to root,
 // parents before their children.
-func (r *runner) descendants(root *metav1.PartialObjectMetadata) []child {
+func (r *runner) descendants(root *object) []child {
 	if len(r.controlled) == 0 {
 		return nil
 	}
@@ -216,7 +214,7 @@ func (r *runner) descendants(root *metav1.PartialObjectMetadata) []child {
 				continue
 			}
 			for _, o := range objs {
-				m, ok := o.(*metav1.PartialObjectMetadata)
+				m, ok := o.(*object)
 				if !ok || visited[m.UID] || m.Namespace != root.Namespace {
 					continue
 				}

@@ -62,7 +62,20 @@ type watched struct {
 	patchErr error // last Forbidden answer to a patch; cleared by a successful patch
 }
 
-func (w *watched) get(namespace, name string) (*metav1.PartialObjectMetadata, bool) {
+func (w *watched) get(namespace, name string) (*object, bool) {
+	obj, ok := w.getAny(namespace, name)
+	m, isObject := obj.(*object)
+	return m, ok && isObject
+}
+
+// getNamespace returns a Namespace from the Namespace cache.
+func (w *watched) getNamespace(name string) (*metav1.PartialObjectMetadata, bool) {
+	obj, ok := w.getAny("", name)
+	m, isNamespace := obj.(*metav1.PartialObjectMetadata)
+	return m, ok && isNamespace
+}
+
+func (w *watched) getAny(namespace, name string) (any, bool) {
 	key := name
 	if namespace != "" {
 		key = namespace + "/" + name
@@ -71,8 +84,7 @@ func (w *watched) get(namespace, name string) (*metav1.PartialObjectMetadata, bo
 	if err != nil || !ok {
 		return nil, false
 	}
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	return m, ok
+	return obj, true
 }
 
 func (w *watched) setWatchErr(err error) {
@@ -407,7 +419,7 @@ func (r *runner) enqueue(gk schema.GroupKind, obj metav1.Object) {
 func (r *runner) enqueueAll() {
 	for _, w := range r.mains {
 		for _, obj := range w.informer.GetStore().List() {
-			if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+			if m, ok := obj.(*object); ok {
 				r.enqueue(w.res.gk, m)
 			}
 		}
@@ -420,7 +432,7 @@ func (r *runner) selected(namespace string) bool {
 	if namespace == "" {
 		return true
 	}
-	ns, ok := r.namespaces.get("", namespace)
+	ns, ok := r.namespaces.getNamespace(namespace)
 	if !ok {
 		return false
 	}
@@ -428,14 +440,14 @@ func (r *runner) selected(namespace string) bool {
 }
 
 func (r *runner) mainChanged(w *watched, oldObj, newObj any) {
-	obj, ok := newObj.(*metav1.PartialObjectMetadata)
+	obj, ok := newObj.(*object)
 	if !ok {
 		return
 	}
 	if obj.Labels[r.shardLabel] == "" && r.selected(obj.Namespace) {
 		r.seen.LoadOrStore(obj.UID, r.c.opts.Clock.Now())
 	}
-	if old, ok := oldObj.(*metav1.PartialObjectMetadata); ok && !r.labelsChanged(old, obj) {
+	if old, ok := oldObj.(*object); ok && !r.labelsChanged(old, obj) {
 		return
 	}
 	r.enqueue(w.res.gk, obj)
@@ -446,7 +458,7 @@ func (r *runner) mainDeleted(obj any) {
 	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	m, ok := obj.(*metav1.PartialObjectMetadata)
+	m, ok := obj.(*object)
 	if !ok {
 		return
 	}
@@ -457,11 +469,11 @@ func (r *runner) mainDeleted(obj any) {
 }
 
 func (r *runner) controlledChanged(w *watched, oldObj, newObj any) {
-	obj, ok := newObj.(*metav1.PartialObjectMetadata)
+	obj, ok := newObj.(*object)
 	if !ok {
 		return
 	}
-	if old, ok := oldObj.(*metav1.PartialObjectMetadata); ok &&
+	if old, ok := oldObj.(*object); ok &&
 		!r.labelsChanged(old, obj) && controllerUID(old) == controllerUID(obj) {
 		return
 	}
@@ -483,7 +495,7 @@ func (r *runner) namespaceChanged(oldObj, newObj any) {
 			continue
 		}
 		for _, obj := range w.informer.GetStore().List() {
-			if m, ok := obj.(*metav1.PartialObjectMetadata); ok && m.Namespace == ns.Name {
+			if m, ok := obj.(*object); ok && m.Namespace == ns.Name {
 				r.enqueue(w.res.gk, m)
 			}
 		}
@@ -491,14 +503,14 @@ func (r *runner) namespaceChanged(oldObj, newObj any) {
 	r.triggerStatus()
 }
 
-func (r *runner) labelsChanged(a, b *metav1.PartialObjectMetadata) bool {
+func (r *runner) labelsChanged(a, b *object) bool {
 	return a.Labels[r.shardLabel] != b.Labels[r.shardLabel] ||
 		drain.Requested(a, r.name) != drain.Requested(b, r.name)
 }
 
 // stale reports whether the cache still holds a version of obj older than
 // the sharder's last write to it: deciding on it would undo that write.
-func (r *runner) stale(obj *metav1.PartialObjectMetadata) bool {
+func (r *runner) stale(obj *object) bool {
 	v, ok := r.written.Load(obj.UID)
 	if !ok {
 		return false

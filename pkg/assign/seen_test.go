@@ -38,8 +38,8 @@ func TestFirstSeenOnlyForSelectedObjects(t *testing.T) {
 	r.cfg.Store(cfg)
 	w := &watched{res: resource{gk: schema.GroupKind{Kind: "ConfigMap"}, main: true, namespaced: true}}
 
-	in := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "in", Name: "a", UID: "u-in"}}
-	out := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "out", Name: "a", UID: "u-out"}}
+	in := &object{Namespace: "in", Name: "a", UID: "u-in"}
+	out := &object{Namespace: "out", Name: "a", UID: "u-out"}
 	r.mainChanged(w, nil, in)
 	r.mainChanged(w, nil, out)
 	if _, ok := r.seen.Load(in.UID); !ok {

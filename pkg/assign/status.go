@@ -76,7 +76,7 @@ func (r *runner) computeStatus(ring *v1alpha1.ControllerRing, cfg *ringConfig) *
 	selected := map[string]bool{}
 	for _, w := range r.mains {
 		for _, o := range w.informer.GetStore().List() {
-			obj, ok := o.(*metav1.PartialObjectMetadata)
+			obj, ok := o.(*object)
 			if !ok {
 				continue
 			}

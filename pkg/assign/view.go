@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sharder-dev/sharder/pkg/leases"
 	"github.com/sharder-dev/sharder/pkg/metrics"
@@ -89,7 +88,7 @@ func (r *runner) rebuild(ctx context.Context, all bool) {
 	var drains, dead, held, total int
 	for _, w := range r.mains {
 		for _, o := range w.informer.GetStore().List() {
-			obj, ok := o.(*metav1.PartialObjectMetadata)
+			obj, ok := o.(*object)
 			if !ok || !r.selected(obj.Namespace) {
 				continue
 			}
