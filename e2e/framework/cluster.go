@@ -165,6 +165,8 @@ type SharderOptions struct {
 	LeaderLeaseDuration time.Duration
 	// Args are added to the command line. Default: none.
 	Args []string
+	// Env is added to the process's environment (e.g. GOGC). Default: none.
+	Env []string
 }
 
 // Sharder is a running sharder replica.
@@ -221,7 +223,7 @@ func (c *Cluster) StartSharder(ctx context.Context, opts SharderOptions) (*Shard
 	)
 	args = append(args, opts.Args...)
 	p, err := c.Start(ProcessOptions{Name: opts.Name, Path: c.Binaries.Sharder, Args: args,
-		Env: []string{"POD_NAMESPACE=" + opts.Namespace, "POD_NAME=" + opts.Name}})
+		Env: append([]string{"POD_NAMESPACE=" + opts.Namespace, "POD_NAME=" + opts.Name}, opts.Env...)})
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,10 @@ func main() {
 		p.sharderArgs = append(p.sharderArgs, s)
 		return nil
 	})
+	flag.Func("sharder-env", "extra environment variable NAME=VALUE for the sharder process only (repeatable), e.g. --sharder-env=GOGC=50", func(s string) error {
+		p.sharderEnv = append(p.sharderEnv, s)
+		return nil
+	})
 	flag.Parse()
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

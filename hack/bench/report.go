@@ -85,7 +85,7 @@ the machine ran at the time (see the load average).
   object: RSS difference divided by the objects added. CPU: user+system time
   from /proc/<pid>/stat over 10 s with nothing changing.
 `, time.Now().UTC().Format(time.RFC3339), uname(), cpuModel(), runtime.NumCPU(), runtime.Version(), p.loadBefore,
-		sharderv1alpha1.DefaultVirtualNodes, extraArgs(p.sharderArgs), p.leaseDuration, p.objects, p.rateObjects, p.rate, p.objects, p.largeObjects)
+		sharderv1alpha1.DefaultVirtualNodes, extraArgs(append(append([]string(nil), p.sharderEnv...), p.sharderArgs...)), p.leaseDuration, p.objects, p.rateObjects, p.rate, p.objects, p.largeObjects)
 	return os.WriteFile(p.output, []byte(s.String()), 0o644) //nolint:gosec // a document of the repository, meant to be read
 }
 

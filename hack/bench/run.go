@@ -49,6 +49,7 @@ type params struct {
 	workers       int
 	leaseDuration time.Duration
 	sharderArgs   []string
+	sharderEnv    []string
 	loadBefore    string
 }
 
@@ -232,7 +233,7 @@ func (b *bench) initialAssignment(ctx context.Context) error {
 	}
 	t0 := time.Now()
 	var err error
-	b.sharder, err = b.cl.StartSharder(ctx, framework.SharderOptions{Name: "sharder", Args: b.p.sharderArgs})
+	b.sharder, err = b.cl.StartSharder(ctx, framework.SharderOptions{Name: "sharder", Args: b.p.sharderArgs, Env: b.p.sharderEnv})
 	if err != nil {
 		return err
 	}
