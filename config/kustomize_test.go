@@ -3,12 +3,8 @@
 package config_test
 
 import (
-	"bytes"
 	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -17,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sharder-dev/sharder/internal/testenv"
@@ -32,41 +27,13 @@ func TestMain(m *testing.M) {
 
 func kubectl(t *testing.T, stdin []byte, args ...string) []byte {
 	t.Helper()
-	dir, err := testenv.AssetsDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.WriteKubeConfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(dir, "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
-	cmd.Stdin = bytes.NewReader(stdin)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("kubectl %s: %v\n%s\n%s", strings.Join(args, " "), err, stderr.String(), out)
-	}
-	return out
+	return env.Kubectl(t, stdin, args...)
 }
 
-// build returns the objects of a kustomization.
+// build returns the manifests of a kustomization and its objects.
 func build(t *testing.T, dir string) ([]byte, []*unstructured.Unstructured) {
 	t.Helper()
-	out := kubectl(t, nil, "kustomize", dir)
-	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			break
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
-	}
-	return out, objs
+	return env.Kustomize(t, dir)
 }
 
 func ensureNamespace(t *testing.T, name string) {

@@ -22,7 +22,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sharder-dev/sharder/internal/testenv"
@@ -74,16 +73,9 @@ func render(t *testing.T, values string) (string, []*unstructured.Unstructured) 
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, out)
 	}
-	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			break
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
+	objs, err := testenv.DecodeObjects([]byte(out))
+	if err != nil {
+		t.Fatalf("decoding the rendered chart: %v", err)
 	}
 	return out, objs
 }
@@ -404,12 +396,9 @@ func TestClusterRoleMatchesGenerated(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "rbac", "role.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())
 	var generated *rbacv1.ClusterRole
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			break
-		}
+	roles, err := testenv.DecodeObjects(data)
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, u := range roles {
 		if u.GetKind() == "ClusterRole" {
 			generated = as[rbacv1.ClusterRole](t, u)
 		}
@@ -481,15 +470,7 @@ rings:
 `)
 	g.Expect(len(objs)).To(BeNumerically(">=", 15))
 
-	dir, err := testenv.AssetsDir()
-	g.Expect(err).NotTo(HaveOccurred())
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	g.Expect(env.WriteKubeConfig(kubeconfig)).To(Succeed())
-	cmd := exec.Command(filepath.Join(dir, "kubectl"), "--kubeconfig", kubeconfig,
-		"apply", "--server-side", "--dry-run=server", "--field-manager=helm-test", "-f", "-")
-	cmd.Stdin = strings.NewReader(manifests)
-	out, err := cmd.CombinedOutput()
-	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	out := env.Kubectl(t, []byte(manifests), "apply", "--server-side", "--dry-run=server", "--field-manager=helm-test", "-f", "-")
 	g.Expect(string(out)).To(ContainSubstring("deployment.apps/sharder serverside-applied (server dry run)"))
 	g.Expect(string(out)).To(ContainSubstring("controllerring.sharder.dev/example serverside-applied (server dry run)"))
 	g.Expect(strings.Count(string(out), "(server dry run)")).To(Equal(len(objs)))
