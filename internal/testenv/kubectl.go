@@ -2,12 +2,14 @@ package testenv
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -25,7 +27,9 @@ func (e *Env) Kubectl(t testing.TB, stdin []byte, args ...string) []byte {
 	if err := e.WriteKubeConfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(dir, "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...) //nolint:gosec // the control plane's own kubectl
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...) //nolint:gosec // the control plane's own kubectl
 	cmd.Stdin = bytes.NewReader(stdin)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
