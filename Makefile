@@ -78,6 +78,10 @@ bench: control-plane ## Run the Go benchmarks, then measure the sharder on a loc
 demo: control-plane ## Run the sharder, three example operator instances and 100 EtcdClusters on a local control plane.
 	hack/demo.sh
 
+.PHONY: local-control-plane
+local-control-plane: control-plane ## Run a bare local control plane (etcd + kube-apiserver, sharder CRD) until Ctrl-C.
+	$(GO) run ./hack/local-control-plane --kubeconfig $(BIN)/local/kubeconfig --crds config/crd/bases
+
 .PHONY: clean
 clean: ## Remove built binaries and tools (bin/).
 	rm -rf $(BIN) dist

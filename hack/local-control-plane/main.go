@@ -19,9 +19,12 @@ import (
 )
 
 func main() {
-	kubeconfig := flag.String("kubeconfig", "bin/local/kubeconfig", "where to write the admin kubeconfig")
-	crds := flag.String("crds", "", "comma-separated folders of CRD manifests to install (relative to the repository root)")
-	flag.Parse()
+	// A flag set of its own: imported packages register --kubeconfig on the
+	// global one.
+	fs := flag.NewFlagSet("local-control-plane", flag.ExitOnError)
+	kubeconfig := fs.String("kubeconfig", "bin/local/kubeconfig", "where to write the admin kubeconfig")
+	crds := fs.String("crds", "", "comma-separated folders of CRD manifests to install (relative to the repository root)")
+	_ = fs.Parse(os.Args[1:])
 
 	var opts testenv.Options
 	if *crds != "" {
