@@ -95,7 +95,8 @@ func (r *runner) rebuild(ctx context.Context, all bool) {
 			total++
 			current := obj.Labels[r.shardLabel]
 			target, err := v.ring.Lookup(objectKey(w.res.gk, obj.Namespace, obj.Name))
-			needsWork := all || current == "" || (err == nil && current != target) || obj.Labels[r.drainLabel] != ""
+			_, draining := obj.Labels[r.drainLabel] // any value asks for a drain, as drain.Requested says
+			needsWork := all || current == "" || (err == nil && current != target) || draining
 			if err == nil && current != "" && current != target {
 				switch state, known := v.states[current]; {
 				case !known || state == leases.StateDead || state == leases.StateOrphaned:

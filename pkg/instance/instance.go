@@ -277,13 +277,14 @@ func (i *Instance) lost() {
 // beforeRelease is the Lease holder's BeforeRelease: admit no new reconcile
 // and wait for those in flight, so that no other instance starts on an
 // object this one is still working on.
-func (i *Instance) beforeRelease(ctx context.Context) {
+func (i *Instance) beforeRelease(ctx context.Context) error {
 	i.tracker.Close()
 	running := i.tracker.Running()
 	if running > 0 {
 		i.log.Info("Waiting for reconciles in flight before releasing the Lease", "running", running)
 	}
 	if err := i.tracker.Wait(ctx); err != nil {
-		i.log.Error(err, "Releasing the Lease with reconciles still in flight", "running", i.tracker.Running())
+		return fmt.Errorf("%d reconciles still in flight: %w", i.tracker.Running(), err)
 	}
+	return nil
 }

@@ -210,10 +210,13 @@ func TestNoReconcileBeforeLeaseIsHeld(t *testing.T) {
 	g.Consistently(func() []interval { return rec.runsOf("waiting", id) }, time.Second).Should(BeEmpty(),
 		"nothing is reconciled while another party holds the Lease")
 
-	// The other party releases the Lease: the holder acquires it and the
-	// retried request goes through.
+	// The other party releases the Lease: once a lease duration has passed
+	// since (short here), the holder acquires it and the retried request
+	// goes through.
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(lease), lease)).To(Succeed())
 	lease.Spec.HolderIdentity = ptr.To("")
+	lease.Spec.LeaseDurationSeconds = ptr.To[int32](1)
+	lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
 	g.Expect(env.Client.Update(ctx, lease)).To(Succeed())
 	g.Eventually(func() []interval { return rec.runsOf("waiting", id) }, 10*time.Second).ShouldNot(BeEmpty())
 }

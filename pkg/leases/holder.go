@@ -84,8 +84,11 @@ type HolderOptions struct {
 
 	// BeforeRelease is called on shutdown, before the Lease is released, with
 	// a context bounded by ShutdownTimeout. The holder keeps renewing while it
-	// runs. Use it to wait for in-flight reconciles. Default: none.
-	BeforeRelease func(ctx context.Context)
+	// runs. Use it to wait for in-flight reconciles. When it returns an error
+	// (work still in flight), the Lease is not released but left to expire:
+	// the sharder then waits two lease durations before it moves the
+	// instance's objects, instead of moving them at once. Default: none.
+	BeforeRelease func(ctx context.Context) error
 
 	// ShutdownTimeout bounds BeforeRelease and the release together.
 	// Default: 30s.
@@ -315,10 +318,16 @@ func (h *Holder) shutdown(ctx context.Context) error {
 		renewCtx, stopRenewing := context.WithCancel(ctx)
 		renewed := make(chan error, 1)
 		go func() { renewed <- h.renew(renewCtx) }()
-		h.opts.BeforeRelease(ctx)
+		notIdle := h.opts.BeforeRelease(ctx)
 		stopRenewing()
 		if err := <-renewed; err != nil {
 			return h.lost(err)
+		}
+		if notIdle != nil {
+			h.held.Store(false)
+			h.lease = nil
+			h.log.Error(notIdle, "Not releasing the instance Lease: it expires, and the sharder moves the instance's objects only after two lease durations")
+			return nil
 		}
 	}
 	if err := h.release(ctx); err != nil {
@@ -391,6 +400,11 @@ func (h *Holder) tryAcquireOrRenew(ctx context.Context) (bool, error) {
 		if !apierrors.IsNotFound(err) {
 			return false, fmt.Errorf("getting the Lease: %w", err)
 		}
+		if h.lease != nil {
+			// Deleted while held: the sharder counts an instance without a
+			// Lease as dead and moves its objects at once.
+			return false, fmt.Errorf("%w: the Lease was deleted", ErrLeaseLost)
+		}
 		created := h.desired(&coordinationv1.Lease{}, now, true)
 		if err := h.client.Create(ctx, created); err != nil {
 			return false, fmt.Errorf("creating the Lease: %w", err)
@@ -445,11 +459,12 @@ func microEqual(a, b *metav1.MicroTime) bool {
 }
 
 // acquirable reports whether a Lease this holder does not hold may be taken:
-// it is released, or nobody renewed it within its duration.
+// nobody renewed it within its duration. That holds for a released Lease
+// too, counted from its release: the sharder moves a released instance's
+// objects at once, and an instance with the same ID that took the Lease
+// back sooner (a restarted pod) could start on objects while they are being
+// relabelled to other instances.
 func acquirable(lease *coordinationv1.Lease, now time.Time) bool {
-	if ptr.Deref(lease.Spec.HolderIdentity, "") == "" {
-		return true
-	}
 	return !now.Before(referenceTime(lease).Add(durationOf(lease)))
 }
 

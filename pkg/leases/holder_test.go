@@ -138,7 +138,8 @@ func TestHolderReacquiresReleasedLease(t *testing.T) {
 	g := NewWithT(t)
 	ns := env.Namespace(t)
 	other := metav1.OwnerReference{APIVersion: "example.dev/v1", Kind: "Thing", Name: "x", UID: "uid-x"}
-	createLease(t, holderRing, ns, "pod-1", time.Now(), 60, func(l *coordinationv1.Lease) {
+	// Released more than its duration ago.
+	createLease(t, holderRing, ns, "pod-1", time.Now().Add(-61*time.Second), 60, func(l *coordinationv1.Lease) {
 		l.Spec.HolderIdentity = ptr.To("")
 		l.Labels[v1alpha1.LabelVirtualNodes] = "10"
 		l.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "pod-1", UID: "uid-old"}, other}
@@ -151,6 +152,63 @@ func TestHolderReacquiresReleasedLease(t *testing.T) {
 	g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal("pod-1")))
 	g.Expect(lease.Labels).NotTo(HaveKey(v1alpha1.LabelVirtualNodes))
 	g.Expect(lease.OwnerReferences).To(ConsistOf(*pod, other))
+}
+
+// TestHolderWaitsOutRecentRelease checks that a Lease released moments ago
+// (the previous process of a restarted instance) is taken back only once its
+// duration has passed since the release: the sharder is moving the released
+// instance's objects meanwhile.
+func TestHolderWaitsOutRecentRelease(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	released := time.Now()
+	createLease(t, holderRing, ns, "pod-6", released, 2, func(l *coordinationv1.Lease) {
+		l.Spec.HolderIdentity = ptr.To("")
+	})
+	r := startHolder(t, leases.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-6", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
+	g.Eventually(r.Held).Should(BeTrue())
+	lease, err := getLease(ns, "pod-6")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(lease.Spec.AcquireTime.Time).To(BeTemporally(">=", released.Add(2*time.Second).Truncate(time.Microsecond)))
+}
+
+// TestHolderKeepsLeaseWhenNotIdle checks that a holder whose BeforeRelease
+// reports work still in flight does not release the Lease: it is left to
+// expire, so the sharder waits before moving the instance's objects.
+func TestHolderKeepsLeaseWhenNotIdle(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	r := startHolder(t, leases.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "pod-8", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond,
+		BeforeRelease: func(context.Context) error { return errors.New("1 reconcile still in flight") },
+	})
+	g.Eventually(r.Held).Should(BeTrue())
+	r.cancel()
+	g.Eventually(r.done).Should(Receive(BeNil()))
+	r.done <- nil // for the cleanup
+	g.Expect(getLease(ns, "pod-8")()).To(HaveField("Spec.HolderIdentity", HaveValue(Equal("pod-8"))))
+	g.Expect(r.Held()).To(BeFalse())
+}
+
+// TestHolderLostWhenDeleted checks that a Lease deleted while held counts as
+// lost (the sharder treats an instance without a Lease as dead) rather than
+// being quietly created again.
+func TestHolderLostWhenDeleted(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	r := startHolder(t, leases.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-7", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
+	g.Eventually(r.Held).Should(BeTrue())
+	lease, err := getLease(ns, "pod-7")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(env.Client.Delete(context.Background(), lease)).To(Succeed())
+	var stopped error
+	g.Eventually(r.done).Should(Receive(&stopped))
+	g.Expect(errors.Is(stopped, leases.ErrLeaseLost)).To(BeTrue(), "Start returned %v", stopped)
+	g.Expect(r.lost.Load()).To(BeEquivalentTo(1))
+	r.done <- stopped // for the cleanup
 }
 
 // TestHolderKeepsLeaseAcrossLabelPatches checks that the sharder's state
@@ -269,9 +327,10 @@ func TestHolderRenewsDuringBeforeRelease(t *testing.T) {
 	release := func() { finishOnce.Do(func() { close(finish) }) }
 	r := startHolder(t, leases.HolderOptions{
 		Ring: holderRing, Namespace: ns, Identity: "pod-5", LeaseDuration: time.Second, RenewPeriod: 200 * time.Millisecond,
-		BeforeRelease: func(context.Context) {
+		BeforeRelease: func(context.Context) error {
 			close(entered)
 			<-finish
+			return nil
 		},
 	})
 	// A failing assertion below must not leave BeforeRelease blocked, or the
