@@ -98,7 +98,8 @@ func (r *runner) reconcile(ctx context.Context, it item) (time.Duration, error) 
 			return 0, err
 		}
 		if !draining {
-			if err := r.requestDrain(ctx, w, obj); err != nil {
+			exists, err := r.requestDrain(ctx, w, obj)
+			if err != nil || !exists {
 				return 0, err
 			}
 			r.drains.Begin(obj.UID)
@@ -166,16 +167,17 @@ func (r *runner) patchMain(ctx context.Context, w *watched, obj *object, labels 
 }
 
 // requestDrain sets the drain label, locked on the cached resourceVersion.
-func (r *runner) requestDrain(ctx context.Context, w *watched, obj *object) error {
+// It reports false when the object is gone.
+func (r *runner) requestDrain(ctx context.Context, w *watched, obj *object) (bool, error) {
 	out, err := r.patchBytes(ctx, w, obj, drain.RequestPatch(r.name, obj.ResourceVersion))
 	if apierrors.IsNotFound(err) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("requesting drain of %s %s/%s: %w", w.res.gk.Kind, obj.Namespace, obj.Name, err)
+		return false, fmt.Errorf("requesting drain of %s %s/%s: %w", w.res.gk.Kind, obj.Namespace, obj.Name, err)
 	}
 	r.noteWrite(obj.UID, out.ResourceVersion)
-	return nil
+	return true, nil
 }
 
 func (r *runner) patch(ctx context.Context, w *watched, obj *object, patch map[string]any) (*metav1.PartialObjectMetadata, error) {

@@ -490,6 +490,9 @@ func (r *runner) namespaceChanged(oldObj, newObj any) {
 	if old, ok := oldObj.(*metav1.PartialObjectMetadata); ok && equalLabels(old.Labels, ns.Labels) {
 		return
 	}
+	if !r.synced.Load() {
+		return // the first pass after the caches sync looks at every object
+	}
 	for _, w := range r.mains {
 		if !w.res.namespaced {
 			continue
