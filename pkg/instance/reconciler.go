@@ -31,7 +31,7 @@ const acknowledgeAttempts = 3
 //   - carrying the ring's drain label: acknowledges the drain (drain.Acknowledge)
 //     instead of calling next, once no other reconcile of the object runs in
 //     this instance; reconciles of the object that arrive meanwhile are
-//     dropped;
+//     retried after Options.RetryPeriod (and then dropped if it moved);
 //   - assigned to another instance or to none: drops the request, even when it
 //     was queued while the object was still assigned here;
 //   - absent from the cache: asks the API server; if the object is gone,
@@ -70,6 +70,12 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	switch admission := r.inst.tracker.Begin(key); admission {
 	case inflight.Admitted:
 	case inflight.NotOpen:
+		return reconcile.Result{RequeueAfter: r.inst.opts.RetryPeriod}, nil
+	case inflight.Draining:
+		// Retried rather than dropped: if the drain turns out withdrawn, the
+		// change this request stands for still gets reconciled here; if the
+		// object moved, the retry is dropped as not assigned.
+		log.V(1).Info("Request deferred: the object's drain is being acknowledged")
 		return reconcile.Result{RequeueAfter: r.inst.opts.RetryPeriod}, nil
 	default:
 		log.V(1).Info("Request dropped", "reason", admission.String())

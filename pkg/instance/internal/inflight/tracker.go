@@ -26,7 +26,8 @@ const (
 	// NotOpen: the tracker does not admit reconciles yet (the instance does
 	// not hold its Lease yet); try again later.
 	NotOpen
-	// Draining: the object's drain is being acknowledged; drop the request.
+	// Draining: the object's drain is being acknowledged; try again later
+	// (the request is dropped then if the object has left).
 	Draining
 	// Closed: the tracker admits nothing any more (shutdown or lost Lease).
 	Closed
