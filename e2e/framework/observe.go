@@ -167,3 +167,24 @@ func ListLeases(ctx context.Context, c client.Reader, namespace, ring string) ([
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
+
+// Poll calls fn every interval until it succeeds, timeout passes (it then
+// returns fn's last error) or ctx ends. It is for programs outside tests
+// (demo, bench); tests use gomega's Eventually.
+func Poll(ctx context.Context, timeout, interval time.Duration, fn func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}

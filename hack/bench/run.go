@@ -177,7 +177,7 @@ func (b *bench) startInstance(ctx context.Context, id string) (*coordinationv1.L
 	}
 	b.instances[id] = p
 	var lease coordinationv1.Lease
-	err = poll(ctx, time.Minute, func() error {
+	err = framework.Poll(ctx, time.Minute, 100*time.Millisecond, func() error {
 		if p.Exited() {
 			return fmt.Errorf("instance %s exited: %w\n%s", id, p.ExitError(), p.Logs())
 		}
@@ -549,25 +549,6 @@ func parallel(ctx context.Context, from, to, workers int, fn func(int) error) er
 		return err
 	default:
 		return ctx.Err()
-	}
-}
-
-// poll calls fn until it succeeds or timeout passes.
-func poll(ctx context.Context, timeout time.Duration, fn func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
 	}
 }
 

@@ -195,7 +195,7 @@ func (d *demo) startSharders(ctx context.Context) error {
 		}
 		sharders = append(sharders, s)
 	}
-	return poll(ctx, time.Minute, func() error {
+	return framework.Poll(ctx, time.Minute, 200*time.Millisecond, func() error {
 		for _, s := range sharders {
 			if s.Exited() {
 				return fmt.Errorf("%s exited: %w\n%s", s.Name, s.ExitError(), tail(s.Logs(), 20))
@@ -227,7 +227,7 @@ func (d *demo) startInstance(ctx context.Context, i int) error {
 		return err
 	}
 	d.instances = append(d.instances, p)
-	err = poll(ctx, time.Minute, func() error {
+	err = framework.Poll(ctx, time.Minute, 200*time.Millisecond, func() error {
 		if p.Exited() {
 			return fmt.Errorf("instance %s exited: %w\n%s", id, p.ExitError(), tail(p.Logs(), 20))
 		}
@@ -320,24 +320,6 @@ func (d *demo) stopAll() {
 	}
 	for _, p := range d.cl.Processes.All() {
 		_ = p.Stop(15 * time.Second)
-	}
-}
-
-func poll(ctx context.Context, timeout time.Duration, fn func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
 	}
 }
 
