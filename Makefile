@@ -63,7 +63,9 @@ chart-crds: ## Copy the generated CRDs into the Helm chart (after make generate)
 
 .PHONY: test
 test: control-plane $(HELM) $(GOTESTSUM) ## Run every test: unit, integration (real API server) and e2e.
-	$(GOTESTSUM) --format testname -- $(RACE) -timeout $(TEST_TIMEOUT) ./...
+	@# -count=1: the e2e suite builds the binaries it runs in a subprocess, which
+	@# Go's test cache cannot see, so a cached e2e result could be stale.
+	$(GOTESTSUM) --format testname -- $(RACE) -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: e2e
 e2e: control-plane ## Run only the end-to-end tests: real sharder and operator processes on a local control plane.
