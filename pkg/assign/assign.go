@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sharder-dev/sharder/pkg/drain"
-	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/metrics"
 	"github.com/sharder-dev/sharder/pkg/ring"
 )
@@ -84,7 +84,7 @@ func (r *runner) reconcile(ctx context.Context, it item) (time.Duration, error) 
 	}
 
 	switch state, known := view.states[current]; {
-	case !known || state == leases.StateDead || state == leases.StateOrphaned:
+	case !known || state == membership.StateDead || state == membership.StateOrphaned:
 		// Nobody is left to race with: relabel at once.
 		if err := r.move(ctx, w, obj, children, target); err != nil {
 			return 0, err
@@ -93,7 +93,7 @@ func (r *runner) reconcile(ctx context.Context, it item) (time.Duration, error) 
 		metrics.MovesTotal.WithLabelValues(r.name, metrics.MoveDead).Inc()
 		return 0, nil
 
-	case state == leases.StateReady:
+	case state == membership.StateReady:
 		if err := r.labelChildren(ctx, children, current); err != nil {
 			return 0, err
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/assign"
 	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
 const (
@@ -26,7 +27,7 @@ func TestAssignsExistingAndNewObjects(t *testing.T) {
 	ns := env.Namespace(t)
 	existing := createConfigMaps(t, ns, "old", 30)
 	reg := leases.NewRegistry()
-	reg.Set(ns, members(leases.StateReady, "a", "b", "c"))
+	reg.Set(ns, members(membership.StateReady, "a", "b", "c"))
 	ready := []string{"a", "b", "c"}
 	newRing(t, ns, nil)
 	startSharder(t, reg, assign.Options{})
@@ -67,7 +68,7 @@ func TestNothingAssignedWithoutReadyInstance(t *testing.T) {
 	g := NewWithT(t)
 	ns := env.Namespace(t)
 	reg := leases.NewRegistry()
-	reg.Set(ns, members(leases.StateExpired, "a"))
+	reg.Set(ns, members(membership.StateExpired, "a"))
 	newRing(t, ns, nil)
 	startSharder(t, reg, assign.Options{})
 	names := createConfigMaps(t, ns, "cm", 5)
@@ -86,7 +87,7 @@ func TestNothingAssignedWithoutReadyInstance(t *testing.T) {
 	}, time.Second, 100*time.Millisecond).Should(Succeed())
 
 	// The instance comes back: everything goes to it.
-	reg.Set(ns, members(leases.StateReady, "a"))
+	reg.Set(ns, members(membership.StateReady, "a"))
 	g.Eventually(func(g Gomega) {
 		got := labelsOf(g, ns)
 		for _, name := range names {
@@ -99,7 +100,7 @@ func TestExpiredInstanceKeepsObjectsButGetsNoNewOnes(t *testing.T) {
 	g := NewWithT(t)
 	ns := env.Namespace(t)
 	reg := leases.NewRegistry()
-	reg.Set(ns, members(leases.StateReady, "a", "b"))
+	reg.Set(ns, members(membership.StateReady, "a", "b"))
 	newRing(t, ns, nil)
 	startSharder(t, reg, assign.Options{})
 	old := createConfigMaps(t, ns, "old", 20)
@@ -117,7 +118,7 @@ func TestExpiredInstanceKeepsObjectsButGetsNoNewOnes(t *testing.T) {
 	}, timeout, poll).Should(Succeed())
 	g.Expect(onB).NotTo(BeEmpty())
 
-	reg.Set(ns, append(members(leases.StateReady, "a"), members(leases.StateExpired, "b")...))
+	reg.Set(ns, append(members(membership.StateReady, "a"), members(membership.StateExpired, "b")...))
 	fresh := createConfigMaps(t, ns, "new", 20)
 	g.Eventually(func(g Gomega) {
 		got := labelsOf(g, ns)
@@ -136,7 +137,7 @@ func TestScaleOutDrainsAndMovesAfterAcknowledgement(t *testing.T) {
 	g := NewWithT(t)
 	ns := env.Namespace(t)
 	reg := leases.NewRegistry()
-	reg.Set(ns, members(leases.StateReady, "a", "b"))
+	reg.Set(ns, members(membership.StateReady, "a", "b"))
 	newRing(t, ns, nil)
 	names := createConfigMaps(t, ns, "cm", 60)
 	startSharder(t, reg, assign.Options{})
@@ -149,7 +150,7 @@ func TestScaleOutDrainsAndMovesAfterAcknowledgement(t *testing.T) {
 
 	h := watchHistory(t, configMaps, ns, ns)
 	acknowledger(t, ns, ns, func(string) bool { return true })
-	reg.Set(ns, members(leases.StateReady, "a", "b", "c"))
+	reg.Set(ns, members(membership.StateReady, "a", "b", "c"))
 
 	after := []string{"a", "b", "c"}
 	g.Eventually(func(g Gomega) {
@@ -192,7 +193,7 @@ func TestUnacknowledgedDrainIsForcedAfterTimeout(t *testing.T) {
 	ns := env.Namespace(t)
 	const drainTimeout = 2 * time.Second
 	reg := leases.NewRegistry()
-	reg.Set(ns, members(leases.StateReady, "a"))
+	reg.Set(ns, members(membership.StateReady, "a"))
 	newRing(t, ns, func(s *v1alpha1.ControllerRingSpec) { s.DrainTimeout = &metav1.Duration{Duration: drainTimeout} })
 	names := createConfigMaps(t, ns, "cm", 20)
 	startSharder(t, reg, assign.Options{})
@@ -203,7 +204,7 @@ func TestUnacknowledgedDrainIsForcedAfterTimeout(t *testing.T) {
 	}, timeout, poll).Should(Succeed())
 
 	h := watchHistory(t, configMaps, ns, ns)
-	reg.Set(ns, members(leases.StateReady, "a", "b"))
+	reg.Set(ns, members(membership.StateReady, "a", "b"))
 	after := []string{"a", "b"}
 	var toB []string
 	for _, name := range names {
@@ -240,7 +241,7 @@ func TestDeadInstanceObjectsMoveAtOnce(t *testing.T) {
 	g := NewWithT(t)
 	ns := env.Namespace(t)
 	reg := leases.NewRegistry()
-	reg.Set(ns, members(leases.StateReady, "a", "b", "c"))
+	reg.Set(ns, members(membership.StateReady, "a", "b", "c"))
 	newRing(t, ns, nil) // drainTimeout 1h: a drain would never finish in this test
 	names := createConfigMaps(t, ns, "cm", 60)
 	startSharder(t, reg, assign.Options{})
@@ -253,7 +254,7 @@ func TestDeadInstanceObjectsMoveAtOnce(t *testing.T) {
 	}, timeout, poll).Should(Succeed())
 
 	h := watchHistory(t, configMaps, ns, ns)
-	reg.Set(ns, append(members(leases.StateReady, "a", "b"), members(leases.StateDead, "c")...))
+	reg.Set(ns, append(members(membership.StateReady, "a", "b"), members(membership.StateDead, "c")...))
 	g.Eventually(func(g Gomega) {
 		got := labelsOf(g, ns)
 		for _, name := range names {
@@ -282,7 +283,7 @@ func TestNamespaceSelector(t *testing.T) {
 	other := env.Namespace(t)
 	ctx := context.Background()
 	reg := leases.NewRegistry()
-	reg.Set(ns, members(leases.StateReady, "a"))
+	reg.Set(ns, members(membership.StateReady, "a"))
 	newRing(t, ns, func(s *v1alpha1.ControllerRingSpec) {
 		s.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"sharded-by": ns}}
 	})
@@ -330,7 +331,7 @@ func TestUnknownResourceIsReportedAndOthersKeepWorking(t *testing.T) {
 	g := NewWithT(t)
 	ns := env.Namespace(t)
 	reg := leases.NewRegistry()
-	reg.Set(ns, members(leases.StateReady, "a"))
+	reg.Set(ns, members(membership.StateReady, "a"))
 	newRing(t, ns, func(s *v1alpha1.ControllerRingSpec) {
 		s.Resources = append(s.Resources, v1alpha1.RingResource{Group: "example.com", Resource: "widgets"})
 	})
@@ -357,7 +358,7 @@ func TestRestartDoesNotMoveOrRewrite(t *testing.T) {
 	g := NewWithT(t)
 	ns := env.Namespace(t)
 	reg := leases.NewRegistry()
-	reg.Set(ns, members(leases.StateReady, "a", "b"))
+	reg.Set(ns, members(membership.StateReady, "a", "b"))
 	newRing(t, ns, nil)
 	names := createConfigMaps(t, ns, "cm", 30)
 
@@ -372,7 +373,7 @@ func TestRestartDoesNotMoveOrRewrite(t *testing.T) {
 
 	before := resourceVersions(g, ns)
 	reg2 := leases.NewRegistry()
-	reg2.Set(ns, members(leases.StateReady, "a", "b"))
+	reg2.Set(ns, members(membership.StateReady, "a", "b"))
 	startSharder(t, reg2, assign.Options{})
 	// A new object assigned proves the new sharder synced and worked.
 	fresh := createConfigMaps(t, ns, "fresh", 1)[0]

@@ -23,6 +23,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/assign"
 	"github.com/sharder-dev/sharder/pkg/drain"
 	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
 // The benchmarks measure the targets of the assignment controller against
@@ -287,7 +288,7 @@ func BenchmarkAssignExisting10k(b *testing.B) {
 		names := createMany(b, ns, "cm", benchObjects)
 		reg := leases.NewRegistry()
 		ready := []string{"a", "b", "c"}
-		reg.Set(ns, members(leases.StateReady, ready...))
+		reg.Set(ns, members(membership.StateReady, ready...))
 		benchRing(b, ns)
 		p := newPlacement(ns)
 		watchPlacement(b, ns, p)
@@ -314,7 +315,7 @@ func BenchmarkAssignmentLatency(b *testing.B) {
 		b.StopTimer()
 		ns := env.Namespace(b)
 		reg := leases.NewRegistry()
-		reg.Set(ns, members(leases.StateReady, "a", "b", "c"))
+		reg.Set(ns, members(membership.StateReady, "a", "b", "c"))
 		benchRing(b, ns)
 		startSharder(b, reg, assign.Options{Workers: benchWorkers()})
 		p := newPlacement(ns)
@@ -374,7 +375,7 @@ func BenchmarkRebalance3To4(b *testing.B) {
 		names := createMany(b, ns, "cm", benchObjects)
 		reg := leases.NewRegistry()
 		three, four := []string{"a", "b", "c"}, []string{"a", "b", "c", "d"}
-		reg.Set(ns, members(leases.StateReady, three...))
+		reg.Set(ns, members(membership.StateReady, three...))
 		benchRing(b, ns)
 		p := newPlacement(ns)
 		watchPlacement(b, ns, p)
@@ -386,7 +387,7 @@ func BenchmarkRebalance3To4(b *testing.B) {
 		b.StartTimer()
 
 		start := time.Now()
-		reg.Set(ns, members(leases.StateReady, four...))
+		reg.Set(ns, members(membership.StateReady, four...))
 		p.wait(b, 2*time.Minute)
 		elapsed := time.Since(start)
 		b.StopTimer()
@@ -407,7 +408,7 @@ func BenchmarkIdleCPU(b *testing.B) {
 		ns := env.Namespace(b)
 		names := createMany(b, ns, "cm", benchObjects)
 		reg := leases.NewRegistry()
-		reg.Set(ns, members(leases.StateReady, "a", "b", "c"))
+		reg.Set(ns, members(membership.StateReady, "a", "b", "c"))
 		benchRing(b, ns)
 		p := newPlacement(ns)
 		watchPlacement(b, ns, p)

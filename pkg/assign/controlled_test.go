@@ -15,6 +15,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/assign"
 	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
 var (
@@ -31,7 +32,7 @@ func TestControlledObjectsFollowTheirOwner(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	reg := leases.NewRegistry()
-	reg.Set(ns, members(leases.StateReady, "a", "b", "c"))
+	reg.Set(ns, members(membership.StateReady, "a", "b", "c"))
 	newRing(t, ns, func(s *v1alpha1.ControllerRingSpec) {
 		s.Resources[0].ControlledResources = []metav1.GroupResource{{Resource: "secrets"}, {Resource: "serviceaccounts"}}
 	})
@@ -79,7 +80,7 @@ func TestControlledObjectsFollowTheirOwner(t *testing.T) {
 	cmHistory := watchHistory(t, configMaps, ns, ns)
 	secHistory := watchHistory(t, secrets, ns, ns)
 	saHistory := watchHistory(t, serviceAccounts, ns, ns)
-	reg.Set(ns, append(members(leases.StateReady, "a", "b"), members(leases.StateDead, "c")...))
+	reg.Set(ns, append(members(membership.StateReady, "a", "b"), members(membership.StateDead, "c")...))
 	left := []string{"a", "b"}
 	var moved []string
 	for _, owner := range owners {

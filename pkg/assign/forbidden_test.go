@@ -13,6 +13,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/assign"
 	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
 // TestForbiddenResourceIsReported runs the sharder as a user that may
@@ -47,7 +48,7 @@ func TestForbiddenResourceIsReported(t *testing.T) {
 	})
 
 	reg := leases.NewRegistry()
-	reg.Set(ns, members(leases.StateReady, "a"))
+	reg.Set(ns, members(membership.StateReady, "a"))
 	newRing(t, ns, func(s *v1alpha1.ControllerRingSpec) {
 		s.Resources[0].ControlledResources = []metav1.GroupResource{{Resource: "secrets"}}
 	})

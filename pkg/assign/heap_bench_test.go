@@ -12,6 +12,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/assign"
 	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
 // heapObjects is the number of objects BenchmarkHeapPerObject adds.
@@ -36,7 +37,7 @@ func BenchmarkHeapPerObject(b *testing.B) {
 		b.StopTimer()
 		ns := env.Namespace(b)
 		reg := leases.NewRegistry()
-		reg.Set(ns, members(leases.StateReady, "a", "b", "c"))
+		reg.Set(ns, members(membership.StateReady, "a", "b", "c"))
 		benchRing(b, ns)
 		stop := startSharder(b, reg, assign.Options{Workers: benchWorkers()})
 		time.Sleep(2 * time.Second) // caches synced, status written

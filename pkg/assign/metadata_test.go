@@ -9,7 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
-	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
 func TestTransformKeepsOnlyWhatAssignmentNeeds(t *testing.T) {
@@ -59,17 +59,17 @@ func TestTransformKeepsOnlyWhatAssignmentNeeds(t *testing.T) {
 }
 
 func TestDescribeMembershipChange(t *testing.T) {
-	ready := func(id string) leases.Member { return leases.Member{ID: id, State: leases.StateReady} }
+	ready := func(id string) membership.Member { return membership.Member{ID: id, State: membership.StateReady} }
 	for _, tc := range []struct {
 		name      string
-		prev, cur []leases.Member
+		prev, cur []membership.Member
 		want      string
 	}{
-		{"none", []leases.Member{ready("a")}, []leases.Member{ready("a")}, ""},
-		{"join", []leases.Member{ready("a")}, []leases.Member{ready("a"), ready("b")}, "b joined (ready); 2 of 2 instances ready"},
-		{"leave", []leases.Member{ready("a"), ready("b")}, []leases.Member{ready("a")}, "b left; 1 of 1 instances ready"},
-		{"state", []leases.Member{ready("a"), ready("b")}, []leases.Member{ready("a"), {ID: "b", State: leases.StateDead}}, "b ready -> dead; 1 of 2 instances ready"},
-		{"weight", []leases.Member{ready("a")}, []leases.Member{{ID: "a", State: leases.StateReady, VirtualNodes: 5}}, "a virtual nodes 0 -> 5; 1 of 1 instances ready"},
+		{"none", []membership.Member{ready("a")}, []membership.Member{ready("a")}, ""},
+		{"join", []membership.Member{ready("a")}, []membership.Member{ready("a"), ready("b")}, "b joined (ready); 2 of 2 instances ready"},
+		{"leave", []membership.Member{ready("a"), ready("b")}, []membership.Member{ready("a")}, "b left; 1 of 1 instances ready"},
+		{"state", []membership.Member{ready("a"), ready("b")}, []membership.Member{ready("a"), {ID: "b", State: membership.StateDead}}, "b ready -> dead; 1 of 2 instances ready"},
+		{"weight", []membership.Member{ready("a")}, []membership.Member{{ID: "a", State: membership.StateReady, VirtualNodes: 5}}, "a virtual nodes 0 -> 5; 1 of 1 instances ready"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := describeMembershipChange(tc.prev, tc.cur); got != tc.want {
@@ -80,26 +80,27 @@ func TestDescribeMembershipChange(t *testing.T) {
 }
 
 func TestBuildViewReusesRingWhenReadySetUnchanged(t *testing.T) {
-	cfg := &ringConfig{algorithm: v1alpha1.AlgorithmConsistentHash, virtualNodes: 16}
-	m := []leases.Member{{ID: "a", State: leases.StateReady}, {ID: "b", State: leases.StateExpired}}
-	v1, built, err := buildView(cfg, m, nil)
+	cfg := &ringConfig{name: "r", algorithm: v1alpha1.AlgorithmConsistentHash, virtualNodes: 16}
+	rings := &membership.Rings{}
+	m := []membership.Member{{ID: "a", State: membership.StateReady}, {ID: "b", State: membership.StateExpired}}
+	_, built, err := buildView(rings, cfg, m)
 	if err != nil || !built {
 		t.Fatalf("first build: %v, built=%v", err, built)
 	}
 	// b goes from expired to uncertain: the ready set is the same.
-	m2 := []leases.Member{{ID: "a", State: leases.StateReady}, {ID: "b", State: leases.StateUncertain}}
-	v2, built, err := buildView(cfg, m2, v1)
+	m2 := []membership.Member{{ID: "a", State: membership.StateReady}, {ID: "b", State: membership.StateUncertain}}
+	v2, built, err := buildView(rings, cfg, m2)
 	if err != nil || built {
 		t.Fatalf("second build: %v, built=%v; want the ring reused", err, built)
 	}
-	if v2.states["b"] != leases.StateUncertain {
+	if v2.states["b"] != membership.StateUncertain {
 		t.Errorf("state of b = %s, want uncertain", v2.states["b"])
 	}
 	if id, err := v2.ring.Lookup("k"); err != nil || id != "a" {
 		t.Errorf("Lookup = %q, %v; want a (the only ready instance)", id, err)
 	}
-	m3 := []leases.Member{{ID: "a", State: leases.StateReady}, {ID: "b", State: leases.StateReady}}
-	if _, built, _ := buildView(cfg, m3, v2); !built {
+	m3 := []membership.Member{{ID: "a", State: membership.StateReady}, {ID: "b", State: membership.StateReady}}
+	if _, built, _ := buildView(rings, cfg, m3); !built {
 		t.Error("ring not rebuilt when b became ready")
 	}
 }

@@ -22,7 +22,7 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/drain"
-	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/ring"
 )
 
@@ -140,6 +140,8 @@ type runner struct {
 
 	cfg  atomic.Pointer[ringConfig]
 	view atomic.Pointer[ringView]
+	// rings keeps the ring built from the last membership.
+	rings membership.Rings
 
 	byGK       map[schema.GroupKind]*watched
 	resolve    ring.Resolver
@@ -383,7 +385,7 @@ func (r *runner) urgent(it item) bool {
 		return false
 	}
 	state, known := view.states[current]
-	return !known || state == leases.StateDead || state == leases.StateOrphaned
+	return !known || state == membership.StateDead || state == membership.StateOrphaned
 }
 
 // notifyMembership asks the runner to rebuild its ring; it never blocks.

@@ -16,11 +16,11 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/drain"
-	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/metrics"
 )
 
-var allStates = []leases.State{leases.StateReady, leases.StateExpired, leases.StateUncertain, leases.StateDead, leases.StateOrphaned}
+var allStates = []membership.State{membership.StateReady, membership.StateExpired, membership.StateUncertain, membership.StateDead, membership.StateOrphaned}
 
 // statusLoop writes the ring's status when asked, at most once per
 // StatusInterval. It sleeps while nothing changes.
@@ -101,24 +101,24 @@ func (r *runner) computeStatus(ring *v1alpha1.ControllerRing, cfg *ringConfig) *
 	}
 	status.Objects, status.UnassignedObjects, status.Drains = objects, unassigned, drains
 
-	var members []leases.Member
+	var members []membership.Member
 	if v := r.view.Load(); v != nil {
 		members = v.members
 	} else {
 		members = r.c.opts.Registry.Members(r.name)
 	}
-	byState := map[leases.State]int{}
+	byState := map[membership.State]int{}
 	status.Members = make([]v1alpha1.MemberStatus, 0, len(members))
 	status.AvailableInstances = 0
 	for _, m := range members {
 		byState[m.State]++
-		if m.State == leases.StateReady {
+		if m.State == membership.StateReady {
 			status.AvailableInstances++
 		}
 		status.Members = append(status.Members, v1alpha1.MemberStatus{
 			Name:         m.ID,
 			State:        string(m.State),
-			VirtualNodes: int32(weight(m, cfg.virtualNodes)), //nolint:gosec // bounded by the CRD and the Lease label parser
+			VirtualNodes: int32(m.Weight(cfg.virtualNodes)), //nolint:gosec // bounded by the CRD and the Lease label parser
 			Objects:      counts[m.ID],
 		})
 	}
@@ -168,7 +168,7 @@ func (r *runner) readyCondition(cfg *ringConfig, status *v1alpha1.ControllerRing
 	return cond
 }
 
-func (r *runner) updateGauges(byState map[leases.State]int, counts map[string]int32, unassigned, drains int32) {
+func (r *runner) updateGauges(byState map[membership.State]int, counts map[string]int32, unassigned, drains int32) {
 	for _, s := range allStates {
 		metrics.Instances.WithLabelValues(r.name, string(s)).Set(float64(byState[s]))
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/assign"
 	"github.com/sharder-dev/sharder/pkg/drain"
 	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/ring"
 )
 
@@ -125,10 +126,10 @@ func newRing(t testing.TB, ns string, mutate func(*v1alpha1.ControllerRingSpec))
 	return r
 }
 
-func members(state leases.State, ids ...string) []leases.Member {
-	out := make([]leases.Member, 0, len(ids))
+func members(state membership.State, ids ...string) []membership.Member {
+	out := make([]membership.Member, 0, len(ids))
 	for _, id := range ids {
-		out = append(out, leases.Member{ID: id, State: state})
+		out = append(out, membership.Member{ID: id, State: state})
 	}
 	return out
 }

@@ -8,7 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/metrics"
 	"github.com/sharder-dev/sharder/pkg/ring"
 )
@@ -17,47 +17,24 @@ import (
 // instances. It is immutable once built.
 type ringView struct {
 	ring    ring.Ring
-	members []leases.Member // all instances, sorted by ID
-	states  map[string]leases.State
-	// built identifies what ring was built from: algorithm and ready
-	// instances with their weights.
-	built string
+	members []membership.Member // all instances, sorted by ID
+	states  map[string]membership.State
 }
 
-// weight returns m's number of virtual nodes, the ring default when unset.
-func weight(m leases.Member, ringDefault int) int {
-	if m.VirtualNodes > 0 {
-		return m.VirtualNodes
-	}
-	return ringDefault
-}
-
-// buildView builds the view of members under cfg, reusing prev's ring when
-// the ready instances and weights did not change.
-func buildView(cfg *ringConfig, members []leases.Member, prev *ringView) (*ringView, bool, error) {
-	v := &ringView{members: members, states: make(map[string]leases.State, len(members))}
-	var ready []ring.Member
-	var built strings.Builder
-	built.WriteString(cfg.algorithm)
+// buildView builds the view of members under cfg. rings keeps the ring
+// built last, so the ring is rebuilt only when its ready instances or their
+// weights changed.
+func buildView(rings *membership.Rings, cfg *ringConfig, members []membership.Member) (*ringView, bool, error) {
+	v := &ringView{members: members, states: make(map[string]membership.State, len(members))}
 	for _, m := range members {
 		v.states[m.ID] = m.State
-		if m.State == leases.StateReady {
-			w := weight(m, cfg.virtualNodes)
-			ready = append(ready, ring.Member{ID: m.ID, VirtualNodes: w})
-			fmt.Fprintf(&built, " %s=%d", m.ID, w)
-		}
 	}
-	v.built = built.String()
-	if prev != nil && prev.built == v.built {
-		v.ring = prev.ring
-		return v, false, nil
-	}
-	rg, err := ring.New(cfg.algorithm, ready)
+	rg, rebuilt, err := rings.Build(cfg.name, cfg.algorithm, cfg.virtualNodes, members)
 	if err != nil {
 		return nil, false, err
 	}
 	v.ring = rg
-	return v, true, nil
+	return v, rebuilt, nil
 }
 
 // rebuild takes the ring's current membership and configuration, reports
@@ -67,7 +44,7 @@ func (r *runner) rebuild(ctx context.Context, all bool) {
 	cfg := r.cfg.Load()
 	prev := r.view.Load()
 	members := r.c.opts.Registry.Members(r.name)
-	v, rebuilt, err := buildView(cfg, members, prev)
+	v, rebuilt, err := buildView(&r.rings, cfg, members)
 	if err != nil {
 		r.logger.Error(err, "Cannot build ring", "algorithm", cfg.algorithm)
 		r.event(corev1.EventTypeWarning, "RingBuildFailed", "Rebuild", "Cannot build the %s ring: %v", cfg.algorithm, err)
@@ -99,9 +76,9 @@ func (r *runner) rebuild(ctx context.Context, all bool) {
 			needsWork := all || current == "" || (err == nil && current != target) || draining
 			if err == nil && current != "" && current != target {
 				switch state, known := v.states[current]; {
-				case !known || state == leases.StateDead || state == leases.StateOrphaned:
+				case !known || state == membership.StateDead || state == membership.StateOrphaned:
 					dead++
-				case state == leases.StateReady:
+				case state == membership.StateReady:
 					drains++
 				default:
 					held++
@@ -122,8 +99,8 @@ func (r *runner) rebuild(ctx context.Context, all bool) {
 
 // describeMembershipChange lists joined, left and changed instances; empty
 // when nothing a person cares about changed.
-func describeMembershipChange(prev, cur []leases.Member) string {
-	before := map[string]leases.Member{}
+func describeMembershipChange(prev, cur []membership.Member) string {
+	before := map[string]membership.Member{}
 	for _, m := range prev {
 		before[m.ID] = m
 	}
@@ -150,7 +127,7 @@ func describeMembershipChange(prev, cur []leases.Member) string {
 	}
 	ready := 0
 	for _, m := range cur {
-		if m.State == leases.StateReady {
+		if m.State == membership.StateReady {
 			ready++
 		}
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/assign"
 	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
 // startSharder runs the lease controller and the assignment engine on a
@@ -194,8 +195,8 @@ func TestScaleOutAndInWithoutConcurrentReconciles(t *testing.T) {
 		for _, id := range []string{"i-0", "i-2"} {
 			lease := &coordinationv1.Lease{}
 			g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: id}, lease)).To(Succeed())
-			state, _ := leases.StateOf(lease, time.Now())
-			g.Expect(state).To(Equal(leases.StateReady), "instance %s", id)
+			state, _ := membership.StateOf(lease, time.Now())
+			g.Expect(state).To(Equal(membership.StateReady), "instance %s", id)
 		}
 	}, 10*time.Second).Should(Succeed())
 	touched := time.Now()

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/metrics"
 )
 
@@ -221,9 +222,9 @@ func (c *Controller) reconcileLease(ctx context.Context, req reconcile.Request) 
 	c.reportVirtualNodes(ctx, ring, lease)
 
 	now := c.opts.Clock.Now()
-	state, next := StateOf(lease, now)
+	state, next := membership.StateOf(lease, now)
 	switch state {
-	case StateUncertain:
+	case membership.StateUncertain:
 		// Label it first: the state stays visible if the takeover fails.
 		if lease, err = c.patchState(ctx, lease, state); err != nil || lease == nil {
 			return reconcile.Result{}, err
@@ -237,8 +238,8 @@ func (c *Controller) reconcileLease(ctx context.Context, req reconcile.Request) 
 		c.recorder.Eventf(taken, ring, corev1.EventTypeWarning, "InstanceDead", "Take",
 			"Instance %s of ring %s did not renew its Lease for twice its duration; the sharder took the Lease and moves its objects", lease.Name, ring.Name)
 		lease = taken
-		state, next = StateOf(lease, now)
-	case StateOrphaned:
+		state, next = membership.StateOf(lease, now)
+	case membership.StateOrphaned:
 		return reconcile.Result{}, c.deleteOrphan(ctx, ring, lease)
 	}
 
@@ -256,7 +257,7 @@ func (c *Controller) reconcileLease(ctx context.Context, req reconcile.Request) 
 // version is reconciled on its own).
 func (c *Controller) take(ctx context.Context, lease *coordinationv1.Lease, now time.Time) (*coordinationv1.Lease, error) {
 	taken := lease.DeepCopy()
-	hold := takeoverFactor * durationOf(lease)
+	hold := membership.TakeoverFactor * membership.DurationOf(lease)
 	taken.Spec.HolderIdentity = ptr.To(c.opts.Identity)
 	taken.Spec.LeaseDurationSeconds = ptr.To(int32(hold / time.Second)) //nolint:gosec // at most 2 × MaxLeaseDuration
 	taken.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
@@ -295,7 +296,7 @@ func (c *Controller) deleteOrphan(ctx context.Context, ring *v1alpha1.Controller
 // computed from. It returns the Lease as written, or nil when it changed or
 // went away meanwhile (not an error: the newer version is reconciled on its
 // own).
-func (c *Controller) patchState(ctx context.Context, lease *coordinationv1.Lease, state State) (*coordinationv1.Lease, error) {
+func (c *Controller) patchState(ctx context.Context, lease *coordinationv1.Lease, state membership.State) (*coordinationv1.Lease, error) {
 	old, had := lease.Labels[v1alpha1.LabelState]
 	if old == string(state) && had == (state != "") {
 		return lease, nil
@@ -320,7 +321,7 @@ func (c *Controller) patchState(ctx context.Context, lease *coordinationv1.Lease
 		metrics.LeaseTransitionsTotal.WithLabelValues(lease.Labels[v1alpha1.LabelRing], string(state)).Inc()
 		ctrl.LoggerFrom(ctx).V(1).Info("Instance changed state", "lease", klog.KObj(lease), "from", old, "to", state)
 		eventType := corev1.EventTypeNormal
-		if state == StateExpired || state == StateUncertain {
+		if state == membership.StateExpired || state == membership.StateUncertain {
 			eventType = corev1.EventTypeWarning
 		}
 		c.recorder.Eventf(patched, nil, eventType, "StateChanged", "UpdateState", "Instance %s is %s (was %q)", lease.Name, state, old)
@@ -332,7 +333,7 @@ func (c *Controller) patchState(ctx context.Context, lease *coordinationv1.Lease
 // once per value: the instance keeps the ring's default weight.
 func (c *Controller) reportVirtualNodes(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease) {
 	key := client.ObjectKeyFromObject(lease)
-	_, err := VirtualNodesOf(lease)
+	_, err := membership.VirtualNodesOf(lease)
 	if err == nil {
 		c.reported.Delete(key)
 		return
@@ -367,11 +368,11 @@ func (c *Controller) reconcileRing(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{}, fmt.Errorf("listing the Leases of ring %s: %w", name, err)
 	}
 	now := c.opts.Clock.Now()
-	members := make([]Member, 0, len(list.Items))
+	members := make([]membership.Member, 0, len(list.Items))
 	var earliest time.Time
 	for i := range list.Items {
-		members = append(members, MemberOf(&list.Items[i], now))
-		if _, next := StateOf(&list.Items[i], now); !next.IsZero() && (earliest.IsZero() || next.Before(earliest)) {
+		members = append(members, membership.MemberOf(&list.Items[i], now))
+		if _, next := membership.StateOf(&list.Items[i], now); !next.IsZero() && (earliest.IsZero() || next.Before(earliest)) {
 			earliest = next
 		}
 	}
@@ -382,7 +383,7 @@ func (c *Controller) reconcileRing(ctx context.Context, req reconcile.Request) (
 	return reconcile.Result{RequeueAfter: earliest.Sub(now)}, nil
 }
 
-func (c *Controller) publish(ctx context.Context, ring string, members []Member) {
+func (c *Controller) publish(ctx context.Context, ring string, members []membership.Member) {
 	if c.opts.Registry.Set(ring, members) {
 		ctrl.LoggerFrom(ctx).V(1).Info("Published ring membership", "ring", ring, "members", len(members))
 	}

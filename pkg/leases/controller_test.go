@@ -14,6 +14,7 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/metrics"
 )
 
@@ -27,7 +28,7 @@ func TestCrashedInstanceLifecycle(t *testing.T) {
 	renewed := time.Now()
 	createLease(t, ring, ns, "crashed", renewed, 1)
 
-	g.Eventually(stateOf(ring, "crashed")).Should(Equal(leases.StateReady))
+	g.Eventually(stateOf(ring, "crashed")).Should(Equal(membership.StateReady))
 	g.Eventually(getLease(ns, "crashed")).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "ready")))
 
 	// The sharder takes the Lease once, for twice its duration.
@@ -40,7 +41,7 @@ func TestCrashedInstanceLifecycle(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(taken.Spec.RenewTime.Time).To(BeTemporally(">=", renewed.Add(2*time.Second).Truncate(time.Microsecond)),
 		"the sharder must not take a Lease before it is uncertain")
-	g.Eventually(stateOf(ring, "crashed")).Should(Equal(leases.StateDead))
+	g.Eventually(stateOf(ring, "crashed")).Should(Equal(membership.StateDead))
 
 	// Ten (new) lease durations after the takeover the Lease is orphaned and
 	// deleted; the member leaves the ring.
@@ -53,16 +54,16 @@ func TestCrashedInstanceLifecycle(t *testing.T) {
 
 	states, _ := published.states(ring, "crashed")
 	g.Expect(states).To(Or(
-		Equal([]leases.State{leases.StateReady, leases.StateExpired, leases.StateUncertain, leases.StateDead, leases.StateOrphaned, ""}),
-		Equal([]leases.State{leases.StateReady, leases.StateExpired, leases.StateDead, leases.StateOrphaned, ""}),
-		Equal([]leases.State{leases.StateReady, leases.StateExpired, leases.StateUncertain, leases.StateDead, ""}),
-		Equal([]leases.State{leases.StateReady, leases.StateExpired, leases.StateDead, ""}),
+		Equal([]membership.State{membership.StateReady, membership.StateExpired, membership.StateUncertain, membership.StateDead, membership.StateOrphaned, ""}),
+		Equal([]membership.State{membership.StateReady, membership.StateExpired, membership.StateDead, membership.StateOrphaned, ""}),
+		Equal([]membership.State{membership.StateReady, membership.StateExpired, membership.StateUncertain, membership.StateDead, ""}),
+		Equal([]membership.State{membership.StateReady, membership.StateExpired, membership.StateDead, ""}),
 	), "published states in order")
 
 	g.Eventually(eventReasons(ns, "crashed")).Should(ContainElements("StateChanged", "InstanceDead"))
 	g.Expect(testutil.ToFloat64(metrics.LeaseTakeoversTotal.WithLabelValues(ring))).To(BeEquivalentTo(1))
 	g.Expect(testutil.ToFloat64(metrics.LeasesDeletedTotal.WithLabelValues(ring))).To(BeEquivalentTo(1))
-	for _, state := range []leases.State{leases.StateReady, leases.StateExpired, leases.StateUncertain, leases.StateDead} {
+	for _, state := range []membership.State{membership.StateReady, membership.StateExpired, membership.StateUncertain, membership.StateDead} {
 		g.Expect(testutil.ToFloat64(metrics.LeaseTransitionsTotal.WithLabelValues(ring, string(state)))).To(BeEquivalentTo(1), "entered %s", state)
 	}
 }
@@ -80,7 +81,7 @@ func TestReleasedLeaseIsDeadAtOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- holder.Start(ctx) }()
-	g.Eventually(stateOf(ring, "leaving")).Should(Equal(leases.StateReady))
+	g.Eventually(stateOf(ring, "leaving")).Should(Equal(membership.StateReady))
 
 	before, err := getLease(ns, "leaving")()
 	g.Expect(err).NotTo(HaveOccurred())
@@ -90,8 +91,8 @@ func TestReleasedLeaseIsDeadAtOnce(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(released.Spec.HolderIdentity).To(HaveValue(BeEmpty()))
 
-	g.Eventually(stateOf(ring, "leaving")).Should(Equal(leases.StateDead))
-	dead, ok := published.firstTime(ring, "leaving", leases.StateDead)
+	g.Eventually(stateOf(ring, "leaving")).Should(Equal(membership.StateDead))
+	dead, ok := published.firstTime(ring, "leaving", membership.StateDead)
 	g.Expect(ok).To(BeTrue())
 	g.Expect(dead).To(BeTemporally("<", before.Spec.RenewTime.Add(2*time.Second)), "dead before the Lease would have expired")
 	g.Eventually(getLease(ns, "leaving")).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "dead")))
@@ -128,9 +129,9 @@ func TestInstanceReturns(t *testing.T) {
 	t.Run("after expiring", func(t *testing.T) {
 		g := NewWithT(t)
 		createLease(t, ring, ns, "back-expired", time.Now(), 1)
-		g.Eventually(stateOf(ring, "back-expired"), 3*time.Second, 20*time.Millisecond).Should(Equal(leases.StateExpired))
+		g.Eventually(stateOf(ring, "back-expired"), 3*time.Second, 20*time.Millisecond).Should(Equal(membership.StateExpired))
 		start(t, "back-expired")
-		g.Eventually(stateOf(ring, "back-expired")).Should(Equal(leases.StateReady))
+		g.Eventually(stateOf(ring, "back-expired")).Should(Equal(membership.StateReady))
 		g.Eventually(getLease(ns, "back-expired")).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "ready")))
 		lease, err := getLease(ns, "back-expired")()
 		g.Expect(err).NotTo(HaveOccurred())
@@ -148,7 +149,7 @@ func TestInstanceReturns(t *testing.T) {
 		// The instance waits for the sharder's hold (2 s) to expire.
 		g.Eventually(holder.Held, 5*time.Second, 20*time.Millisecond).Should(BeTrue())
 		g.Expect(time.Now()).To(BeTemporally(">=", taken.Spec.RenewTime.Add(2*time.Second)))
-		g.Eventually(stateOf(ring, "back-taken")).Should(Equal(leases.StateReady))
+		g.Eventually(stateOf(ring, "back-taken")).Should(Equal(membership.StateReady))
 		lease, err := getLease(ns, "back-taken")()
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal("back-taken")))
@@ -174,13 +175,13 @@ func TestMalformedLeases(t *testing.T) {
 		l.Spec.AcquireTime = nil
 	})
 
-	g.Eventually(func() []leases.Member { return registry.Members(ring) }).Should(Equal([]leases.Member{
-		{ID: "no-duration", State: leases.StateReady}, // the default duration, 15 s
-		{ID: "no-holder", State: leases.StateDead},
-		{ID: "no-times", State: leases.StateReady}, // renewed at creation
-		{ID: "not-a-number", VirtualNodes: 0, State: leases.StateReady},
-		{ID: "weighted", VirtualNodes: 300, State: leases.StateReady},
-		{ID: "zero", VirtualNodes: 0, State: leases.StateReady},
+	g.Eventually(func() []membership.Member { return registry.Members(ring) }).Should(Equal([]membership.Member{
+		{ID: "no-duration", State: membership.StateReady}, // the default duration, 15 s
+		{ID: "no-holder", State: membership.StateDead},
+		{ID: "no-times", State: membership.StateReady}, // renewed at creation
+		{ID: "not-a-number", VirtualNodes: 0, State: membership.StateReady},
+		{ID: "weighted", VirtualNodes: 300, State: membership.StateReady},
+		{ID: "zero", VirtualNodes: 0, State: membership.StateReady},
 	}))
 	g.Eventually(eventReasons(ns, "not-a-number")).Should(ContainElement("InvalidVirtualNodes"))
 	g.Eventually(eventReasons(ns, "zero")).Should(ContainElement("InvalidVirtualNodes"))
@@ -191,8 +192,8 @@ func TestMalformedLeases(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	fixed.Labels[v1alpha1.LabelVirtualNodes] = "64"
 	g.Expect(env.Client.Update(context.Background(), fixed)).To(Succeed())
-	g.Eventually(func() leases.Member { m, _ := member(ring, "not-a-number"); return m }).
-		Should(Equal(leases.Member{ID: "not-a-number", VirtualNodes: 64, State: leases.StateReady}))
+	g.Eventually(func() membership.Member { m, _ := member(ring, "not-a-number"); return m }).
+		Should(Equal(membership.Member{ID: "not-a-number", VirtualNodes: 64, State: membership.StateReady}))
 }
 
 // TestCacheHoldsOnlyRingLeases checks that Leases without the ring label never
@@ -230,8 +231,8 @@ func TestLeaseNamespace(t *testing.T) {
 	createLease(t, ring, ns, "inside", time.Now(), 60)
 	createLease(t, ring, elsewhere, "outside", time.Now(), 60)
 
-	g.Eventually(func() []leases.Member { return registry.Members(ring) }).
-		Should(Equal([]leases.Member{{ID: "inside", State: leases.StateReady}}))
+	g.Eventually(func() []membership.Member { return registry.Members(ring) }).
+		Should(Equal([]membership.Member{{ID: "inside", State: membership.StateReady}}))
 	g.Eventually(getLease(ns, "inside")).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "ready")))
 	g.Consistently(getLease(elsewhere, "outside"), time.Second).Should(HaveField("Labels", Not(HaveKey(v1alpha1.LabelState))))
 
@@ -239,13 +240,13 @@ func TestLeaseNamespace(t *testing.T) {
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: ring}, obj)).To(Succeed())
 	obj.Spec.LeaseNamespace = elsewhere
 	g.Expect(env.Client.Update(ctx, obj)).To(Succeed())
-	g.Eventually(func() []leases.Member { return registry.Members(ring) }).
-		Should(Equal([]leases.Member{{ID: "outside", State: leases.StateReady}}))
+	g.Eventually(func() []membership.Member { return registry.Members(ring) }).
+		Should(Equal([]membership.Member{{ID: "outside", State: membership.StateReady}}))
 	g.Eventually(getLease(elsewhere, "outside")).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "ready")))
 	g.Eventually(getLease(ns, "inside")).Should(HaveField("Labels", Not(HaveKey(v1alpha1.LabelState))))
 
 	g.Expect(env.Client.Delete(ctx, obj)).To(Succeed())
-	g.Eventually(func() []leases.Member { return registry.Members(ring) }).Should(BeEmpty())
+	g.Eventually(func() []membership.Member { return registry.Members(ring) }).Should(BeEmpty())
 	g.Expect(registry.Rings()).NotTo(ContainElement(ring))
 }
 

@@ -1,13 +1,11 @@
-// Package leases implements ring membership on per-instance Leases: the
-// lease states and their timings, the sharder's lease controller, and the
-// lease holder an instance runs.
+// Package leases runs ring membership on per-instance Leases: the sharder's
+// lease controller and the lease holder an instance runs. The states, their
+// timings and the ring built from a membership live in package membership,
+// which does no I/O.
 //
 // Each instance of a ring holds a Lease named after its instance ID in the
 // ring's spec.leaseNamespace, labelled sharder.dev/ring=<ring>.
 //
-//   - StateOf, VirtualNodesOf and MemberOf compute an instance's state, its
-//     next transition and its weight from a Lease and a time, with no I/O.
-//     Malformed Leases get a documented state, never an error.
 //   - Controller (NewController, SetupWithManager) is the sharder's
 //     leader-only lease controller: it labels Leases with their state, takes
 //     uncertain Leases, deletes orphaned ones and publishes each ring's

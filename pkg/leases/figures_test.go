@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
 // TestDetectionTimes measures, with a 2 s lease duration, how long the
@@ -25,10 +26,10 @@ func TestDetectionTimes(t *testing.T) {
 		ring, ns := newRing(t)
 		lease := createLease(t, ring, ns, "crash", time.Now(), int32(d/time.Second))
 		renewed := lease.Spec.RenewTime.Time
-		g.Eventually(stateOf(ring, "crash"), 3*d).Should(Equal(leases.StateDead))
+		g.Eventually(stateOf(ring, "crash"), 3*d).Should(Equal(membership.StateDead))
 
-		expired, _ := published.firstTime(ring, "crash", leases.StateExpired)
-		dead, _ := published.firstTime(ring, "crash", leases.StateDead)
+		expired, _ := published.firstTime(ring, "crash", membership.StateExpired)
+		dead, _ := published.firstTime(ring, "crash", membership.StateDead)
 		g.Expect(expired).To(BeTemporally(">=", renewed.Add(d)))
 		g.Expect(dead).To(BeTemporally(">=", renewed.Add(2*d)))
 		t.Logf("lease duration %v: last renewal -> expired %v, -> dead %v (%.2f × duration)",
@@ -44,7 +45,7 @@ func TestDetectionTimes(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- holder.Start(ctx) }()
-		g.Eventually(stateOf(ring, "release")).Should(Equal(leases.StateReady))
+		g.Eventually(stateOf(ring, "release")).Should(Equal(membership.StateReady))
 
 		released := time.Now()
 		cancel()
@@ -55,8 +56,8 @@ func TestDetectionTimes(t *testing.T) {
 			t.Fatal("the holder did not return within the lease duration")
 		}
 		returned := time.Now()
-		g.Eventually(stateOf(ring, "release"), d).Should(Equal(leases.StateDead))
-		dead, _ := published.firstTime(ring, "release", leases.StateDead)
+		g.Eventually(stateOf(ring, "release"), d).Should(Equal(membership.StateDead))
+		dead, _ := published.firstTime(ring, "release", membership.StateDead)
 		g.Expect(dead).To(BeTemporally("<", released.Add(d)))
 		t.Logf("lease duration %v: release started -> released %v, -> dead %v",
 			d, returned.Sub(released).Round(time.Millisecond), dead.Sub(released).Round(time.Millisecond))

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
 // ErrLeaseLost is returned by Holder.Start when the holder could not renew
@@ -125,14 +126,14 @@ func (o *HolderOptions) setDefaults(c client.Client) error {
 	if errs := validation.IsDNS1123Subdomain(o.Identity); len(errs) > 0 {
 		return fmt.Errorf("instance ID %q cannot name a Lease: %s", o.Identity, strings.Join(errs, "; "))
 	}
-	if o.VirtualNodes < 0 || o.VirtualNodes > MaxVirtualNodes {
-		return fmt.Errorf("virtual nodes %d: must be from 1 to %d, or 0 for the ring's default", o.VirtualNodes, MaxVirtualNodes)
+	if o.VirtualNodes < 0 || o.VirtualNodes > membership.MaxVirtualNodes {
+		return fmt.Errorf("virtual nodes %d: must be from 1 to %d, or 0 for the ring's default", o.VirtualNodes, membership.MaxVirtualNodes)
 	}
 	if o.LeaseDuration == 0 {
-		o.LeaseDuration = DefaultLeaseDuration
+		o.LeaseDuration = membership.DefaultLeaseDuration
 	}
-	if o.LeaseDuration < time.Second || o.LeaseDuration%time.Second != 0 || o.LeaseDuration > MaxLeaseDuration {
-		return fmt.Errorf("lease duration %v: must be a whole number of seconds from 1s to %v", o.LeaseDuration, MaxLeaseDuration)
+	if o.LeaseDuration < time.Second || o.LeaseDuration%time.Second != 0 || o.LeaseDuration > membership.MaxLeaseDuration {
+		return fmt.Errorf("lease duration %v: must be a whole number of seconds from 1s to %v", o.LeaseDuration, membership.MaxLeaseDuration)
 	}
 	if o.RenewPeriod == 0 {
 		o.RenewPeriod = o.LeaseDuration / 3
@@ -420,7 +421,7 @@ func (h *Holder) tryAcquireOrRenew(ctx context.Context) (bool, error) {
 	case h.lease != nil:
 		return false, fmt.Errorf("%w: now held by %q", ErrLeaseLost, ptr.Deref(current.Spec.HolderIdentity, ""))
 	case !acquirable(current, now):
-		return false, fmt.Errorf("held by %q (renewed %v) until it expires", ptr.Deref(current.Spec.HolderIdentity, ""), referenceTime(current))
+		return false, fmt.Errorf("held by %q (renewed %v) until it expires", ptr.Deref(current.Spec.HolderIdentity, ""), membership.ReferenceTime(current))
 	}
 	return h.write(ctx, h.desired(current, now, true), now)
 }
@@ -465,7 +466,7 @@ func microEqual(a, b *metav1.MicroTime) bool {
 // back sooner (a restarted pod) could start on objects while they are being
 // relabelled to other instances.
 func acquirable(lease *coordinationv1.Lease, now time.Time) bool {
-	return !now.Before(referenceTime(lease).Add(durationOf(lease)))
+	return !now.Before(membership.ReferenceTime(lease).Add(membership.DurationOf(lease)))
 }
 
 // desired returns base with this holder's labels, owner and spec; acquire

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
 // holderRing is the ring label of the holder tests' Leases; no ring of that
@@ -71,7 +72,7 @@ func TestHolderOptions(t *testing.T) {
 		{"no namespace", func(o *leases.HolderOptions) { o.Namespace = "" }},
 		{"identity not a Lease name", func(o *leases.HolderOptions) { o.Identity = "Instance_0" }},
 		{"negative weight", func(o *leases.HolderOptions) { o.VirtualNodes = -1 }},
-		{"weight above the maximum", func(o *leases.HolderOptions) { o.VirtualNodes = leases.MaxVirtualNodes + 1 }},
+		{"weight above the maximum", func(o *leases.HolderOptions) { o.VirtualNodes = membership.MaxVirtualNodes + 1 }},
 		{"fractional duration", func(o *leases.HolderOptions) { o.LeaseDuration = 1500 * time.Millisecond }},
 		{"duration below a second", func(o *leases.HolderOptions) { o.LeaseDuration = 500 * time.Millisecond }},
 		{"renew period not below the duration", func(o *leases.HolderOptions) {
@@ -120,8 +121,8 @@ func TestHolderCreatesAndRenews(t *testing.T) {
 	g.Expect(first.Spec.HolderIdentity).To(HaveValue(Equal("pod-0")))
 	g.Expect(first.Spec.LeaseDurationSeconds).To(HaveValue(BeEquivalentTo(2)))
 	g.Expect(first.Spec.AcquireTime).NotTo(BeNil())
-	state, _ := leases.StateOf(first, time.Now())
-	g.Expect(state).To(Equal(leases.StateReady))
+	state, _ := membership.StateOf(first, time.Now())
+	g.Expect(state).To(Equal(membership.StateReady))
 
 	g.Eventually(getLease(ns, "pod-0")).Should(HaveField("Spec.RenewTime.Time", BeTemporally(">", first.Spec.RenewTime.Time)))
 	renewed, err := getLease(ns, "pod-0")()
@@ -339,14 +340,14 @@ func TestHolderRenewsDuringBeforeRelease(t *testing.T) {
 	g.Eventually(r.Held).Should(BeTrue())
 	r.cancel()
 	g.Eventually(entered).Should(BeClosed())
-	g.Consistently(func() (leases.State, error) {
+	g.Consistently(func() (membership.State, error) {
 		lease, err := getLease(ns, "pod-5")()
 		if err != nil {
 			return "", err
 		}
-		state, _ := leases.StateOf(lease, time.Now())
+		state, _ := membership.StateOf(lease, time.Now())
 		return state, nil
-	}, 2500*time.Millisecond, 50*time.Millisecond).Should(Equal(leases.StateReady))
+	}, 2500*time.Millisecond, 50*time.Millisecond).Should(Equal(membership.StateReady))
 	g.Expect(r.Held()).To(BeTrue())
 
 	release()

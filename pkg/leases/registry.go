@@ -3,47 +3,26 @@ package leases
 import (
 	"slices"
 	"sync"
+
+	"github.com/sharder-dev/sharder/pkg/membership"
 )
-
-// State is the state of an instance as the sharder computes it from its
-// Lease (DESIGN §3).
-type State string
-
-const (
-	StateReady     State = "ready"
-	StateExpired   State = "expired"
-	StateUncertain State = "uncertain"
-	StateDead      State = "dead"
-	StateOrphaned  State = "orphaned"
-)
-
-// Member is one instance of a ring as the lease controller sees it.
-type Member struct {
-	// ID is the instance ID (= Lease name = holder identity).
-	ID string
-	// VirtualNodes is the weight from the Lease's sharder.dev/virtual-nodes
-	// label; 0 means the ring's default.
-	VirtualNodes int
-	// State is the instance's current state.
-	State State
-}
 
 // Registry holds the current membership of every ring. The lease controller
 // writes it; the assignment engine reads it and subscribes to changes. It is
 // safe for concurrent use.
 type Registry struct {
 	mu          sync.RWMutex
-	rings       map[string][]Member
+	rings       map[string][]membership.Member
 	subscribers []func(ring string)
 }
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{rings: map[string][]Member{}}
+	return &Registry{rings: map[string][]membership.Member{}}
 }
 
 // Members returns a copy of the ring's members sorted by ID.
-func (r *Registry) Members(ring string) []Member {
+func (r *Registry) Members(ring string) []membership.Member {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return slices.Clone(r.rings[ring])
@@ -64,9 +43,9 @@ func (r *Registry) Rings() []string {
 // Set replaces the ring's membership. Subscribers are called, synchronously
 // and outside the lock, only when the membership differs from the previous
 // one. Set reports whether it changed.
-func (r *Registry) Set(ring string, members []Member) bool {
+func (r *Registry) Set(ring string, members []membership.Member) bool {
 	members = slices.Clone(members)
-	slices.SortFunc(members, func(a, b Member) int {
+	slices.SortFunc(members, func(a, b membership.Member) int {
 		switch {
 		case a.ID < b.ID:
 			return -1

@@ -23,6 +23,7 @@ import (
 	"github.com/sharder-dev/sharder/internal/testenv"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
 // sharderIdentity is the identity of the lease controller under test.
@@ -88,7 +89,7 @@ func run(m *testing.M) int {
 // snapshot is a ring's membership as published at a time.
 type snapshot struct {
 	at      time.Time
-	members []leases.Member
+	members []membership.Member
 }
 
 // history records every membership the registry publishes.
@@ -109,19 +110,19 @@ func (h *history) record(ring string) {
 
 // states returns the distinct successive states of member id in ring, with
 // the time each was first published ("" when it left the ring).
-func (h *history) states(ring, id string) ([]leases.State, []time.Time) {
+func (h *history) states(ring, id string) ([]membership.State, []time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var states []leases.State
+	var states []membership.State
 	var times []time.Time
 	for _, s := range h.rings[ring] {
-		state := leases.State("")
+		state := membership.State("")
 		for _, m := range s.members {
 			if m.ID == id {
 				state = m.State
 			}
 		}
-		previous := leases.State("")
+		previous := membership.State("")
 		if len(states) > 0 {
 			previous = states[len(states)-1]
 		}
@@ -134,7 +135,7 @@ func (h *history) states(ring, id string) ([]leases.State, []time.Time) {
 }
 
 // firstTime returns when ring's member id was first published in state.
-func (h *history) firstTime(ring, id string, state leases.State) (time.Time, bool) {
+func (h *history) firstTime(ring, id string, state membership.State) (time.Time, bool) {
 	states, times := h.states(ring, id)
 	for i := range states {
 		if states[i] == state {
@@ -145,18 +146,18 @@ func (h *history) firstTime(ring, id string, state leases.State) (time.Time, boo
 }
 
 // member returns ring's member id as currently published.
-func member(ring, id string) (leases.Member, bool) {
+func member(ring, id string) (membership.Member, bool) {
 	for _, m := range registry.Members(ring) {
 		if m.ID == id {
 			return m, true
 		}
 	}
-	return leases.Member{}, false
+	return membership.Member{}, false
 }
 
 // stateOf returns the published state of ring's member id, "" if none.
-func stateOf(ring, id string) func() leases.State {
-	return func() leases.State {
+func stateOf(ring, id string) func() membership.State {
+	return func() membership.State {
 		m, _ := member(ring, id)
 		return m.State
 	}

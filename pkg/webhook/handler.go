@@ -6,10 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -26,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
-	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/metrics"
 	"github.com/sharder-dev/sharder/pkg/ring"
 )
@@ -48,13 +45,8 @@ type labelHandler struct {
 	identity  *identity
 	clock     clock.PassiveClock
 
-	mu    sync.Mutex
-	rings map[string]builtRing // ring name -> ring of its last ready membership
-}
-
-type builtRing struct {
-	fingerprint string
-	ring        ring.Ring
+	// rings keeps each ring built from its last membership.
+	rings membership.Rings
 }
 
 type pathKey struct{}
@@ -250,7 +242,8 @@ func (h *labelHandler) ownerInstance(ctx context.Context, rg *v1alpha1.Controlle
 }
 
 // ringOf returns the ring over the ring's ready instances, built again only
-// when that membership changed.
+// when that membership changed. It is built by the same function as the
+// sharder's assignment, so the two always agree on where an object belongs.
 func (h *labelHandler) ringOf(ctx context.Context, rg *v1alpha1.ControllerRing) (ring.Ring, error) {
 	list := &coordinationv1.LeaseList{}
 	if err := h.cache.List(ctx, list, client.InNamespace(rg.Spec.LeaseNamespace),
@@ -258,45 +251,17 @@ func (h *labelHandler) ringOf(ctx context.Context, rg *v1alpha1.ControllerRing) 
 		return nil, fmt.Errorf("listing the Leases of ring %q: %w", rg.Name, err)
 	}
 	now := h.clock.Now()
-	members := make([]ring.Member, 0, len(list.Items))
+	members := make([]membership.Member, 0, len(list.Items))
 	for i := range list.Items {
-		m := leases.MemberOf(&list.Items[i], now)
-		if m.State != leases.StateReady {
-			continue
-		}
-		if m.VirtualNodes == 0 {
-			m.VirtualNodes = rg.Spec.EffectiveVirtualNodes()
-		}
-		members = append(members, ring.Member{ID: m.ID, VirtualNodes: m.VirtualNodes})
+		members = append(members, membership.MemberOf(&list.Items[i], now))
 	}
-	slices.SortFunc(members, func(a, b ring.Member) int { return strings.Compare(a.ID, b.ID) })
-	var fp strings.Builder
-	fp.WriteString(rg.Spec.EffectiveAlgorithm())
-	for _, m := range members {
-		fp.WriteString("|" + m.ID + "=" + strconv.Itoa(m.VirtualNodes))
-	}
-
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if b, ok := h.rings[rg.Name]; ok && b.fingerprint == fp.String() {
-		return b.ring, nil
-	}
-	r, err := ring.New(rg.Spec.EffectiveAlgorithm(), members)
-	if err != nil {
-		return nil, fmt.Errorf("building ring %q: %w", rg.Name, err)
-	}
-	if h.rings == nil {
-		h.rings = map[string]builtRing{}
-	}
-	h.rings[rg.Name] = builtRing{fingerprint: fp.String(), ring: r}
-	return r, nil
+	r, _, err := h.rings.Build(rg.Name, rg.Spec.EffectiveAlgorithm(), rg.Spec.EffectiveVirtualNodes(), members)
+	return r, err
 }
 
 // forget drops what the handler keeps of a deleted ring.
 func (h *labelHandler) forget(ringName string) {
-	h.mu.Lock()
-	delete(h.rings, ringName)
-	h.mu.Unlock()
+	h.rings.Forget(ringName)
 	metrics.ForgetWebhookRing(ringName)
 }
 

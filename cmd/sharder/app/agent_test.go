@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
-	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
 // agentLogs is a bytes.Buffer safe for the command's concurrent log writes.
@@ -92,13 +92,13 @@ func agentLease(namespace, name string) func() (*coordinationv1.Lease, error) {
 }
 
 // leaseState returns the state the sharder would compute for the Lease now.
-func agentLeaseState(namespace, name string) func() (leases.State, error) {
-	return func() (leases.State, error) {
+func agentLeaseState(namespace, name string) func() (membership.State, error) {
+	return func() (membership.State, error) {
 		lease, err := agentLease(namespace, name)()
 		if err != nil {
 			return "", err
 		}
-		state, _ := leases.StateOf(lease, time.Now())
+		state, _ := membership.StateOf(lease, time.Now())
 		return state, nil
 	}
 }
@@ -133,7 +133,7 @@ func TestAgent(t *testing.T) {
 
 	// Healthy: the Lease is created for the pod's instance ID.
 	status.Store(http.StatusOK)
-	g.Eventually(agentLeaseState(ns, "worker-0"), 10*time.Second, 20*time.Millisecond).Should(Equal(leases.StateReady), "logs:\n%s", logs)
+	g.Eventually(agentLeaseState(ns, "worker-0"), 10*time.Second, 20*time.Millisecond).Should(Equal(membership.StateReady), "logs:\n%s", logs)
 	lease, err := agentLease(ns, "worker-0")()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal("worker-0")))
@@ -143,22 +143,22 @@ func TestAgent(t *testing.T) {
 	g.Expect(lease.OwnerReferences[0].Kind).To(Equal("Pod"))
 	g.Expect(lease.OwnerReferences[0].Name).To(Equal("worker-0"))
 	// Renewed while healthy: ready past its first lease duration.
-	g.Consistently(agentLeaseState(ns, "worker-0"), 1500*time.Millisecond, 50*time.Millisecond).Should(Equal(leases.StateReady))
+	g.Consistently(agentLeaseState(ns, "worker-0"), 1500*time.Millisecond, 50*time.Millisecond).Should(Equal(membership.StateReady))
 
 	// Unhealthy: renewals stop, the Lease expires.
 	status.Store(http.StatusInternalServerError)
-	g.Eventually(agentLeaseState(ns, "worker-0"), 5*time.Second, 20*time.Millisecond).Should(Equal(leases.StateExpired))
+	g.Eventually(agentLeaseState(ns, "worker-0"), 5*time.Second, 20*time.Millisecond).Should(Equal(membership.StateExpired))
 
 	// Healthy again: the agent acquires the Lease again.
 	status.Store(http.StatusNoContent)
-	g.Eventually(agentLeaseState(ns, "worker-0"), 5*time.Second, 20*time.Millisecond).Should(Equal(leases.StateReady), "logs:\n%s", logs)
+	g.Eventually(agentLeaseState(ns, "worker-0"), 5*time.Second, 20*time.Millisecond).Should(Equal(membership.StateReady), "logs:\n%s", logs)
 
 	// SIGTERM: the command returns and the Lease is released.
 	cancel()
 	g.Eventually(done, 10*time.Second).Should(Receive(BeNil()))
 	done <- nil // for the cleanup
 	g.Expect(agentLease(ns, "worker-0")()).To(HaveField("Spec.HolderIdentity", HaveValue(BeEmpty())))
-	g.Expect(agentLeaseState(ns, "worker-0")()).To(Equal(leases.StateDead))
+	g.Expect(agentLeaseState(ns, "worker-0")()).To(Equal(membership.StateDead))
 	g.Expect(logs.String()).To(ContainSubstring("Released the instance Lease"))
 }
 
@@ -171,7 +171,7 @@ func TestAgentInstanceFlag(t *testing.T) {
 		"--kubeconfig", agentKubeconfig(t),
 		"--ring", "workers", "--lease-namespace", ns, "--instance", "custom-1", "--lease-duration", "2s",
 	)
-	g.Eventually(agentLeaseState(ns, "custom-1"), 10*time.Second).Should(Equal(leases.StateReady), "logs:\n%s", logs)
+	g.Eventually(agentLeaseState(ns, "custom-1"), 10*time.Second).Should(Equal(membership.StateReady), "logs:\n%s", logs)
 	lease, err := agentLease(ns, "custom-1")()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(lease.Labels).NotTo(HaveKey(v1alpha1.LabelVirtualNodes))

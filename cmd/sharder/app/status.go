@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
-	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
 // Output formats of `sharder status`.
@@ -241,7 +241,7 @@ func collectStatus(ctx context.Context, c client.Client, m metadata.Interface, r
 		}
 		r.Instances = sortedInstances(instances)
 		for _, inst := range r.Instances {
-			if inst.State == string(leases.StateReady) {
+			if inst.State == string(membership.StateReady) {
 				r.ReadyInstances++
 			}
 		}
@@ -260,7 +260,7 @@ func instancesOf(ctx context.Context, c client.Client, ring *v1alpha1.Controller
 	instances := make(map[string]*InstanceReport, len(list.Items))
 	for i := range list.Items {
 		lease := &list.Items[i]
-		state, _ := leases.StateOf(lease, now)
+		state, _ := membership.StateOf(lease, now)
 		inst := &InstanceReport{
 			Name:         lease.Name,
 			State:        string(state),
@@ -268,7 +268,7 @@ func instancesOf(ctx context.Context, c client.Client, ring *v1alpha1.Controller
 			Holder:       ptr.Deref(lease.Spec.HolderIdentity, ""),
 			RenewTime:    lease.Spec.RenewTime,
 		}
-		weight, err := leases.VirtualNodesOf(lease)
+		weight, err := membership.VirtualNodesOf(lease)
 		switch {
 		case err != nil:
 			inst.Note = err.Error() + " (the ring's default weight applies)"

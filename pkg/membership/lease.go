@@ -1,4 +1,4 @@
-package leases
+package membership
 
 import (
 	"errors"
@@ -29,8 +29,9 @@ const (
 	uncertainAfter = 2
 	// orphanedAfter: a dead Lease becomes orphaned at t + 10d.
 	orphanedAfter = 10
-	// takeoverFactor: the sharder holds an uncertain Lease for 2d.
-	takeoverFactor = 2
+	// TakeoverFactor: the sharder holds an uncertain Lease it takes for
+	// TakeoverFactor × d.
+	TakeoverFactor = 2
 )
 
 // MaxVirtualNodes is the largest weight a Lease may ask for with the
@@ -67,8 +68,8 @@ var ErrInvalidVirtualNodes = errors.New("invalid " + v1alpha1.LabelVirtualNodes 
 // StateOf reads only the Lease and now: the sharder assumes its clock and the
 // instances' clocks agree to well within d, as leader election does.
 func StateOf(lease *coordinationv1.Lease, now time.Time) (State, time.Time) {
-	t := referenceTime(lease)
-	d := durationOf(lease)
+	t := ReferenceTime(lease)
+	d := DurationOf(lease)
 	holder := ""
 	if lease.Spec.HolderIdentity != nil {
 		holder = *lease.Spec.HolderIdentity
@@ -123,7 +124,7 @@ func MemberOf(lease *coordinationv1.Lease, now time.Time) Member {
 }
 
 // referenceTime returns t: renewTime, else acquireTime, else creation time.
-func referenceTime(lease *coordinationv1.Lease) time.Time {
+func ReferenceTime(lease *coordinationv1.Lease) time.Time {
 	switch {
 	case lease.Spec.RenewTime != nil:
 		return lease.Spec.RenewTime.Time
@@ -136,7 +137,7 @@ func referenceTime(lease *coordinationv1.Lease) time.Time {
 
 // durationOf returns d: leaseDurationSeconds within (0, MaxLeaseDuration],
 // else DefaultLeaseDuration.
-func durationOf(lease *coordinationv1.Lease) time.Duration {
+func DurationOf(lease *coordinationv1.Lease) time.Duration {
 	s := lease.Spec.LeaseDurationSeconds
 	switch {
 	case s == nil || *s <= 0:

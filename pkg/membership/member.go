@@ -1,0 +1,47 @@
+package membership
+
+// State is the state of an instance as the sharder computes it from its
+// Lease (docs/design.md §3).
+type State string
+
+const (
+	// StateReady: the instance renews its Lease; it receives objects.
+	StateReady State = "ready"
+	// StateExpired: the Lease was not renewed within its duration. The
+	// instance may still be working: it keeps its objects and gets no new
+	// ones.
+	StateExpired State = "expired"
+	// StateUncertain: not renewed for twice its duration. The sharder tries
+	// to take the Lease to prove the instance gone; until then the instance
+	// keeps its objects.
+	StateUncertain State = "uncertain"
+	// StateDead: the Lease was released or taken. The instance is gone: its
+	// objects move at once, without a drain.
+	StateDead State = "dead"
+	// StateOrphaned: dead for ten lease durations; the sharder deletes the
+	// Lease.
+	StateOrphaned State = "orphaned"
+)
+
+// States lists every state in the order of an instance's life.
+var States = []State{StateReady, StateExpired, StateUncertain, StateDead, StateOrphaned}
+
+// Ready reports whether an instance in state s may receive objects: only a
+// ready instance is on the ring.
+func (s State) Ready() bool { return s == StateReady }
+
+// Gone reports whether an instance in state s is proven gone, so that its
+// objects move at once without a drain. Every other state that is not
+// ready holds the instance's objects where they are.
+func (s State) Gone() bool { return s == StateDead || s == StateOrphaned }
+
+// Member is one instance of a ring as the sharder sees it.
+type Member struct {
+	// ID is the instance ID (= Lease name = holder identity).
+	ID string
+	// VirtualNodes is the weight from the Lease's sharder.dev/virtual-nodes
+	// label; 0 means the ring's default.
+	VirtualNodes int
+	// State is the instance's current state.
+	State State
+}
