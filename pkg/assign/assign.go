@@ -2,7 +2,6 @@ package assign
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sharder-dev/sharder/pkg/drain"
-	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/metrics"
 	"github.com/sharder-dev/sharder/pkg/ring"
 )
@@ -24,8 +22,9 @@ func objectKey(gk schema.GroupKind, namespace, name string) string {
 }
 
 // reconcile brings one main object and its controlled objects to the
-// instance the ring wants. It returns when to look at the object again (a
-// drain's deadline), zero for never.
+// instance the ring wants: it decides, acts, and records what it did. It
+// returns when to look at the object again (a drain's deadline, the end of
+// a hold), zero for never.
 func (r *runner) reconcile(ctx context.Context, it item) (time.Duration, error) {
 	w := r.byGK[it.gk]
 	if w == nil {
@@ -43,86 +42,108 @@ func (r *runner) reconcile(ctx context.Context, it item) (time.Duration, error) 
 	if view == nil {
 		return 0, nil
 	}
-	target, err := view.ring.Lookup(objectKey(it.gk, it.namespace, it.name))
-	if errors.Is(err, ring.ErrNoInstance) {
-		return 0, nil // no ready instance: nothing is assigned, nothing moves
-	}
+	s, err := r.situation(view, cfg, it.gk, obj)
 	if err != nil {
-		return 0, fmt.Errorf("looking up instance: %w", err)
+		return 0, err
 	}
-	current := obj.Labels[r.shardLabel]
-	draining := drain.Requested(obj, r.name)
-	children := r.descendants(obj)
-	now := r.c.opts.Clock.Now()
-
-	if current == "" { // new, or its drain was acknowledged
-		if err := r.move(ctx, w, obj, children, target); err != nil {
-			return 0, err
+	d := decide(s)
+	if err := r.act(ctx, w, obj, s, d); err != nil {
+		if errors.Is(err, errGone) {
+			return 0, nil // deleted meanwhile: its deletion ends everything
 		}
+		return 0, err
+	}
+	r.record(obj, s, d)
+	if d.at.IsZero() {
+		return 0, nil
+	}
+	return max(d.at.Sub(s.now), time.Nanosecond), nil
+}
+
+// situation gathers what the decision about obj depends on.
+func (r *runner) situation(view *ringView, cfg *ringConfig, gk schema.GroupKind, obj *object) (situation, error) {
+	s := situation{
+		current:      obj.Labels[r.shardLabel],
+		draining:     drain.Requested(obj, r.name),
+		drainTimeout: cfg.drainTimeout,
+		now:          r.c.opts.Clock.Now(),
+	}
+	target, err := view.ring.Lookup(objectKey(gk, obj.Namespace, obj.Name))
+	switch {
+	case errors.Is(err, ring.ErrNoInstance):
+	case err != nil:
+		return s, fmt.Errorf("looking up instance: %w", err)
+	default:
+		s.target = target
+	}
+	if s.current != "" {
+		s.state, s.heldUntil = view.stateOf(s.current, s.now)
+	}
+	if s.draining {
+		s.drainStarted, _ = r.drains.Started(obj.UID)
+	}
+	return s, nil
+}
+
+// act carries out decision d about obj.
+func (r *runner) act(ctx context.Context, w *watched, obj *object, s situation, d decision) error {
+	children := r.descendants(obj)
+	switch d.action {
+	case actionAssign, actionRelabelGone, actionForce:
+		return r.move(ctx, w, obj, children, s.target)
+	case actionRequestDrain:
+		if err := r.labelChildren(ctx, children, s.current); err != nil {
+			return err
+		}
+		return r.requestDrain(ctx, w, obj)
+	case actionWithdraw:
+		if err := r.patchMain(ctx, w, obj, map[string]*string{r.drainLabel: nil}); err != nil {
+			return err
+		}
+		return r.labelChildren(ctx, children, s.current)
+	case actionKeep, actionWait, actionHold:
+		if s.current == "" {
+			return nil
+		}
+		return r.labelChildren(ctx, children, s.current)
+	}
+	return nil
+}
+
+// record updates the drain tracker, the first-seen times and the metrics
+// after decision d about obj was carried out.
+func (r *runner) record(obj *object, s situation, d decision) {
+	if s.current != "" {
+		r.seen.Delete(obj.UID)
+	}
+	switch d.action {
+	case actionAssign:
 		seen, wasSeen := r.seen.LoadAndDelete(obj.UID)
-		if d, ok := r.drains.End(obj.UID); ok {
-			metrics.DrainDuration.WithLabelValues(r.name, metrics.DrainAcknowledged).Observe(d.Seconds())
+		if took, ok := r.drains.End(obj.UID); ok {
+			metrics.DrainDuration.WithLabelValues(r.name, metrics.DrainAcknowledged).Observe(took.Seconds())
 			metrics.MovesTotal.WithLabelValues(r.name, metrics.MoveRebalance).Inc()
-			return 0, nil
+			return
 		}
 		metrics.AssignmentsTotal.WithLabelValues(r.name).Inc()
 		if wasSeen {
 			metrics.AssignmentLatency.WithLabelValues(r.name).Observe(r.c.opts.Clock.Since(seen.(time.Time)).Seconds())
 		}
-		return 0, nil
-	}
-	r.seen.Delete(obj.UID)
-
-	if current == target {
-		if draining { // the ring changed back while draining: withdraw the drain
-			if err := r.patchMain(ctx, w, obj, map[string]any{r.drainLabel: nil}); err != nil {
-				return 0, err
-			}
-			r.drains.End(obj.UID)
-		}
-		return 0, r.labelChildren(ctx, children, current)
-	}
-
-	switch state, known := view.states[current]; {
-	case !known || state == membership.StateDead || state == membership.StateOrphaned:
-		// Nobody is left to race with: relabel at once.
-		if err := r.move(ctx, w, obj, children, target); err != nil {
-			return 0, err
-		}
+	case actionRelabelGone:
 		r.drains.End(obj.UID)
 		metrics.MovesTotal.WithLabelValues(r.name, metrics.MoveDead).Inc()
-		return 0, nil
-
-	case state == membership.StateReady:
-		if err := r.labelChildren(ctx, children, current); err != nil {
-			return 0, err
-		}
-		if !draining {
-			exists, err := r.requestDrain(ctx, w, obj)
-			if err != nil || !exists {
-				return 0, err
-			}
-			r.drains.Begin(obj.UID)
-			metrics.DrainsTotal.WithLabelValues(r.name).Inc()
-			return cfg.drainTimeout, nil
-		}
-		if wait := r.drains.Deadline(obj.UID, cfg.drainTimeout).Sub(now); wait > 0 {
-			return wait, nil
-		}
-		if err := r.move(ctx, w, obj, children, target); err != nil {
-			return 0, err
-		}
-		if d, ok := r.drains.End(obj.UID); ok {
-			metrics.DrainDuration.WithLabelValues(r.name, metrics.DrainForced).Observe(d.Seconds())
+	case actionRequestDrain:
+		r.drains.Begin(obj.UID)
+		metrics.DrainsTotal.WithLabelValues(r.name).Inc()
+	case actionWait:
+		r.drains.Begin(obj.UID)
+	case actionForce:
+		if took, ok := r.drains.End(obj.UID); ok {
+			metrics.DrainDuration.WithLabelValues(r.name, metrics.DrainForced).Observe(took.Seconds())
 		}
 		metrics.MovesTotal.WithLabelValues(r.name, metrics.MoveForced).Inc()
-		r.logger.V(1).Info("Drain not acknowledged in time: moved", "namespace", obj.Namespace, "name", obj.Name, "from", current, "to", target)
-		return 0, nil
-
-	default:
-		// Expired or uncertain: the instance may still be working. Nothing
-		// moves until it is ready again or dead.
-		return 0, r.labelChildren(ctx, children, current)
+		r.logger.V(1).Info("Drain not acknowledged in time: moved", "namespace", obj.Namespace, "name", obj.Name, "from", s.current, "to", s.target)
+	case actionWithdraw:
+		r.drains.End(obj.UID)
 	}
 }
 
@@ -132,7 +153,7 @@ func (r *runner) move(ctx context.Context, w *watched, obj *object, children []c
 	if err := r.labelChildren(ctx, children, instance); err != nil {
 		return err
 	}
-	return r.patchMain(ctx, w, obj, map[string]any{r.shardLabel: instance, r.drainLabel: nil})
+	return r.patchMain(ctx, w, obj, map[string]*string{r.shardLabel: &instance, r.drainLabel: nil})
 }
 
 // labelChildren gives every controlled object the shard label instance and
@@ -143,8 +164,8 @@ func (r *runner) labelChildren(ctx context.Context, children []child, instance s
 		if c.obj.Labels[r.shardLabel] == instance && !drain.Requested(c.obj, r.name) {
 			continue
 		}
-		patch := map[string]any{"metadata": map[string]any{"labels": map[string]any{r.shardLabel: instance, r.drainLabel: nil}}}
-		if _, err := r.patch(ctx, c.w, c.obj, patch); err != nil && !apierrors.IsNotFound(err) {
+		patch := drain.LabelPatch("", map[string]*string{r.shardLabel: &instance, r.drainLabel: nil})
+		if _, err := r.patchBytes(ctx, c.w, c.obj, patch); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("labelling controlled %s %s/%s: %w", c.w.res.gk.Kind, c.obj.Namespace, c.obj.Name, err)
 		}
 	}
@@ -153,9 +174,8 @@ func (r *runner) labelChildren(ctx context.Context, children []child, instance s
 
 // patchMain writes labels on a main object, locked on the cached
 // resourceVersion: a decision taken on a stale cache fails with a conflict.
-func (r *runner) patchMain(ctx context.Context, w *watched, obj *object, labels map[string]any) error {
-	patch := map[string]any{"metadata": map[string]any{"resourceVersion": obj.ResourceVersion, "labels": labels}}
-	out, err := r.patch(ctx, w, obj, patch)
+func (r *runner) patchMain(ctx context.Context, w *watched, obj *object, labels map[string]*string) error {
+	out, err := r.patchBytes(ctx, w, obj, drain.LabelPatch(obj.ResourceVersion, labels))
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -166,26 +186,22 @@ func (r *runner) patchMain(ctx context.Context, w *watched, obj *object, labels 
 	return nil
 }
 
+// errGone is returned by act when the object was deleted meanwhile, so that
+// nothing is recorded for it.
+var errGone = errors.New("object deleted")
+
 // requestDrain sets the drain label, locked on the cached resourceVersion.
-// It reports false when the object is gone.
-func (r *runner) requestDrain(ctx context.Context, w *watched, obj *object) (bool, error) {
+// It returns errGone when the object is gone: no drain is then recorded.
+func (r *runner) requestDrain(ctx context.Context, w *watched, obj *object) error {
 	out, err := r.patchBytes(ctx, w, obj, drain.RequestPatch(r.name, obj.ResourceVersion))
 	if apierrors.IsNotFound(err) {
-		return false, nil
+		return errGone
 	}
 	if err != nil {
-		return false, fmt.Errorf("requesting drain of %s %s/%s: %w", w.res.gk.Kind, obj.Namespace, obj.Name, err)
+		return fmt.Errorf("requesting drain of %s %s/%s: %w", w.res.gk.Kind, obj.Namespace, obj.Name, err)
 	}
 	r.noteWrite(obj.UID, out.ResourceVersion)
-	return true, nil
-}
-
-func (r *runner) patch(ctx context.Context, w *watched, obj *object, patch map[string]any) (*metav1.PartialObjectMetadata, error) {
-	data, err := json.Marshal(patch)
-	if err != nil {
-		return nil, err
-	}
-	return r.patchBytes(ctx, w, obj, data)
+	return nil
 }
 
 // patchBytes sends a JSON merge patch and records a Forbidden answer as a

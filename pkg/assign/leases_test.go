@@ -78,3 +78,117 @@ func TestWithLeaseController(t *testing.T) {
 		g.Expect(r.Status.Instances).To(BeEquivalentTo(2))
 	}, timeout, poll).Should(Succeed())
 }
+
+// renewing keeps the Lease of instance id renewed every interval, as a
+// running instance does, until the returned function is called; that
+// function returns the renewTime of the last renewal that was written.
+func renewing(t *testing.T, ns, id string, interval time.Duration) (stop func() time.Time) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan time.Time, 1)
+	go func() {
+		var last time.Time
+		defer func() { done <- last }()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			l := &coordinationv1.Lease{}
+			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: id}, l); err == nil {
+				now := metav1.NewMicroTime(time.Now())
+				l.Spec.RenewTime = &now
+				if env.Client.Update(ctx, l) == nil {
+					last = now.Time
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	var last time.Time
+	stopped := false
+	stop = func() time.Time {
+		if !stopped {
+			stopped = true
+			cancel()
+			last = <-done
+		}
+		return last
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// TestVanishedInstanceHoldsItsObjects checks that an instance whose Lease
+// disappears from the ring without being released or taken is not taken for
+// dead: its objects stay where they are, without a drain, until twice its
+// lease duration has passed since its last renewal, and only then move.
+// The Lease disappears by deletion (kubectl delete lease, or garbage
+// collection after kubectl delete pod --force) or by losing its ring label.
+func TestVanishedInstanceHoldsItsObjects(t *testing.T) {
+	const leaseSeconds = 2
+	for name, vanish := range map[string]func(g Gomega, l *coordinationv1.Lease){
+		"deleted": func(g Gomega, l *coordinationv1.Lease) {
+			g.Expect(env.Client.Delete(context.Background(), l)).To(Succeed())
+		},
+		"ring label removed": func(g Gomega, l *coordinationv1.Lease) {
+			g.Expect(env.Client.Get(context.Background(), client.ObjectKeyFromObject(l), l)).To(Succeed())
+			delete(l.Labels, v1alpha1.LabelRing)
+			g.Expect(env.Client.Update(context.Background(), l)).To(Succeed())
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			ns := env.Namespace(t)
+			newRing(t, ns, nil)
+			createLease(t, ns, "a")
+			b := createLease(t, ns, "b")
+			b.Spec.LeaseDurationSeconds = ptr.To[int32](leaseSeconds)
+			g.Expect(env.Client.Update(context.Background(), b)).To(Succeed())
+			stopRenewing := renewing(t, ns, "b", 300*time.Millisecond)
+			names := createConfigMaps(t, ns, "cm", 30)
+			reg := leases.NewRegistry()
+			startSharderWith(t, env.Config, reg, assign.Options{}, func(mgr ctrl.Manager) error {
+				return leases.NewController(leases.ControllerOptions{Registry: reg}).SetupWithManager(mgr)
+			})
+			both := []string{"a", "b"}
+			var onB []string
+			g.Eventually(func(g Gomega) {
+				got := labelsOf(g, ns)
+				onB = onB[:0]
+				for _, name := range names {
+					want := expected(t, both, ns, name)
+					g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), want))
+					if want == "b" {
+						onB = append(onB, name)
+					}
+				}
+			}, timeout, poll).Should(Succeed())
+			g.Expect(onB).NotTo(BeEmpty())
+
+			// b is still running, but its Lease vanishes from the ring.
+			h := watchHistory(t, configMaps, ns, ns)
+			lastRenewal := stopRenewing()
+			vanish(g, b)
+			heldUntil := lastRenewal.Add(2 * leaseSeconds * time.Second)
+
+			g.Eventually(func(g Gomega) {
+				for _, l := range labelsOf(g, ns) {
+					g.Expect(l).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "a"))
+				}
+			}, timeout, poll).Should(Succeed())
+			for _, name := range onB {
+				g.Expect(h.drained(name)).To(BeFalse(), "%s was drained from an instance that is gone", name)
+				for _, e := range h.of(name) {
+					if e.shard == "a" {
+						g.Expect(e.at).NotTo(BeTemporally("<", heldUntil),
+							"%s moved %v before b was proven gone (last renewal %v + 2 × %ds)", name, heldUntil.Sub(e.at), lastRenewal, leaseSeconds)
+					}
+				}
+			}
+		})
+	}
+}

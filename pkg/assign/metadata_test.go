@@ -3,6 +3,7 @@ package assign
 import (
 	"reflect"
 	"testing"
+	"time"
 	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -83,13 +84,13 @@ func TestBuildViewReusesRingWhenReadySetUnchanged(t *testing.T) {
 	cfg := &ringConfig{name: "r", algorithm: v1alpha1.AlgorithmConsistentHash, virtualNodes: 16}
 	rings := &membership.Rings{}
 	m := []membership.Member{{ID: "a", State: membership.StateReady}, {ID: "b", State: membership.StateExpired}}
-	_, built, err := buildView(rings, cfg, m)
+	_, built, err := buildView(rings, cfg, m, time.Time{})
 	if err != nil || !built {
 		t.Fatalf("first build: %v, built=%v", err, built)
 	}
 	// b goes from expired to uncertain: the ready set is the same.
 	m2 := []membership.Member{{ID: "a", State: membership.StateReady}, {ID: "b", State: membership.StateUncertain}}
-	v2, built, err := buildView(rings, cfg, m2)
+	v2, built, err := buildView(rings, cfg, m2, time.Time{})
 	if err != nil || built {
 		t.Fatalf("second build: %v, built=%v; want the ring reused", err, built)
 	}
@@ -100,7 +101,7 @@ func TestBuildViewReusesRingWhenReadySetUnchanged(t *testing.T) {
 		t.Errorf("Lookup = %q, %v; want a (the only ready instance)", id, err)
 	}
 	m3 := []membership.Member{{ID: "a", State: membership.StateReady}, {ID: "b", State: membership.StateReady}}
-	if _, built, _ := buildView(rings, cfg, m3); !built {
+	if _, built, _ := buildView(rings, cfg, m3, time.Time{}); !built {
 		t.Error("ring not rebuilt when b became ready")
 	}
 }

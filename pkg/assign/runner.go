@@ -142,6 +142,9 @@ type runner struct {
 	view atomic.Pointer[ringView]
 	// rings keeps the ring built from the last membership.
 	rings membership.Rings
+	// unknownUntil ends the hold of instances that are not members; set
+	// once the caches have synced.
+	unknownUntil time.Time
 
 	byGK       map[schema.GroupKind]*watched
 	resolve    ring.Resolver
@@ -307,6 +310,7 @@ func (r *runner) run(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	r.unknownUntil = r.c.opts.Clock.Now().Add(2 * membership.DefaultLeaseDuration)
 	r.synced.Store(true)
 	r.logger.Info("Caches synced")
 	r.rebuild(ctx, true)
@@ -365,8 +369,8 @@ func (r *runner) processNext(ctx context.Context) bool {
 }
 
 // urgent reports whether it waits for nothing but the sharder: its object
-// is unassigned (new, or its drain was acknowledged) or assigned to a dead
-// or unknown instance. Urgent items are processed before the others.
+// is unassigned (new, or its drain was acknowledged) or assigned to an
+// instance that is gone. Urgent items are processed before the others.
 func (r *runner) urgent(it item) bool {
 	w := r.byGK[it.gk]
 	if w == nil {
@@ -376,16 +380,12 @@ func (r *runner) urgent(it item) bool {
 	if !ok {
 		return false
 	}
-	current := obj.Labels[r.shardLabel]
-	if current == "" {
-		return true
-	}
-	view := r.view.Load()
+	view, cfg := r.view.Load(), r.cfg.Load()
 	if view == nil {
-		return false
+		return obj.Labels[r.shardLabel] == ""
 	}
-	state, known := view.states[current]
-	return !known || state == membership.StateDead || state == membership.StateOrphaned
+	s, err := r.situation(view, cfg, it.gk, obj)
+	return err == nil && decide(s).action.urgent()
 }
 
 // notifyMembership asks the runner to rebuild its ring; it never blocks.

@@ -20,8 +20,6 @@ import (
 	"github.com/sharder-dev/sharder/pkg/metrics"
 )
 
-var allStates = []membership.State{membership.StateReady, membership.StateExpired, membership.StateUncertain, membership.StateDead, membership.StateOrphaned}
-
 // statusLoop writes the ring's status when asked, at most once per
 // StatusInterval. It sleeps while nothing changes.
 func (r *runner) statusLoop(ctx context.Context) {
@@ -169,7 +167,7 @@ func (r *runner) readyCondition(cfg *ringConfig, status *v1alpha1.ControllerRing
 }
 
 func (r *runner) updateGauges(byState map[membership.State]int, counts map[string]int32, unassigned, drains int32) {
-	for _, s := range allStates {
+	for _, s := range membership.States {
 		metrics.Instances.WithLabelValues(r.name, string(s)).Set(float64(byState[s]))
 	}
 	metrics.Objects.DeletePartialMatch(map[string]string{metrics.LabelRing: r.name})

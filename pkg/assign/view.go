@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -19,13 +20,32 @@ type ringView struct {
 	ring    ring.Ring
 	members []membership.Member // all instances, sorted by ID
 	states  map[string]membership.State
+	// unknownUntil is when the hold of instances the sharder does not know
+	// ends (see stateOf).
+	unknownUntil time.Time
+}
+
+// stateOf returns the state of instance id and, for an instance that is
+// not a member, until when it is held. An instance that the sharder never
+// saw a Lease for (a Lease deleted while this sharder was not leading, or
+// objects labelled by hand) may still be running: it is held as vanished
+// until unknownUntil, twice the default lease duration after this sharder
+// started assigning, and is gone after that.
+func (v *ringView) stateOf(id string, now time.Time) (membership.State, time.Time) {
+	if state, ok := v.states[id]; ok {
+		return state, time.Time{}
+	}
+	if now.Before(v.unknownUntil) {
+		return membership.StateVanished, v.unknownUntil
+	}
+	return membership.StateDead, time.Time{}
 }
 
 // buildView builds the view of members under cfg. rings keeps the ring
 // built last, so the ring is rebuilt only when its ready instances or their
 // weights changed.
-func buildView(rings *membership.Rings, cfg *ringConfig, members []membership.Member) (*ringView, bool, error) {
-	v := &ringView{members: members, states: make(map[string]membership.State, len(members))}
+func buildView(rings *membership.Rings, cfg *ringConfig, members []membership.Member, unknownUntil time.Time) (*ringView, bool, error) {
+	v := &ringView{members: members, states: make(map[string]membership.State, len(members)), unknownUntil: unknownUntil}
 	for _, m := range members {
 		v.states[m.ID] = m.State
 	}
@@ -44,7 +64,7 @@ func (r *runner) rebuild(ctx context.Context, all bool) {
 	cfg := r.cfg.Load()
 	prev := r.view.Load()
 	members := r.c.opts.Registry.Members(r.name)
-	v, rebuilt, err := buildView(&r.rings, cfg, members)
+	v, rebuilt, err := buildView(&r.rings, cfg, members, r.unknownUntil)
 	if err != nil {
 		r.logger.Error(err, "Cannot build ring", "algorithm", cfg.algorithm)
 		r.event(corev1.EventTypeWarning, "RingBuildFailed", "Rebuild", "Cannot build the %s ring: %v", cfg.algorithm, err)
@@ -70,21 +90,23 @@ func (r *runner) rebuild(ctx context.Context, all bool) {
 				continue
 			}
 			total++
-			current := obj.Labels[r.shardLabel]
-			target, err := v.ring.Lookup(objectKey(w.res.gk, obj.Namespace, obj.Name))
-			_, draining := obj.Labels[r.drainLabel] // any value asks for a drain, as drain.Requested says
-			needsWork := all || current == "" || (err == nil && current != target) || draining
-			if err == nil && current != "" && current != target {
-				switch state, known := v.states[current]; {
-				case !known || state == membership.StateDead || state == membership.StateOrphaned:
-					dead++
-				case state == membership.StateReady:
-					drains++
-				default:
+			s, err := r.situation(v, cfg, w.res.gk, obj)
+			if err != nil {
+				r.enqueue(w.res.gk, obj)
+				continue
+			}
+			d := decide(s)
+			switch d.action {
+			case actionRelabelGone:
+				dead++
+			case actionRequestDrain, actionWait, actionForce:
+				drains++
+			case actionHold:
+				if s.current != "" && s.target != "" {
 					held++
 				}
 			}
-			if needsWork {
+			if all || d.action != actionKeep {
 				r.enqueue(w.res.gk, obj)
 			}
 		}
@@ -92,7 +114,7 @@ func (r *runner) rebuild(ctx context.Context, all bool) {
 	if moves := drains + dead; moves > 0 && ctx.Err() == nil {
 		r.logger.Info("Rebalancing", "objects", total, "drains", drains, "dead", dead, "held", held)
 		r.event(corev1.EventTypeNormal, "Rebalancing", "Rebalance",
-			"Moving %d of %d objects: %d drained from ready instances, %d relabelled from dead or unknown instances, %d held on expired instances",
+			"Moving %d of %d objects: %d drained from ready instances, %d relabelled from instances that are gone, %d held on instances that may still be working",
 			moves, total, drains, dead, held)
 	}
 }

@@ -2,7 +2,6 @@ package drain
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -70,18 +69,8 @@ func AcknowledgePatch(obj metav1.Object, ring string) ([]byte, error) {
 	if obj.GetResourceVersion() == "" {
 		return nil, fmt.Errorf("acknowledging drain of %s/%s for ring %s: object has no resourceVersion", obj.GetNamespace(), obj.GetName(), ring)
 	}
-	patch := map[string]any{
-		"metadata": map[string]any{
-			"resourceVersion": obj.GetResourceVersion(),
-			"labels": map[string]any{
-				v1alpha1.ShardLabel(ring): nil,
-				v1alpha1.DrainLabel(ring): nil,
-			},
-		},
-	}
-	data, err := json.Marshal(patch)
-	if err != nil {
-		return nil, fmt.Errorf("encoding drain acknowledgement: %w", err)
-	}
-	return data, nil
+	return LabelPatch(obj.GetResourceVersion(), map[string]*string{
+		v1alpha1.ShardLabel(ring): nil,
+		v1alpha1.DrainLabel(ring): nil,
+	}), nil
 }

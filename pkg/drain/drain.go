@@ -1,13 +1,13 @@
 package drain
 
 import (
-	"encoding/json"
 	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
@@ -27,15 +27,7 @@ func Requested(obj metav1.Object, ring string) bool {
 // re-reads the object and decides again, so a drain is never requested on a
 // state the sharder has not seen.
 func RequestPatch(ring, resourceVersion string) []byte {
-	patch := map[string]any{"metadata": map[string]any{
-		"resourceVersion": resourceVersion,
-		"labels":          map[string]any{v1alpha1.DrainLabel(ring): LabelValue},
-	}}
-	data, err := json.Marshal(patch)
-	if err != nil { // maps of strings always marshal
-		panic(err)
-	}
-	return data
+	return LabelPatch(resourceVersion, map[string]*string{v1alpha1.DrainLabel(ring): ptr.To(LabelValue)})
 }
 
 // Tracker remembers when the drain of each object started, keyed by UID. It
@@ -73,6 +65,15 @@ func (t *Tracker) Begin(uid types.UID) time.Time {
 // sharder started) is recorded as starting now.
 func (t *Tracker) Deadline(uid types.UID, timeout time.Duration) time.Time {
 	return t.Begin(uid).Add(timeout)
+}
+
+// Started returns when the drain of uid was recorded to start; false when
+// none is recorded.
+func (t *Tracker) Started(uid types.UID) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	start, ok := t.started[uid]
+	return start, ok
 }
 
 // End forgets the drain of uid and returns how long it lasted; false when no

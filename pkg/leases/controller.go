@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -114,9 +115,15 @@ type Controller struct {
 	client   client.Client
 	recorder events.EventRecorder
 
+	// tracker computes states from the Leases as this sharder observed them,
+	// and remembers instances whose Lease vanished.
+	tracker membership.Tracker
+
 	// reported holds, per Lease, the malformed virtual-nodes value last
 	// reported in an event, so that each value is reported once.
 	reported sync.Map
+	// invalid holds the Leases reported as having an invalid instance ID.
+	invalid sync.Map
 }
 
 // NewController returns a lease controller; SetupWithManager checks the
@@ -222,8 +229,11 @@ func (c *Controller) reconcileLease(ctx context.Context, req reconcile.Request) 
 	c.reportVirtualNodes(ctx, ring, lease)
 
 	now := c.opts.Clock.Now()
-	state, next := membership.StateOf(lease, now)
+	member, next := c.tracker.Observe(ring.Name, lease, now)
+	state := member.State
 	switch state {
+	case membership.StateInvalid:
+		c.reportInvalid(ctx, ring, lease)
 	case membership.StateUncertain:
 		// Label it first: the state stays visible if the takeover fails.
 		if lease, err = c.patchState(ctx, lease, state); err != nil || lease == nil {
@@ -238,7 +248,8 @@ func (c *Controller) reconcileLease(ctx context.Context, req reconcile.Request) 
 		c.recorder.Eventf(taken, ring, corev1.EventTypeWarning, "InstanceDead", "Take",
 			"Instance %s of ring %s did not renew its Lease for twice its duration; the sharder took the Lease and moves its objects", lease.Name, ring.Name)
 		lease = taken
-		state, next = membership.StateOf(lease, now)
+		member, next = c.tracker.Observe(ring.Name, lease, now)
+		state = member.State
 	case membership.StateOrphaned:
 		return reconcile.Result{}, c.deleteOrphan(ctx, ring, lease)
 	}
@@ -262,7 +273,7 @@ func (c *Controller) take(ctx context.Context, lease *coordinationv1.Lease, now 
 	taken.Spec.LeaseDurationSeconds = ptr.To(int32(hold / time.Second)) //nolint:gosec // at most 2 × MaxLeaseDuration
 	taken.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
 	taken.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
-	taken.Spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
+	taken.Spec.LeaseTransitions = ptr.To(nextTransition(ptr.Deref(lease.Spec.LeaseTransitions, 0)))
 	// Update sends the resourceVersion the state was computed from: if the
 	// instance renewed meanwhile, the takeover fails with a conflict.
 	if err := c.client.Update(ctx, taken); err != nil {
@@ -349,6 +360,29 @@ func (c *Controller) reportVirtualNodes(ctx context.Context, ring *v1alpha1.Cont
 		"Instance %s keeps ring %s's default weight: %v", lease.Name, ring.Name, err)
 }
 
+// reportInvalid reports a Lease whose name cannot be an instance ID, once.
+// The instance never receives objects.
+func (c *Controller) reportInvalid(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease) {
+	if _, reported := c.invalid.LoadOrStore(lease.UID, true); reported {
+		return
+	}
+	err := membership.InvalidID(lease.Name)
+	ctrl.LoggerFrom(ctx).Info("Ignoring a Lease whose name cannot be an instance ID: it never receives objects",
+		"lease", klog.KObj(lease), "ring", ring.Name, "error", fmt.Sprint(err))
+	c.recorder.Eventf(lease, ring, corev1.EventTypeWarning, "InvalidInstanceID", "Validate",
+		"Lease %s/%s never receives objects of ring %s: %v; give the instance a shorter ID (its pod name or --id)", lease.Namespace, lease.Name, ring.Name, err)
+}
+
+// nextTransition counts one more holder change, staying at the largest
+// int32 instead of overflowing (the API server would reject the takeover
+// forever).
+func nextTransition(n int32) int32 {
+	if n == math.MaxInt32 {
+		return n
+	}
+	return n + 1
+}
+
 // reconcileRing publishes the ring's membership and requeues the ring at the
 // earliest next transition of its Leases.
 func (c *Controller) reconcileRing(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -356,6 +390,7 @@ func (c *Controller) reconcileRing(ctx context.Context, req reconcile.Request) (
 	ring := &v1alpha1.ControllerRing{}
 	if err := c.client.Get(ctx, req.NamespacedName, ring); err != nil {
 		if apierrors.IsNotFound(err) {
+			c.tracker.Forget(name)
 			c.publish(ctx, name, nil)
 			metrics.ForgetLeaseRing(name)
 			return reconcile.Result{}, nil
@@ -368,14 +403,7 @@ func (c *Controller) reconcileRing(ctx context.Context, req reconcile.Request) (
 		return reconcile.Result{}, fmt.Errorf("listing the Leases of ring %s: %w", name, err)
 	}
 	now := c.opts.Clock.Now()
-	members := make([]membership.Member, 0, len(list.Items))
-	var earliest time.Time
-	for i := range list.Items {
-		members = append(members, membership.MemberOf(&list.Items[i], now))
-		if _, next := membership.StateOf(&list.Items[i], now); !next.IsZero() && (earliest.IsZero() || next.Before(earliest)) {
-			earliest = next
-		}
-	}
+	members, earliest := c.tracker.Members(name, list.Items, now)
 	c.publish(ctx, name, members)
 	if earliest.IsZero() {
 		return reconcile.Result{}, nil

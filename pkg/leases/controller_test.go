@@ -220,8 +220,8 @@ func TestCacheHoldsOnlyRingLeases(t *testing.T) {
 }
 
 // TestLeaseNamespace checks that only Leases in the ring's leaseNamespace are
-// members, that changing it moves the membership, and that deleting the ring
-// empties it.
+// members, that changing it moves the membership (holding the instances left
+// behind as vanished), and that deleting the ring empties it.
 func TestLeaseNamespace(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
@@ -240,8 +240,11 @@ func TestLeaseNamespace(t *testing.T) {
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: ring}, obj)).To(Succeed())
 	obj.Spec.LeaseNamespace = elsewhere
 	g.Expect(env.Client.Update(ctx, obj)).To(Succeed())
+	// The instance left behind is not proven gone: it is held as vanished
+	// (for twice its 60 s lease duration) while the new namespace's
+	// instance is ready.
 	g.Eventually(func() []membership.Member { return registry.Members(ring) }).
-		Should(Equal([]membership.Member{{ID: "outside", State: membership.StateReady}}))
+		Should(Equal([]membership.Member{{ID: "inside", State: membership.StateVanished}, {ID: "outside", State: membership.StateReady}}))
 	g.Eventually(getLease(elsewhere, "outside")).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "ready")))
 	g.Eventually(getLease(ns, "inside")).Should(HaveField("Labels", Not(HaveKey(v1alpha1.LabelState))))
 

@@ -3,10 +3,13 @@ package membership
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
@@ -65,10 +68,22 @@ var ErrInvalidVirtualNodes = errors.New("invalid " + v1alpha1.LabelVirtualNodes 
 //     MaxLeaseDuration.
 //   - a missing holderIdentity is an empty one: dead.
 //
-// StateOf reads only the Lease and now: the sharder assumes its clock and the
-// instances' clocks agree to well within d, as leader election does.
+// A Lease whose name is not a valid label value is invalid: no object can
+// be labelled for it, so it never receives any (see InvalidID).
+//
+// StateOf reads only the Lease and now, so it trusts the times written on
+// the Lease. The sharder does not: it computes states with a Tracker, which
+// counts a renewal from when it observed it, never from a later time the
+// Lease claims.
 func StateOf(lease *coordinationv1.Lease, now time.Time) (State, time.Time) {
-	t := ReferenceTime(lease)
+	return stateAt(lease, ReferenceTime(lease), now)
+}
+
+// stateAt is StateOf with the reference time t given.
+func stateAt(lease *coordinationv1.Lease, t, now time.Time) (State, time.Time) {
+	if InvalidID(lease.Name) != nil {
+		return StateInvalid, time.Time{}
+	}
 	d := DurationOf(lease)
 	holder := ""
 	if lease.Spec.HolderIdentity != nil {
@@ -91,6 +106,24 @@ func StateOf(lease *coordinationv1.Lease, now time.Time) (State, time.Time) {
 		return StateExpired, uncertain
 	}
 	return StateUncertain, time.Time{}
+}
+
+// InvalidID returns why id cannot be an instance ID, nil when it can. An
+// instance ID names a Lease and is the value of the shard label, so it must
+// be both a DNS subdomain and a label value: at most 63 characters of
+// lower-case letters, digits, '-' and '.', starting and ending with a letter
+// or digit.
+func InvalidID(id string) error {
+	var errs []string
+	errs = append(errs, validation.IsDNS1123Subdomain(id)...)
+	errs = append(errs, validation.IsValidLabelValue(id)...)
+	if id == "" {
+		errs = append(errs, "must not be empty")
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("instance ID %q names a Lease and is a label value: %s", id, strings.Join(slices.Compact(errs), "; "))
 }
 
 // VirtualNodesOf returns the weight a Lease asks for with its

@@ -21,10 +21,19 @@ const (
 	// StateOrphaned: dead for ten lease durations; the sharder deletes the
 	// Lease.
 	StateOrphaned State = "orphaned"
+	// StateVanished: the instance's Lease was deleted or left the ring
+	// (its sharder.dev/ring label changed, or the ring's leaseNamespace did)
+	// without being released or taken. Nothing proves the instance gone: it
+	// is held like an expired one until twice its last seen lease duration
+	// has passed since its last seen renewal, and is gone after that.
+	StateVanished State = "vanished"
+	// StateInvalid: the Lease cannot be handled (its name is not a valid
+	// instance ID, see InvalidID). It never receives objects.
+	StateInvalid State = "invalid"
 )
 
 // States lists every state in the order of an instance's life.
-var States = []State{StateReady, StateExpired, StateUncertain, StateDead, StateOrphaned}
+var States = []State{StateReady, StateExpired, StateUncertain, StateVanished, StateDead, StateOrphaned, StateInvalid}
 
 // Ready reports whether an instance in state s may receive objects: only a
 // ready instance is on the ring.

@@ -34,7 +34,7 @@ var (
 	// Instances is the number of instances of a ring per Lease state.
 	Instances = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "sharder_ring_instances",
-		Help: "Instances of a ring by Lease state (ready, expired, uncertain, dead, orphaned).",
+		Help: "Instances of a ring by state (ready, expired, uncertain, vanished, dead, orphaned, invalid).",
 	}, []string{LabelRing, LabelState})
 
 	// Objects is the number of main objects assigned to each instance of a

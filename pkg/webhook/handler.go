@@ -45,6 +45,9 @@ type labelHandler struct {
 	identity  *identity
 	clock     clock.PassiveClock
 
+	// members computes the states of the rings' instances from their Leases
+	// as this replica observes them, as the sharder does.
+	members membership.Tracker
 	// rings keeps each ring built from its last membership.
 	rings membership.Rings
 }
@@ -250,11 +253,7 @@ func (h *labelHandler) ringOf(ctx context.Context, rg *v1alpha1.ControllerRing) 
 		client.MatchingLabels{v1alpha1.LabelRing: rg.Name}); err != nil {
 		return nil, fmt.Errorf("listing the Leases of ring %q: %w", rg.Name, err)
 	}
-	now := h.clock.Now()
-	members := make([]membership.Member, 0, len(list.Items))
-	for i := range list.Items {
-		members = append(members, membership.MemberOf(&list.Items[i], now))
-	}
+	members, _ := h.members.Members(rg.Name, list.Items, h.clock.Now())
 	r, _, err := h.rings.Build(rg.Name, rg.Spec.EffectiveAlgorithm(), rg.Spec.EffectiveVirtualNodes(), members)
 	return r, err
 }
@@ -262,6 +261,7 @@ func (h *labelHandler) ringOf(ctx context.Context, rg *v1alpha1.ControllerRing) 
 // forget drops what the handler keeps of a deleted ring.
 func (h *labelHandler) forget(ringName string) {
 	h.rings.Forget(ringName)
+	h.members.Forget(ringName)
 	metrics.ForgetWebhookRing(ringName)
 }
 

@@ -1,0 +1,106 @@
+package assign
+
+import (
+	"time"
+
+	"github.com/sharder-dev/sharder/pkg/membership"
+)
+
+// action is what the sharder does with a main object (docs/design.md §5).
+type action int
+
+const (
+	// actionKeep: the object is on the instance it belongs to.
+	actionKeep action = iota
+	// actionAssign: the object is unassigned (new, or its drain was
+	// acknowledged): label it for the target.
+	actionAssign
+	// actionRelabelGone: its instance is gone (dead, orphaned, or unknown
+	// past the hold for unknown instances): relabel it at once, without a
+	// drain; nobody is left to race with.
+	actionRelabelGone
+	// actionRequestDrain: its ready instance must let go first.
+	actionRequestDrain
+	// actionWait: a drain is in flight; decide again at the deadline.
+	actionWait
+	// actionForce: the drain was not acknowledged in time: relabel it.
+	actionForce
+	// actionWithdraw: the object belongs to its instance again while a
+	// drain is requested: remove the drain label.
+	actionWithdraw
+	// actionHold: its instance may still be working (expired, uncertain,
+	// vanished) or no instance is ready: nothing moves.
+	actionHold
+)
+
+var actionNames = [...]string{"keep", "assign", "relabel-gone", "request-drain", "wait", "force", "withdraw", "hold"}
+
+func (a action) String() string { return actionNames[a] }
+
+// urgent reports whether the action waits for nothing but the sharder.
+func (a action) urgent() bool { return a == actionAssign || a == actionRelabelGone }
+
+// move reports whether the action relabels the object to the target.
+func (a action) move() bool {
+	return a == actionAssign || a == actionRelabelGone || a == actionForce
+}
+
+// situation is what the decision about one main object depends on.
+type situation struct {
+	// current is the instance the shard label names; empty when unassigned.
+	current string
+	// target is the instance the ring maps the object to; empty when no
+	// instance is ready.
+	target string
+	// state is current's state. An instance the sharder does not know is
+	// passed as vanished while the hold for unknown instances lasts
+	// (heldUntil), and as dead after it.
+	state membership.State
+	// heldUntil is when the hold of an unknown instance ends; zero otherwise.
+	heldUntil time.Time
+	// draining reports whether the object carries the drain label.
+	draining bool
+	// drainStarted is when the sharder saw the drain begin; zero when it did
+	// not (a drain requested before it started).
+	drainStarted time.Time
+	drainTimeout time.Duration
+	now          time.Time
+}
+
+// decision is an action and, for actionWait and a timed actionHold, when
+// to decide again.
+type decision struct {
+	action action
+	at     time.Time
+}
+
+// decide is the assignment decision for one main object. It is a pure
+// function of the situation: the sharder's reconcile acts on it, the
+// rebalancing summary counts with it, and the work queue asks it which
+// objects are urgent.
+func decide(s situation) decision {
+	switch {
+	case s.target == "":
+		return decision{action: actionHold} // no ready instance: nothing is assigned, nothing moves
+	case s.current == "":
+		return decision{action: actionAssign}
+	case s.current == s.target && s.draining:
+		return decision{action: actionWithdraw}
+	case s.current == s.target:
+		return decision{action: actionKeep}
+	case s.state.Gone():
+		return decision{action: actionRelabelGone}
+	case s.state.Ready() && !s.draining:
+		return decision{action: actionRequestDrain}
+	case s.state.Ready():
+		started := s.drainStarted
+		if started.IsZero() {
+			started = s.now // a drain from before the sharder started gets a full timeout
+		}
+		if deadline := started.Add(s.drainTimeout); s.now.Before(deadline) {
+			return decision{action: actionWait, at: deadline}
+		}
+		return decision{action: actionForce}
+	}
+	return decision{action: actionHold, at: s.heldUntil}
+}

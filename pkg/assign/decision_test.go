@@ -1,0 +1,64 @@
+package assign
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sharder-dev/sharder/pkg/membership"
+)
+
+func TestDecide(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	timeout := 30 * time.Second
+	for _, tc := range []struct {
+		name string
+		s    situation
+		want decision
+	}{
+		{"no ready instance, unassigned", situation{}, decision{action: actionHold}},
+		{"no ready instance, assigned to an expired one", situation{current: "a", state: membership.StateExpired}, decision{action: actionHold}},
+		{"no ready instance, assigned to a dead one", situation{current: "a", state: membership.StateDead}, decision{action: actionHold}},
+		{"new object", situation{target: "b"}, decision{action: actionAssign}},
+		{"drain acknowledged", situation{target: "b", drainStarted: now.Add(-time.Second)}, decision{action: actionAssign}},
+		{"in place", situation{current: "b", target: "b", state: membership.StateReady}, decision{action: actionKeep}},
+		{"back in place while draining", situation{current: "b", target: "b", state: membership.StateReady, draining: true}, decision{action: actionWithdraw}},
+		{"from a dead instance", situation{current: "a", target: "b", state: membership.StateDead}, decision{action: actionRelabelGone}},
+		{"from an orphaned instance", situation{current: "a", target: "b", state: membership.StateOrphaned}, decision{action: actionRelabelGone}},
+		{"from a dead instance while draining", situation{current: "a", target: "b", state: membership.StateDead, draining: true}, decision{action: actionRelabelGone}},
+		{"from a ready instance", situation{current: "a", target: "b", state: membership.StateReady, drainTimeout: timeout, now: now}, decision{action: actionRequestDrain}},
+		{"drain in flight", situation{current: "a", target: "b", state: membership.StateReady, draining: true,
+			drainStarted: now.Add(-10 * time.Second), drainTimeout: timeout, now: now}, decision{action: actionWait, at: now.Add(20 * time.Second)}},
+		{"drain from before a restart", situation{current: "a", target: "b", state: membership.StateReady, draining: true,
+			drainTimeout: timeout, now: now}, decision{action: actionWait, at: now.Add(timeout)}},
+		{"drain timed out", situation{current: "a", target: "b", state: membership.StateReady, draining: true,
+			drainStarted: now.Add(-timeout), drainTimeout: timeout, now: now}, decision{action: actionForce}},
+		{"from an expired instance", situation{current: "a", target: "b", state: membership.StateExpired}, decision{action: actionHold}},
+		{"from an uncertain instance while draining", situation{current: "a", target: "b", state: membership.StateUncertain, draining: true}, decision{action: actionHold}},
+		{"from a vanished instance", situation{current: "a", target: "b", state: membership.StateVanished}, decision{action: actionHold}},
+		{"from an unknown instance during the hold", situation{current: "a", target: "b", state: membership.StateVanished,
+			heldUntil: now.Add(time.Minute), now: now}, decision{action: actionHold, at: now.Add(time.Minute)}},
+		{"from an invalid instance", situation{current: "a", target: "b", state: membership.StateInvalid}, decision{action: actionHold}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := decide(tc.s); got != tc.want {
+				t.Errorf("decide() = %v at %v, want %v at %v", got.action, got.at, tc.want.action, tc.want.at)
+			}
+		})
+	}
+}
+
+// TestRingViewStateOf checks the states of members and of instances that
+// are not members, during and after the hold for unknown instances.
+func TestRingViewStateOf(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	v := &ringView{states: map[string]membership.State{"a": membership.StateExpired}, unknownUntil: now.Add(time.Minute)}
+	if s, until := v.stateOf("a", now); s != membership.StateExpired || !until.IsZero() {
+		t.Errorf("member: %s until %v", s, until)
+	}
+	if s, until := v.stateOf("x", now); s != membership.StateVanished || !until.Equal(now.Add(time.Minute)) {
+		t.Errorf("unknown during the hold: %s until %v", s, until)
+	}
+	if s, _ := v.stateOf("x", now.Add(time.Minute)); s != membership.StateDead {
+		t.Errorf("unknown after the hold: %s, want dead", s)
+	}
+}
