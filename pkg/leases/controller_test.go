@@ -2,6 +2,8 @@ package leases_test
 
 import (
 	"context"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
@@ -268,4 +271,37 @@ func eventReasons(namespace, lease string) func() ([]string, error) {
 		}
 		return reasons, nil
 	}
+}
+
+// TestUntrustedLeaseContents checks Leases whose contents would otherwise
+// keep an instance in a state forever: a renewTime in the future (a skewed
+// clock, or anyone who may write Leases) must not keep it ready; a
+// leaseTransitions at the largest int32 must not make the takeover fail on
+// every retry; a name that is no valid instance ID must never be ready.
+func TestUntrustedLeaseContents(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ring, ns := newRing(t)
+	createLease(t, ring, ns, "future", time.Now().Add(time.Hour), 1)
+	createLease(t, ring, ns, "transitions", time.Now(), 1, func(l *coordinationv1.Lease) {
+		l.Spec.LeaseTransitions = ptr.To[int32](math.MaxInt32)
+	})
+	long := strings.Repeat("x", 64)
+	createLease(t, ring, ns, long, time.Now(), 3600)
+
+	// A Lease written an hour ahead and never renewed is taken within
+	// about 2 × its one-second duration of being observed, not in an hour.
+	g.Eventually(getLease(ns, "future"), 10*time.Second, 50*time.Millisecond).Should(And(
+		HaveField("Spec.HolderIdentity", HaveValue(Equal(sharderIdentity))),
+		HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "dead")),
+	))
+	g.Eventually(getLease(ns, "transitions"), 10*time.Second, 50*time.Millisecond).Should(And(
+		HaveField("Spec.HolderIdentity", HaveValue(Equal(sharderIdentity))),
+		HaveField("Spec.LeaseTransitions", HaveValue(BeEquivalentTo(math.MaxInt32))),
+		HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "dead")),
+	))
+	g.Eventually(func() membership.Member { m, _ := member(ring, long); return m }).
+		Should(Equal(membership.Member{ID: long, State: membership.StateInvalid}))
+	g.Eventually(getLease(ns, long)).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "invalid")))
+	g.Eventually(eventReasons(ns, long)).Should(ContainElement("InvalidInstanceID"))
 }
