@@ -100,7 +100,7 @@ func (h *labelHandler) Handle(ctx context.Context, req admission.Request) admiss
 }
 
 func (h *labelHandler) handle(ctx context.Context, req admission.Request, ringName string, policy admissionregistrationv1.FailurePolicyType) admission.Response {
-	log := logf.FromContext(ctx).WithValues("ring", ringName, "resource", req.Resource, "namespace", req.Namespace,
+	log := logf.FromContext(ctx).WithValues("ring", ringName, "resource", req.Resource, "subResource", req.SubResource, "namespace", req.Namespace,
 		"name", req.Name, "operation", req.Operation, "user", req.UserInfo.Username)
 
 	newMeta, err := decodeMetadata(req.Object.Raw)

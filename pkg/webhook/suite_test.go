@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 	logf.SetLogger(logr.Discard())
 	scheme := testenv.DefaultScheme()
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
-	os.Exit(testenv.Run(m, &env, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}, Scheme: scheme}))
+	os.Exit(testenv.Run(m, &env, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases", "pkg/webhook/testdata/crds"}, Scheme: scheme}))
 }
 
 // Identities of the tests. Each is bound to cluster-admin, so RBAC never
