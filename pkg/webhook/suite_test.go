@@ -259,7 +259,7 @@ func webhookCalls(ring string) float64 {
 // reasons are every reason label the handler uses.
 var reasons = []string{
 	"labels-unchanged", "sharder", "drain-acknowledgement", "assignment", "shard-label-changed", "drain-label-changed",
-	"acknowledgement-not-instance", "create-wrong-instance", "create-no-instance", "unknown-ring",
+	"acknowledgement-not-instance", "acknowledgement-other-instance", "create-wrong-instance", "create-no-instance", "unknown-ring",
 	"caches-not-synced", "error", "bad-request",
 }
 
