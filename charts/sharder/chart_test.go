@@ -376,6 +376,7 @@ func TestRenderRejectsBadValues(t *testing.T) {
 		"ring without name":        {"rings:\n- spec: {leaseNamespace: x}\n", "every entry needs a name"},
 		"ring without spec":        {"rings:\n- name: r\n", "rings[r]: spec is required"},
 		"foreign service account":  {"serviceAccount:\n  create: false\n", "serviceAccount.name is required"},
+		"plain metrics scraped":    {"metrics:\n  secure: false\n  serviceMonitor:\n    enabled: true\n", "metrics.serviceMonitor needs metrics.secure: true"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, err := renderErr(t, tc.values)
