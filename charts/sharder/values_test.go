@@ -78,7 +78,8 @@ func TestRenderEveryBoolean(t *testing.T) {
 	}
 	// What a flipped boolean promises beyond a valid configuration.
 	promises := map[string]func(g Gomega, objs []*unstructured.Unstructured, cfg *config.Config){
-		"rbac.create": func(g Gomega, objs []*unstructured.Unstructured, _ *config.Config) {
+		"rbac.create": func(g Gomega, objs []*unstructured.Unstructured, cfg *config.Config) {
+			g.Expect(cfg.Webhook.OwnerClusterRole).To(BeEmpty(), "no ClusterRole of the chart to own the webhook configuration")
 			for _, kind := range []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
 				g.Expect(find(objs, kind)).To(BeEmpty(), "rbac.create: false renders no %s", kind)
 			}
