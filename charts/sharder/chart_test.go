@@ -188,6 +188,12 @@ func TestRenderDefaults(t *testing.T) {
 	g.Expect(cfg.Metrics.Secure).To(BeTrue())
 	g.Expect(cfg.Pprof.BindAddress).To(Equal("0"), "pprof is opt-in")
 	g.Expect(cfg.LeaderElection.LeaseName).To(Equal("sharder"))
+	// The install's ClusterRole owns the webhook configuration, and the
+	// sharder may read that ClusterRole only.
+	g.Expect(cfg.Webhook.OwnerClusterRole).To(Equal("sharder"))
+	clusterRole := as[rbacv1.ClusterRole](t, find(objs, "ClusterRole")["sharder"])
+	g.Expect(clusterRole.Rules).To(ContainElement(rbacv1.PolicyRule{APIGroups: []string{"rbac.authorization.k8s.io"},
+		Resources: []string{"clusterroles"}, ResourceNames: []string{"sharder"}, Verbs: []string{"get"}}))
 	g.Expect(pod.TerminationGracePeriodSeconds).To(HaveValue(BeNumerically(">", cfg.ShutdownTimeout.Seconds())),
 		"terminationGracePeriodSeconds must exceed shutdownTimeout")
 
@@ -376,6 +382,7 @@ func TestRenderRejectsBadValues(t *testing.T) {
 		"ring without name":        {"rings:\n- spec: {leaseNamespace: x}\n", "every entry needs a name"},
 		"ring without spec":        {"rings:\n- name: r\n", "rings[r]: spec is required"},
 		"foreign service account":  {"serviceAccount:\n  create: false\n", "serviceAccount.name is required"},
+		"plain metrics scraped":    {"metrics:\n  secure: false\n  serviceMonitor:\n    enabled: true\n", "metrics.serviceMonitor needs metrics.secure: true"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, err := renderErr(t, tc.values)

@@ -169,6 +169,13 @@ type Webhook struct {
 	// into the webhook configuration. Default: empty (the CA bundle is read
 	// from ca.crt in certDir).
 	CAInjectFrom string `json:"caInjectFrom,omitempty"`
+	// OwnerClusterRole names a ClusterRole of the install (the sharder's
+	// own) that becomes the owner of the webhook configuration, so that
+	// removing the install (helm uninstall, kubectl delete -k) removes the
+	// configuration too, through garbage collection. The sharder needs get
+	// on it. Default: empty (no owner; see the uninstalling section of the
+	// operations guide).
+	OwnerClusterRole string `json:"ownerClusterRole,omitempty"`
 }
 
 // Metrics configures the Prometheus metrics endpoint.

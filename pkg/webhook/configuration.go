@@ -9,6 +9,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
@@ -107,13 +108,29 @@ func buildConfiguration(rings []v1alpha1.ControllerRing, p configParams) *admiss
 	return cfg
 }
 
+// metadataSubresources are the subresources, besides status, through which
+// the API server applies metadata changes of a built-in resource.
+var metadataSubresources = map[schema.GroupResource][]string{
+	{Group: "", Resource: "namespaces"}: {"finalize"},
+}
+
 // ringRules covers exactly the ring's main and controlled resources, one
-// rule per API group.
+// rule per API group, with the subresources that can change their labels:
+// status, whose update keeps metadata changes for most built-in kinds
+// (StatefulSets, Services, Pods, Jobs, ...; a custom resource's status
+// update drops them, so the rule costs nothing there), and those of
+// metadataSubresources. Other subresources carry another kind (scale,
+// eviction, binding) or reset the metadata (pods/ephemeralcontainers,
+// pods/resize).
 func ringRules(spec *v1alpha1.ControllerRingSpec) []admissionregistrationv1.RuleWithOperations {
 	byGroup := map[string][]string{}
 	add := func(group, resource string) {
-		if resource != "" && !slices.Contains(byGroup[group], resource) {
-			byGroup[group] = append(byGroup[group], resource)
+		if resource == "" || slices.Contains(byGroup[group], resource) {
+			return
+		}
+		byGroup[group] = append(byGroup[group], resource, resource+"/status")
+		for _, sub := range metadataSubresources[schema.GroupResource{Group: group, Resource: resource}] {
+			byGroup[group] = append(byGroup[group], resource+"/"+sub)
 		}
 	}
 	for _, r := range spec.Resources {

@@ -67,8 +67,18 @@ func TestBuildConfiguration(t *testing.T) {
 			}
 		}
 	}
-	wantRules(etcd, map[string][]string{"apps": {"statefulsets"}, "etcd.example.dev": {"etcdbackups", "etcdclusters"}})
-	wantRules(web, map[string][]string{"": {"configmaps", "secrets"}, "apps": {"deployments"}})
+	// Each resource comes with its status subresource: for most built-in
+	// kinds a status update keeps metadata changes.
+	wantRules(etcd, map[string][]string{
+		"apps":             {"statefulsets", "statefulsets/status"},
+		"etcd.example.dev": {"etcdbackups", "etcdbackups/status", "etcdclusters", "etcdclusters/status"},
+	})
+	wantRules(web, map[string][]string{"": {"configmaps", "configmaps/status", "secrets", "secrets/status"}, "apps": {"deployments", "deployments/status"}})
+	ns := buildConfiguration([]v1alpha1.ControllerRing{{
+		ObjectMeta: metav1.ObjectMeta{Name: "ns"},
+		Spec:       v1alpha1.ControllerRingSpec{Resources: []v1alpha1.RingResource{{Resource: "namespaces"}}},
+	}}, configParams{name: "sharder", timeout: 5})
+	wantRules(ns.Webhooks[0], map[string][]string{"": {"namespaces", "namespaces/finalize", "namespaces/status"}})
 
 	if *etcd.FailurePolicy != admissionregistrationv1.Ignore || *web.FailurePolicy != admissionregistrationv1.Fail {
 		t.Errorf("failure policies %s %s, want Ignore (default) and Fail", *etcd.FailurePolicy, *web.FailurePolicy)

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"fmt"
+	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
@@ -18,6 +19,7 @@ const (
 	reasonShardLabel      = "shard-label-changed"
 	reasonDrainLabel      = "drain-label-changed"
 	reasonNotInstance     = "acknowledgement-not-instance"
+	reasonOtherInstance   = "acknowledgement-other-instance"
 	reasonWrongInstance   = "create-wrong-instance"
 	reasonNoChoice        = "create-no-instance"
 	reasonUnknownRing     = "unknown-ring"
@@ -42,6 +44,10 @@ type labelRequest struct {
 	ring     string
 	op       admissionv1.Operation
 	username string
+	// pods are the values of the request's pod-name extra
+	// (serviceaccount.PodNameKey): the pod a bound ServiceAccount token was
+	// issued for. None when the credential is not bound to a pod.
+	pods []string
 	// old is the zero value for CREATE.
 	oldShard, newShard labelState
 	oldDrain, newDrain labelState
@@ -58,6 +64,11 @@ type verdict struct {
 	message string
 }
 
+// instancePod names the pod an instance runs in: its Lease's Pod
+// ownerReference (namespace = the Lease's), else a pod named like the
+// instance in any namespace (namespace ""). An error is a fault.
+type instancePod func(instance string) (namespace, name string, err error)
+
 // choice is the instance the sharder would assign a new object to. An
 // empty instance with a why means there is none (e.g. no ready instance,
 // or the owner is not assigned); an error is a fault.
@@ -66,11 +77,13 @@ type choice func() (instance, why string, err error)
 // decide applies DESIGN §6 to a request whose ring is known. A change to
 // either label is allowed only when it comes from the sharder, when it is a
 // drain acknowledgement (an UPDATE removing both labels from an object that
-// carried the drain label) by one of the ring's instance service accounts,
+// carried the drain label) by one of the ring's instance service accounts
+// (and, with a pod-bound credential, from the pod of the object's instance),
 // or when it creates an object with the shard label of the instance the
 // sharder would choose and no drain label. choose is called only in the
-// last case; its error is returned as is (a fault).
-func decide(req labelRequest, ring *v1alpha1.ControllerRing, identity string, choose choice) (verdict, error) {
+// last case, podOf only for an acknowledgement with a pod-bound credential;
+// their errors are returned as is (faults).
+func decide(req labelRequest, ring *v1alpha1.ControllerRing, identity string, choose choice, podOf instancePod) (verdict, error) {
 	shard, drain := v1alpha1.ShardLabel(req.ring), v1alpha1.DrainLabel(req.ring)
 	switch {
 	case !req.shardChanged() && !req.drainChanged():
@@ -80,14 +93,14 @@ func decide(req labelRequest, ring *v1alpha1.ControllerRing, identity string, ch
 	}
 
 	if req.op == admissionv1.Update && req.oldDrain.present && !req.newShard.present && !req.newDrain.present {
-		if isInstance(ring, req.username) {
-			return verdict{allowed: true, reason: reasonAcknowledgement}, nil
+		if !isInstance(ring, req.username) {
+			return verdict{reason: reasonNotInstance, message: fmt.Sprintf(
+				"removing labels %q and %q acknowledges a drain of ring %q, which only the ring's instances may do "+
+					"(spec.instanceServiceAccounts of ControllerRing %q; the request came from %q): leave both labels as they are, "+
+					"or add the instance's service account to the ring",
+				shard, drain, req.ring, req.ring, req.username)}, nil
 		}
-		return verdict{reason: reasonNotInstance, message: fmt.Sprintf(
-			"removing labels %q and %q acknowledges a drain of ring %q, which only the ring's instances may do "+
-				"(spec.instanceServiceAccounts of ControllerRing %q; the request came from %q): leave both labels as they are, "+
-				"or add the instance's service account to the ring",
-			shard, drain, req.ring, req.ring, req.username)}, nil
+		return acknowledgedBy(req, podOf)
 	}
 
 	if req.op == admissionv1.Create && req.newShard.present && !req.newDrain.present {
@@ -119,6 +132,35 @@ func decide(req labelRequest, ring *v1alpha1.ControllerRing, identity string, ch
 		"label %q of ring %q is set by the sharder only: leave it as it is; the sharder assigns every object of the ring "+
 			"and moves objects when instances come and go (kubectl get controllerring %s)",
 		shard, req.ring, req.ring)}, nil
+}
+
+// acknowledgedBy decides a drain acknowledgement by one of the ring's
+// instance service accounts. A credential bound to a pod may acknowledge
+// only the drain of an object assigned to that pod's instance; any other
+// credential (a token not bound to a pod, a client certificate) keeps the
+// service account rule, as does an object without a shard label, which no
+// instance holds.
+func acknowledgedBy(req labelRequest, podOf instancePod) (verdict, error) {
+	if len(req.pods) == 0 || !req.oldShard.present {
+		return verdict{allowed: true, reason: reasonAcknowledgement}, nil
+	}
+	instance := req.oldShard.value
+	wantNS, wantPod, err := podOf(instance)
+	if err != nil {
+		return verdict{}, err
+	}
+	podNS, _, _ := serviceaccount.SplitUsername(req.username)
+	if len(req.pods) == 1 && req.pods[0] == wantPod && (wantNS == "" || wantNS == podNS) {
+		return verdict{allowed: true, reason: reasonAcknowledgement}, nil
+	}
+	want := "pod " + wantPod
+	if wantNS != "" {
+		want = "pod " + wantNS + "/" + wantPod + " (the owner of its Lease)"
+	}
+	return verdict{reason: reasonOtherInstance, message: fmt.Sprintf(
+		"removing labels %q and %q acknowledges a drain of ring %q, which only the object's instance %q may do, "+
+			"running in %s; the request came from pod %s/%s: leave both labels as they are, the instance acknowledges the drain itself",
+		v1alpha1.ShardLabel(req.ring), v1alpha1.DrainLabel(req.ring), req.ring, instance, want, podNS, strings.Join(req.pods, ","))}, nil
 }
 
 // isInstance reports whether username is one of the ring's instance

@@ -38,10 +38,25 @@ func TestDecide(t *testing.T) {
 		t.Error("choice asked for a request that is not a labelled creation")
 		return "", "", nil
 	}
+	// podOf answers like the handler: the Lease's Pod owner, else a pod named
+	// like the instance.
+	podOf := func(ownerNS, owner string) instancePod {
+		return func(instance string) (string, string, error) {
+			if owner != "" {
+				return ownerNS, owner, nil
+			}
+			return "", instance, nil
+		}
+	}
+	noPod := func(string) (string, string, error) {
+		t.Error("instance pod asked for a request that is not a pod-bound acknowledgement")
+		return "", "", nil
+	}
 	for _, tc := range []struct {
 		name    string
 		req     labelRequest
 		choose  choice
+		podOf   instancePod
 		allowed bool
 		reason  string
 		// message must contain these
@@ -86,6 +101,44 @@ func TestDecide(t *testing.T) {
 		name:   "user acknowledges a drain",
 		req:    labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), oldDrain: present("true")},
 		reason: reasonNotInstance, message: []string{"spec.instanceServiceAccounts", `"alice"`, `ring "etcd"`},
+	}, {
+		name:    "the instance's own pod acknowledges a drain",
+		req:     labelRequest{op: admissionv1.Update, username: testInstance, pods: []string{"a"}, oldShard: present("a"), oldDrain: present("true")},
+		podOf:   podOf("", ""),
+		allowed: true, reason: reasonAcknowledgement,
+	}, {
+		name:   "another instance's pod acknowledges a drain",
+		req:    labelRequest{op: admissionv1.Update, username: testInstance, pods: []string{"b"}, oldShard: present("a"), oldDrain: present("true")},
+		podOf:  podOf("", ""),
+		reason: reasonOtherInstance, message: []string{`instance "a"`, "pod a;", "pod operators/b", "leave both labels as they are"},
+	}, {
+		name:    "the pod its Lease names as owner acknowledges a drain",
+		req:     labelRequest{op: admissionv1.Update, username: testInstance, pods: []string{"etcd-0"}, oldShard: present("a"), oldDrain: present("true")},
+		podOf:   podOf("operators", "etcd-0"),
+		allowed: true, reason: reasonAcknowledgement,
+	}, {
+		name:   "a pod named like the instance is not the pod its Lease names",
+		req:    labelRequest{op: admissionv1.Update, username: testInstance, pods: []string{"a"}, oldShard: present("a"), oldDrain: present("true")},
+		podOf:  podOf("operators", "etcd-0"),
+		reason: reasonOtherInstance, message: []string{"pod operators/etcd-0 (the owner of its Lease)"},
+	}, {
+		name:   "the Lease's pod in another namespace",
+		req:    labelRequest{op: admissionv1.Update, username: testInstance, pods: []string{"etcd-0"}, oldShard: present("a"), oldDrain: present("true")},
+		podOf:  podOf("elsewhere", "etcd-0"),
+		reason: reasonOtherInstance,
+	}, {
+		name:   "a credential naming two pods",
+		req:    labelRequest{op: admissionv1.Update, username: testInstance, pods: []string{"a", "b"}, oldShard: present("a"), oldDrain: present("true")},
+		podOf:  podOf("", ""),
+		reason: reasonOtherInstance,
+	}, {
+		name:    "a pod-bound acknowledgement of a lone drain label, which no instance holds",
+		req:     labelRequest{op: admissionv1.Update, username: testInstance, pods: []string{"b"}, oldDrain: present("true")},
+		allowed: true, reason: reasonAcknowledgement,
+	}, {
+		name:   "a pod-bound credential of another service account",
+		req:    labelRequest{op: admissionv1.Update, username: "system:serviceaccount:operators:other", pods: []string{"a"}, oldShard: present("a"), oldDrain: present("true")},
+		reason: reasonNotInstance,
 	}, {
 		name:   "instance removes the shard label without a drain",
 		req:    labelRequest{op: admissionv1.Update, username: testInstance, oldShard: present("a")},
@@ -132,7 +185,11 @@ func TestDecide(t *testing.T) {
 			if c == nil {
 				c = noChoice
 			}
-			v, err := decide(tc.req, testRing(), testSharder, c)
+			p := tc.podOf
+			if p == nil {
+				p = noPod
+			}
+			v, err := decide(tc.req, testRing(), testSharder, c, p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -154,9 +211,15 @@ func TestDecide(t *testing.T) {
 func TestDecideReturnsChoiceFault(t *testing.T) {
 	boom := errors.New("leases not readable")
 	_, err := decide(labelRequest{ring: "etcd", op: admissionv1.Create, username: "x", newShard: present("a")}, testRing(), testSharder,
-		func() (string, string, error) { return "", "", boom })
+		func() (string, string, error) { return "", "", boom }, nil)
 	if !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want the choice's error", err)
+	}
+	_, err = decide(labelRequest{ring: "etcd", op: admissionv1.Update, username: testInstance, pods: []string{"a"},
+		oldShard: present("a"), oldDrain: present("true")}, testRing(), testSharder, nil,
+		func(string) (string, string, error) { return "", "", boom })
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want the instance pod lookup's error", err)
 	}
 }
 

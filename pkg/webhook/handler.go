@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -95,7 +96,7 @@ func (h *labelHandler) Handle(ctx context.Context, req admission.Request) admiss
 }
 
 func (h *labelHandler) handle(ctx context.Context, req admission.Request, ringName string, policy admissionregistrationv1.FailurePolicyType) admission.Response {
-	log := logf.FromContext(ctx).WithValues("ring", ringName, "resource", req.Resource, "namespace", req.Namespace,
+	log := logf.FromContext(ctx).WithValues("ring", ringName, "resource", req.Resource, "subResource", req.SubResource, "namespace", req.Namespace,
 		"name", req.Name, "operation", req.Operation, "user", req.UserInfo.Username)
 
 	newMeta, err := decodeMetadata(req.Object.Raw)
@@ -113,6 +114,7 @@ func (h *labelHandler) handle(ctx context.Context, req admission.Request, ringNa
 	shard, drain := v1alpha1.ShardLabel(ringName), v1alpha1.DrainLabel(ringName)
 	lr := labelRequest{
 		ring: ringName, op: req.Operation, username: req.UserInfo.Username,
+		pods:     req.UserInfo.Extra[serviceaccount.PodNameKey],
 		newShard: labelOf(newMeta.Labels, shard), newDrain: labelOf(newMeta.Labels, drain),
 	}
 	if oldMeta != nil {
@@ -151,7 +153,10 @@ func (h *labelHandler) handle(ctx context.Context, req admission.Request, ringNa
 	choose := func() (string, string, error) {
 		return h.choose(ctx, rg, req.Resource, req.Kind, newMeta)
 	}
-	v, err := decide(lr, rg, id, choose)
+	podOf := func(instance string) (string, string, error) {
+		return h.instancePod(ctx, rg, instance)
+	}
+	v, err := decide(lr, rg, id, choose, podOf)
 	if err != nil {
 		return fault(reasonError, err)
 	}
@@ -198,6 +203,26 @@ func (h *labelHandler) choose(ctx context.Context, rg *v1alpha1.ControllerRing, 
 		return h.ownerInstance(ctx, rg, obj)
 	}
 	return "", fmt.Sprintf("%s is not a resource of the ring", schema.GroupResource{Group: gvr.Group, Resource: gvr.Resource}), nil
+}
+
+// instancePod names the pod of an instance: the Pod ownerReference of its
+// Lease, else (no Lease, or a Lease without a Pod owner) a pod named like the
+// instance, which is the default instance ID.
+func (h *labelHandler) instancePod(ctx context.Context, rg *v1alpha1.ControllerRing, instance string) (string, string, error) {
+	lease := &coordinationv1.Lease{}
+	err := h.cache.Get(ctx, types.NamespacedName{Namespace: rg.Spec.LeaseNamespace, Name: instance}, lease)
+	if apierrors.IsNotFound(err) {
+		return "", instance, nil
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("reading the Lease of instance %q: %w", instance, err)
+	}
+	for _, ref := range lease.OwnerReferences {
+		if ref.Kind == "Pod" && ref.APIVersion == "v1" {
+			return lease.Namespace, ref.Name, nil
+		}
+	}
+	return "", instance, nil
 }
 
 // ownerInstance returns the shard label of the object's controller.

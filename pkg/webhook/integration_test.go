@@ -270,7 +270,7 @@ func TestConfigurationFollowsRings(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, w := range c.Webhooks {
 		g.Expect(w.Rules).To(HaveLen(1))
-		g.Expect(w.Rules[0].Resources).To(Equal([]string{"configmaps", "secrets"}))
+		g.Expect(w.Rules[0].Resources).To(Equal([]string{"configmaps", "configmaps/status", "secrets", "secrets/status"}))
 		g.Expect(*w.FailurePolicy).To(Equal(admissionregistrationv1.Ignore))
 		g.Expect(*w.SideEffects).To(Equal(admissionregistrationv1.SideEffectClassNone))
 		g.Expect(*w.TimeoutSeconds).To(BeEquivalentTo(webhook.DefaultTimeoutSeconds))
@@ -289,7 +289,7 @@ func TestConfigurationFollowsRings(t *testing.T) {
 		g.Expect(*w.FailurePolicy).To(Equal(admissionregistrationv1.Fail))
 		g.Expect(w.Rules).To(HaveLen(2))
 		g.Expect(w.Rules[1].APIGroups).To(Equal([]string{"apps"}))
-		g.Expect(w.Rules[1].Resources).To(Equal([]string{"deployments"}))
+		g.Expect(w.Rules[1].Resources).To(Equal([]string{"deployments", "deployments/status"}))
 	}).Should(Succeed())
 
 	// A second ring adds its webhooks; deleting it removes them.

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -21,6 +23,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=get
 
 // keeper keeps the ValidatingWebhookConfiguration in line with the rings.
 // It runs on the leader only: the configuration lives in the API server, so
@@ -35,6 +38,29 @@ type keeper struct {
 	// caBundle returns the CA bundle to write; nil (with no error) means
 	// not known yet.
 	caBundle func() ([]byte, error)
+	// owners reads Options.OwnerClusterRole (uncached).
+	owners client.Reader
+}
+
+// ownerReferences returns the configuration's owner: the ClusterRole named
+// by Options.OwnerClusterRole, none while it does not exist.
+func (k *keeper) ownerReferences(ctx context.Context) ([]metav1.OwnerReference, error) {
+	if k.opts.OwnerClusterRole == "" {
+		return nil, nil
+	}
+	role := &rbacv1.ClusterRole{}
+	err := k.owners.Get(ctx, types.NamespacedName{Name: k.opts.OwnerClusterRole}, role)
+	if apierrors.IsNotFound(err) {
+		logf.FromContext(ctx).Info("The owner ClusterRole of the webhook configuration does not exist; writing it without an owner",
+			"clusterRole", k.opts.OwnerClusterRole)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading ClusterRole %s, the webhook configuration's owner: %w", k.opts.OwnerClusterRole, err)
+	}
+	return []metav1.OwnerReference{{
+		APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRole", Name: role.Name, UID: role.UID,
+	}}, nil
 }
 
 // Reconcile writes the configuration the rings call for, or deletes it when
@@ -97,6 +123,12 @@ func (k *keeper) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.
 		}
 	}
 	desired := buildConfiguration(active, p)
+	if desired.OwnerReferences, err = k.ownerReferences(ctx); err != nil {
+		return reconcile.Result{}, err
+	}
+	if k.opts.OwnerClusterRole != "" && desired.OwnerReferences == nil && requeue.RequeueAfter == 0 {
+		requeue.RequeueAfter = k.opts.ResyncPeriod // the owner may come later
+	}
 
 	if !exists {
 		if err := k.client.Create(ctx, desired); err != nil {
@@ -118,12 +150,14 @@ func (k *keeper) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.
 		}
 	}
 	if equality.Semantic.DeepEqual(current.Webhooks, desired.Webhooks) &&
+		equality.Semantic.DeepEqual(current.OwnerReferences, desired.OwnerReferences) &&
 		current.Labels[labelManagedBy] == managedBy &&
 		current.Annotations[annotationInjectCA] == k.opts.CAInjectFrom {
 		return requeue, nil
 	}
 	updated := current.DeepCopy()
 	updated.Webhooks = desired.Webhooks
+	updated.OwnerReferences = desired.OwnerReferences
 	if updated.Labels == nil {
 		updated.Labels = map[string]string{}
 	}

@@ -88,6 +88,16 @@ type Options struct {
 	// cert-manager. Default: "" (no injection).
 	CAInjectFrom string
 
+	// OwnerClusterRole names a ClusterRole that the install creates and
+	// removes, e.g. the sharder's own: the configuration gets an
+	// ownerReference to it, so that garbage collection deletes the
+	// configuration when the install is removed (helm uninstall, kubectl
+	// delete -k). Left behind, it would keep sending label changes to a
+	// webhook that is gone, and under failure policy Fail reject them. While
+	// the ClusterRole does not exist the configuration is written without an
+	// owner. Default: "" (no owner).
+	OwnerClusterRole string
+
 	// CAValidity is the lifetime of a self-managed CA. Default: 2 years.
 	CAValidity time.Duration
 	// CARenewBefore: a new CA is created when the current one has less than

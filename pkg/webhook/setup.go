@@ -96,7 +96,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	// The keeper's reconciles all concern the one configuration.
 	key := reconcile.Request{NamespacedName: types.NamespacedName{Name: opts.ConfigurationName}}
 	bundleEvents := make(chan event.GenericEvent, 1)
-	k := &keeper{client: mgr.GetClient(), opts: opts, identity: id}
+	k := &keeper{client: mgr.GetClient(), opts: opts, identity: id, owners: direct}
 
 	switch opts.CertMode {
 	case CertModeSelfManaged:

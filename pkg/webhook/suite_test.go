@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 	logf.SetLogger(logr.Discard())
 	scheme := testenv.DefaultScheme()
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
-	os.Exit(testenv.Run(m, &env, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}, Scheme: scheme}))
+	os.Exit(testenv.Run(m, &env, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases", "pkg/webhook/testdata/crds"}, Scheme: scheme}))
 }
 
 // Identities of the tests. Each is bound to cluster-admin, so RBAC never
@@ -259,7 +259,7 @@ func webhookCalls(ring string) float64 {
 // reasons are every reason label the handler uses.
 var reasons = []string{
 	"labels-unchanged", "sharder", "drain-acknowledgement", "assignment", "shard-label-changed", "drain-label-changed",
-	"acknowledgement-not-instance", "create-wrong-instance", "create-no-instance", "unknown-ring",
+	"acknowledgement-not-instance", "acknowledgement-other-instance", "create-wrong-instance", "create-no-instance", "unknown-ring",
 	"caches-not-synced", "error", "bad-request",
 }
 

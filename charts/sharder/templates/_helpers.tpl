@@ -40,6 +40,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/*
+Whether the metrics endpoint is reachable from outside the pod: only over
+HTTPS with authentication; plain HTTP metrics listen on 127.0.0.1.
+*/}}
+{{- define "sharder.metricsServed" -}}
+{{- if and .Values.metrics.enabled .Values.metrics.secure }}true{{ end }}
+{{- end }}
+
 {{- define "sharder.webhookServiceName" -}}
 {{- printf "%s-webhook" (include "sharder.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}

@@ -19,6 +19,7 @@ safely when instances come and go, and protects those labels with a webhook.`,
 		NewRunCommand(),
 		NewAgentCommand(),
 		NewStatusCommand(),
+		NewUninstallCommand(),
 		NewSimulateCommand(),
 		NewVersionCommand(),
 	)

@@ -137,6 +137,7 @@ func (o *runOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Webhook.ConfigurationName, "webhook-configuration-name", c.Webhook.ConfigurationName, "Name of the ValidatingWebhookConfiguration the sharder keeps.")
 	fs.IntVar(&c.Webhook.TimeoutSeconds, "webhook-timeout-seconds", c.Webhook.TimeoutSeconds, "How long the API server waits for the webhook (1-30) before it applies the ring's failure policy.")
 	fs.StringVar(&c.Webhook.SecretName, "webhook-secret-name", c.Webhook.SecretName, "Secret holding the self-managed CA and certificate.")
+	fs.StringVar(&c.Webhook.OwnerClusterRole, "webhook-owner-cluster-role", c.Webhook.OwnerClusterRole, "ClusterRole of the install that owns the webhook configuration, so that removing the install removes it.")
 	fs.StringVar(&c.Webhook.CAInjectFrom, "webhook-ca-inject-from", c.Webhook.CAInjectFrom, "External mode with cert-manager: <namespace>/<name> of the Certificate whose CA is injected into the webhook configuration.")
 
 	fs.StringVar(&c.Metrics.BindAddress, "metrics-bind-address", c.Metrics.BindAddress, "Address of the metrics endpoint; 0 turns it off.")
@@ -389,6 +390,7 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string) error
 		SecretName:        w.SecretName,
 		CertDir:           w.CertDir,
 		CAInjectFrom:      w.CAInjectFrom,
+		OwnerClusterRole:  w.OwnerClusterRole,
 	})
 	if err != nil {
 		return fmt.Errorf("setting up the webhook: %w", err)

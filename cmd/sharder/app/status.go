@@ -312,7 +312,7 @@ func countObjects(ctx context.Context, mapper meta.RESTMapper, m metadata.Interf
 	seen := map[schema.GroupResource]bool{}
 	for _, res := range ring.Spec.Resources {
 		gr := schema.GroupResource{Group: res.Group, Resource: res.Resource}
-		err := eachObject(ctx, mapper, m, gr, func(obj *metav1.PartialObjectMetadata) {
+		err := eachObject(ctx, mapper, m, gr, "", func(obj *metav1.PartialObjectMetadata) {
 			if !selected[obj.Namespace] {
 				return
 			}
@@ -341,7 +341,7 @@ func countObjects(ctx context.Context, mapper meta.RESTMapper, m metadata.Interf
 				continue
 			}
 			seen[controlled] = true
-			err := eachObject(ctx, mapper, m, controlled, func(obj *metav1.PartialObjectMetadata) {
+			err := eachObject(ctx, mapper, m, controlled, "", func(obj *metav1.PartialObjectMetadata) {
 				if owner := obj.Labels[shardLabel]; owner != "" && selected[obj.Namespace] {
 					instance(owner).Controlled++
 				}
@@ -353,13 +353,15 @@ func countObjects(ctx context.Context, mapper meta.RESTMapper, m metadata.Interf
 	}
 }
 
-// eachObject calls fn with the metadata of every object of gr, page by page.
-func eachObject(ctx context.Context, mapper meta.RESTMapper, m metadata.Interface, gr schema.GroupResource, fn func(*metav1.PartialObjectMetadata)) error {
+// eachObject calls fn with the metadata of every object of gr that matches
+// the label selector (all with ""), page by page.
+func eachObject(ctx context.Context, mapper meta.RESTMapper, m metadata.Interface, gr schema.GroupResource, selector string,
+	fn func(*metav1.PartialObjectMetadata)) error {
 	gvr, err := mapper.ResourceFor(gr.WithVersion(""))
 	if err != nil {
 		return fmt.Errorf("resource %s: not served by the API server: %w", gr, err)
 	}
-	opts := metav1.ListOptions{Limit: listPageSize}
+	opts := metav1.ListOptions{Limit: listPageSize, LabelSelector: selector}
 	for {
 		list, err := m.Resource(gvr).List(ctx, opts)
 		if err != nil {

@@ -1,0 +1,248 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/webhook"
+)
+
+// uninstallOptions are the flags of `sharder uninstall`.
+type uninstallOptions struct {
+	cluster           clusterFlags
+	configurationName string
+	resources         []string
+	timeout           time.Duration
+}
+
+// NewUninstallCommand returns `sharder uninstall`.
+func NewUninstallCommand() *cobra.Command {
+	o := &uninstallOptions{}
+	cmd := &cobra.Command{
+		Use:   "uninstall RING",
+		Short: "Remove a ring: its ControllerRing, its webhook entries and its labels on every object",
+		Long: `Remove everything a ring left in the cluster, in this order:
+
+ 1. delete the ControllerRing and wait until it is gone, so that a running
+    sharder stops assigning its objects;
+ 2. remove the ring's two webhooks from the ValidatingWebhookConfiguration
+    (and the configuration itself when no webhook is left): with failure
+    policy Fail and no sharder to answer, they would reject every later
+    change to the ring's labels;
+ 3. remove the ring's shard and drain labels from every object of the ring's
+    resources, in all namespaces.
+
+The ring's resources are read from the ControllerRing, or, when it is gone
+already, from its webhook entries, or else from --resource. Instances select
+their objects by the shard label: once it is removed they see none, so stop
+them first. Running it again finishes what an interrupted run left.`,
+		Example: `  sharder uninstall etcd-operator
+  sharder uninstall etcd-operator --resource etcdclusters.etcd.example.sharder.dev --resource statefulsets.apps`,
+		Args: cobra.ExactArgs(1),
+		PreRunE: func(_ *cobra.Command, args []string) error {
+			if errs := validation.IsDNS1123Label(args[0]); len(errs) > 0 {
+				return fmt.Errorf("ring name %q: %s", args[0], strings.Join(errs, "; "))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+			defer cancel()
+			return o.run(ctx, cmd.OutOrStdout(), args[0])
+		},
+	}
+	o.cluster.addFlags(cmd.Flags())
+	cmd.Flags().StringVar(&o.configurationName, "webhook-configuration-name", webhook.DefaultConfigurationName,
+		"Name of the ValidatingWebhookConfiguration the sharder keeps (webhook.configurationName).")
+	cmd.Flags().StringSliceVar(&o.resources, "resource", nil,
+		"A resource of the ring (RESOURCE.GROUP, or RESOURCE for the core group), when neither the ControllerRing nor its webhooks are left to name them. Repeatable.")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 10*time.Minute, "Give up after this long.")
+	return cmd
+}
+
+func (o *uninstallOptions) run(ctx context.Context, out io.Writer, ringName string) error {
+	cfg, err := o.cluster.restConfig()
+	if err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: newScheme()})
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	m, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating metadata client: %w", err)
+	}
+
+	resources, err := o.deleteRing(ctx, out, c, ringName)
+	if err != nil {
+		return err
+	}
+	fromWebhooks, err := o.removeWebhooks(ctx, out, c, ringName)
+	if err != nil {
+		return err
+	}
+	if resources == nil {
+		resources = fromWebhooks
+	}
+	for _, r := range o.resources {
+		resources = append(resources, schema.ParseGroupResource(r))
+	}
+	if len(resources) == 0 {
+		return fmt.Errorf("found neither ControllerRing %q nor webhooks of it in ValidatingWebhookConfiguration %s, "+
+			"so nothing tells which resources carry its labels: name them with --resource", ringName, o.configurationName)
+	}
+	resources = unique(resources)
+	return removeLabels(ctx, out, c, m, ringName, resources)
+}
+
+// deleteRing deletes the ControllerRing and waits until it is gone. It
+// returns the ring's resources, nil when there was no ring.
+func (o *uninstallOptions) deleteRing(ctx context.Context, out io.Writer, c client.Client, ringName string) ([]schema.GroupResource, error) {
+	ring := &v1alpha1.ControllerRing{}
+	if err := c.Get(ctx, types.NamespacedName{Name: ringName}, ring); err != nil {
+		if apierrors.IsNotFound(err) {
+			fmt.Fprintf(out, "ControllerRing %s: not found\n", ringName)
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading ControllerRing %s: %w", ringName, err)
+	}
+	var resources []schema.GroupResource
+	for _, r := range ring.Spec.Resources {
+		resources = append(resources, schema.GroupResource{Group: r.Group, Resource: r.Resource})
+		for _, cr := range r.ControlledResources {
+			resources = append(resources, schema.GroupResource{Group: cr.Group, Resource: cr.Resource})
+		}
+	}
+	if err := c.Delete(ctx, ring); err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("deleting ControllerRing %s: %w", ringName, err)
+	}
+	err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, types.NamespacedName{Name: ringName}, &v1alpha1.ControllerRing{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("waiting for ControllerRing %s to be deleted: %w", ringName, err)
+	}
+	fmt.Fprintf(out, "ControllerRing %s: deleted\n", ringName)
+	return unique(resources), nil
+}
+
+// removeWebhooks removes the ring's webhooks from the configuration, and the
+// configuration when no webhook is left. It returns the resources their
+// rules name.
+func (o *uninstallOptions) removeWebhooks(ctx context.Context, out io.Writer, c client.Client, ringName string) ([]schema.GroupResource, error) {
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := c.Get(ctx, types.NamespacedName{Name: o.configurationName}, cfg); err != nil {
+		if apierrors.IsNotFound(err) {
+			fmt.Fprintf(out, "ValidatingWebhookConfiguration %s: not found\n", o.configurationName)
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading ValidatingWebhookConfiguration %s: %w", o.configurationName, err)
+	}
+	names := []string{ringName + ".shard-label.sharder.dev", ringName + ".drain-label.sharder.dev"}
+	var resources []schema.GroupResource
+	kept := cfg.Webhooks[:0:0]
+	for _, w := range cfg.Webhooks {
+		if !slices.Contains(names, w.Name) {
+			kept = append(kept, w)
+			continue
+		}
+		for _, rule := range w.Rules {
+			for _, g := range rule.APIGroups {
+				for _, r := range rule.Resources {
+					if !strings.Contains(r, "/") {
+						resources = append(resources, schema.GroupResource{Group: g, Resource: r})
+					}
+				}
+			}
+		}
+	}
+	switch {
+	case len(kept) == len(cfg.Webhooks):
+		fmt.Fprintf(out, "ValidatingWebhookConfiguration %s: no webhooks of ring %s\n", o.configurationName, ringName)
+		return nil, nil
+	case len(kept) == 0:
+		if err := c.Delete(ctx, cfg, client.Preconditions{UID: &cfg.UID, ResourceVersion: &cfg.ResourceVersion}); err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("deleting ValidatingWebhookConfiguration %s: %w", o.configurationName, err)
+		}
+		fmt.Fprintf(out, "ValidatingWebhookConfiguration %s: deleted (no other ring)\n", o.configurationName)
+	default:
+		cfg.Webhooks = kept
+		if err := c.Update(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("removing the webhooks of ring %s from ValidatingWebhookConfiguration %s: %w", ringName, o.configurationName, err)
+		}
+		fmt.Fprintf(out, "ValidatingWebhookConfiguration %s: webhooks of ring %s removed\n", o.configurationName, ringName)
+	}
+	return unique(resources), nil
+}
+
+// removeLabels removes the ring's shard and drain labels from every object
+// of resources that carries either.
+func removeLabels(ctx context.Context, out io.Writer, c client.Client, m metadata.Interface, ringName string, resources []schema.GroupResource) error {
+	shard, drain := v1alpha1.ShardLabel(ringName), v1alpha1.DrainLabel(ringName)
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:null,%q:null}}}`, shard, drain)
+	for _, gr := range resources {
+		gvr, err := c.RESTMapper().ResourceFor(gr.WithVersion(""))
+		if err != nil {
+			return fmt.Errorf("resource %s: not served by the API server: %w", gr, err)
+		}
+		removed := 0
+		for _, label := range []string{shard, drain} {
+			var errs []error
+			err := eachObject(ctx, c.RESTMapper(), m, gr, label, func(obj *metav1.PartialObjectMetadata) {
+				// The API server loads the changed webhook configuration
+				// asynchronously: a webhook just removed may still be called.
+				err := retry.OnError(webhookGoneBackoff, isWebhookCallFailure, func() error {
+					_, err := m.Resource(gvr).Namespace(obj.Namespace).Patch(ctx, obj.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+					return err
+				})
+				switch {
+				case err == nil:
+					removed++
+				case !apierrors.IsNotFound(err):
+					errs = append(errs, fmt.Errorf("removing the labels of ring %s from %s %s/%s: %w", ringName, gr, obj.Namespace, obj.Name, err))
+				}
+			})
+			if err := errors.Join(append(errs, err)...); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(out, "%s: labels of ring %s removed from %d objects\n", gr, ringName, removed)
+	}
+	return nil
+}
+
+// webhookGoneBackoff bounds the wait for the API server to stop calling a
+// removed webhook (about 25 s in all).
+var webhookGoneBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: 8}
+
+func isWebhookCallFailure(err error) bool {
+	return apierrors.IsInternalError(err) && strings.Contains(err.Error(), "failed calling webhook")
+}
+
+func unique(grs []schema.GroupResource) []schema.GroupResource {
+	slices.SortFunc(grs, func(a, b schema.GroupResource) int { return strings.Compare(a.String(), b.String()) })
+	return slices.Compact(grs)
+}
