@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
@@ -115,4 +116,56 @@ func TestControlledObjectsFollowTheirOwner(t *testing.T) {
 		g.Expect(secRV).To(And(BeNumerically(">", 0), BeNumerically("<", ownerRV)), fmt.Sprintf("%s: Secret relabelled after its owner", owner))
 		g.Expect(saRV).To(And(BeNumerically(">", 0), BeNumerically("<", ownerRV)), fmt.Sprintf("%s: ServiceAccount relabelled after its owner", owner))
 	}
+}
+
+// TestNamespacedChildrenOfClusterScopedOwner: the main resource is
+// cluster-scoped (PriorityClasses) and controls namespaced ConfigMaps.
+// The children take their owner's instance, and move with it.
+func TestNamespacedChildrenOfClusterScopedOwner(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	reg := leases.NewRegistry()
+	reg.Set(ns, members(membership.StateReady, "a", "b", "c"))
+	newRing(t, ns, func(s *v1alpha1.ControllerRingSpec) {
+		s.Resources = []v1alpha1.RingResource{{
+			Group: "scheduling.k8s.io", Resource: "priorityclasses",
+			ControlledResources: []metav1.GroupResource{{Resource: "configmaps"}},
+		}}
+	})
+	var owners []string
+	for i := range 12 {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", ns, i)}, Value: int32(i)}
+		g.Expect(env.Client.Create(ctx, pc)).To(Succeed())
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pc) })
+		owners = append(owners, pc.Name)
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pc.Name + "-child", OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "scheduling.k8s.io/v1", Kind: "PriorityClass", Name: pc.Name, UID: pc.UID, Controller: ptr.To(true),
+		}}}}
+		g.Expect(env.Client.Create(ctx, cm)).To(Succeed())
+	}
+	startSharder(t, reg, assign.Options{})
+
+	shardOf := func(g Gomega, obj client.Object) string {
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		return obj.GetLabels()[v1alpha1.ShardLabel(ns)]
+	}
+	sameInstance := func(g Gomega, allowed ...string) map[string]string {
+		placed := map[string]string{}
+		for _, name := range owners {
+			owner := shardOf(g, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}})
+			g.Expect(owner).To(BeElementOf(allowed), name)
+			g.Expect(shardOf(g, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-child"}})).
+				To(Equal(owner), "the child of %s", name)
+			placed[name] = owner
+		}
+		return placed
+	}
+	var before map[string]string
+	g.Eventually(func(g Gomega) { before = sameInstance(g, "a", "b", "c") }, timeout, poll).Should(Succeed())
+	g.Expect(before).To(ContainElement("c"))
+
+	// Instance c dies: its owners move, and their children with them.
+	reg.Set(ns, append(members(membership.StateReady, "a", "b"), members(membership.StateDead, "c")...))
+	g.Eventually(func(g Gomega) { sameInstance(g, "a", "b") }, timeout, poll).Should(Succeed())
 }

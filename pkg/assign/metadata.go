@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/sharder-dev/sharder/pkg/ring"
+	"github.com/sharder-dev/sharder/pkg/assign/internal/owners"
 )
 
 // transformObject keeps only what assignment needs of an object of the
@@ -155,8 +155,8 @@ func labelsOf(obj metav1.Object) labels.Set { return obj.GetLabels() }
 func equalLabels(a, b map[string]string) bool { return maps.Equal(a, b) }
 
 // resolver returns the ring's Resolver over its metadata caches.
-func (r *runner) resolver() ring.Resolver {
-	return ring.Resolver{
+func (r *runner) resolver() owners.Resolver {
+	return owners.Resolver{
 		IsMain: func(gk schema.GroupKind) bool {
 			w, ok := r.byGK[gk]
 			return ok && w.res.main
@@ -202,25 +202,31 @@ func (r *runner) descendants(root *object) []child {
 	if len(r.controlled) == 0 {
 		return nil
 	}
+	// An owner controls objects of its own namespace, or of any namespace
+	// when it is cluster-scoped.
+	type owner struct {
+		uid       types.UID
+		namespace string
+	}
 	var out []child
 	visited := map[types.UID]bool{root.UID: true}
-	queue := []types.UID{root.UID}
+	queue := []owner{{root.UID, root.Namespace}}
 	for len(queue) > 0 && len(visited) < 1<<16 {
-		uid := queue[0]
+		o := queue[0]
 		queue = queue[1:]
 		for _, w := range r.controlled {
-			objs, err := w.informer.GetIndexer().ByIndex(indexController, string(uid))
+			objs, err := w.informer.GetIndexer().ByIndex(indexController, string(o.uid))
 			if err != nil {
 				continue
 			}
-			for _, o := range objs {
-				m, ok := o.(*object)
-				if !ok || visited[m.UID] || m.Namespace != root.Namespace {
+			for _, obj := range objs {
+				m, ok := obj.(*object)
+				if !ok || visited[m.UID] || (o.namespace != "" && m.Namespace != o.namespace) {
 					continue
 				}
 				visited[m.UID] = true
 				out = append(out, child{w: w, obj: m})
-				queue = append(queue, m.UID)
+				queue = append(queue, owner{m.UID, m.Namespace})
 			}
 		}
 	}

@@ -21,9 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/assign/internal/owners"
 	"github.com/sharder-dev/sharder/pkg/drain"
 	"github.com/sharder-dev/sharder/pkg/membership"
-	"github.com/sharder-dev/sharder/pkg/ring"
 )
 
 // Index names of the metadata caches.
@@ -147,7 +147,7 @@ type runner struct {
 	unknownUntil time.Time
 
 	byGK       map[schema.GroupKind]*watched
-	resolve    ring.Resolver
+	resolve    owners.Resolver
 	mains      []*watched
 	controlled []*watched
 	namespaces *watched

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/sharder-dev/sharder/pkg/ring"
 	"github.com/sharder-dev/sharder/pkg/ring/simulation"
 )
@@ -105,18 +103,5 @@ func BenchmarkBuild(b *testing.B) {
 				}
 			}
 		})
-	}
-}
-
-func BenchmarkResolverKey(b *testing.B) {
-	pod := object("prod", "main-0", "p1", controllerRef("apps/v1", "StatefulSet", "main", "s1"))
-	r := testResolver(map[ring.ObjectRef]metav1.Object{
-		{GroupKind: gkCluster, Namespace: "prod", Name: "main"}:     object("prod", "main", "c1"),
-		{GroupKind: gkStatefulSet, Namespace: "prod", Name: "main"}: object("prod", "main", "s1", controllerRef("etcd.example.dev/v1alpha1", "EtcdCluster", "main", "c1")),
-	})
-	for b.Loop() {
-		if _, err := r.Key(gkPod, pod); err != nil {
-			b.Fatal(err)
-		}
 	}
 }

@@ -6,9 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-
 	"github.com/sharder-dev/sharder/pkg/ring"
 )
 
@@ -62,43 +59,6 @@ func FuzzBuild(f *testing.F) {
 			}
 			if !slices.ContainsFunc(r1.Members(), func(m ring.Member) bool { return m.ID == o1 }) {
 				t.Fatalf("%s: key %q placed on non-member %q", alg, key, o1)
-			}
-		}
-	})
-}
-
-// FuzzResolverKey resolves keys of objects whose ownerReferences come from
-// arbitrary strings, through a resolver whose objects reference each other,
-// and checks that nothing panics and that results are keys of main objects
-// or errors.
-func FuzzResolverKey(f *testing.F) {
-	f.Add("prod", "x", "apps/v1", "StatefulSet", "main", true)
-	f.Add("prod", "x", "etcd.example.dev/v1alpha1", "EtcdCluster", "main", true)
-	f.Add("", "", "", "", "", false)
-	f.Add("prod", "x", "apps/v1", "StatefulSet", "loop-a", true)
-	f.Add("prod", "x", "/", "StatefulSet", "x", true)
-	f.Add("prod", "x", "a/b/c", "", "x", true)
-	f.Fuzz(func(t *testing.T, namespace, name, apiVersion, kind, ownerName string, controller bool) {
-		objects := map[ring.ObjectRef]metav1.Object{
-			{GroupKind: gkCluster, Namespace: "prod", Name: "main"}:       object("prod", "main", "c1"),
-			{GroupKind: gkStatefulSet, Namespace: "prod", Name: "main"}:   object("prod", "main", "s1", controllerRef("etcd.example.dev/v1alpha1", "EtcdCluster", "main", "c1")),
-			{GroupKind: gkStatefulSet, Namespace: "prod", Name: "loop-a"}: object("prod", "loop-a", "", controllerRef("apps/v1", "StatefulSet", "loop-b", "")),
-			{GroupKind: gkStatefulSet, Namespace: "prod", Name: "loop-b"}: object("prod", "loop-b", "", controllerRef("apps/v1", "StatefulSet", "loop-a", "")),
-		}
-		// The object under test may also be referenced from the cache.
-		objects[ring.ObjectRef{GroupKind: gkStatefulSet, Namespace: namespace, Name: name}] = object(namespace, name, "", controllerRef(apiVersion, kind, ownerName, ""))
-		r := testResolver(objects)
-		ref := metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, Name: ownerName, Controller: &controller}
-		for _, gk := range []schema.GroupKind{gkPod, gkStatefulSet, gkCluster, {Group: apiVersion, Kind: kind}} {
-			key, err := r.Key(gk, object(namespace, name, "", ref))
-			if err != nil {
-				if key != "" {
-					t.Fatalf("Key() = %q with error %v", key, err)
-				}
-				continue
-			}
-			if !strings.HasPrefix(key, "etcd.example.dev/EtcdCluster/") {
-				t.Fatalf("Key() = %q: not the key of a main object", key)
 			}
 		}
 	})
