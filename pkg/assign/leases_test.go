@@ -2,12 +2,14 @@ package assign_test
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -15,6 +17,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/assign"
 	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
 func createLease(t *testing.T, ns, id string) *coordinationv1.Lease {
@@ -190,5 +193,81 @@ func TestVanishedInstanceHoldsItsObjects(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// slowPatches returns a copy of cfg whose PATCH requests each take at least
+// delay longer.
+func slowPatches(cfg *rest.Config, delay time.Duration) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodPatch {
+				time.Sleep(delay)
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	return cfg
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// TestReleasedInstanceComesBackAfterItsObjectsMoved checks that an instance
+// that released its Lease on shutdown and restarts with the same ID (a pod
+// of a StatefulSet) cannot acquire its Lease again while the sharder is
+// still relabelling its objects, even when that takes many lease durations:
+// it would start on objects that are being moved to other instances.
+func TestReleasedInstanceComesBackAfterItsObjectsMoved(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	newRing(t, ns, nil)
+	createLease(t, ns, "a")
+	b := createLease(t, ns, "b")
+	names := createConfigMaps(t, ns, "cm", 120)
+	reg := leases.NewRegistry()
+	// One worker and 40 ms per write: moving b's ~60 objects takes about
+	// 2.5 s, more than twice b's one-second lease duration.
+	startSharderWith(t, slowPatches(env.Config, 40*time.Millisecond), reg, assign.Options{Workers: 1}, func(mgr ctrl.Manager) error {
+		return leases.NewController(leases.ControllerOptions{Registry: reg}).SetupWithManager(mgr)
+	})
+	both := []string{"a", "b"}
+	g.Eventually(func(g Gomega) {
+		got := labelsOf(g, ns)
+		for _, name := range names {
+			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, both, ns, name)))
+		}
+	}, timeout, poll).Should(Succeed())
+	g.Eventually(func(g Gomega) { // the sharder has counted b's objects
+		g.Expect(getRing(g, ns).Status.Members).To(ContainElement(HaveField("Objects", BeNumerically(">", 0))))
+	}, timeout, poll).Should(Succeed())
+
+	// b shuts down gracefully: it releases its one-second Lease.
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), b)).To(Succeed())
+	b.Spec.HolderIdentity = nil
+	b.Spec.LeaseDurationSeconds = ptr.To[int32](1)
+	b.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+	g.Expect(env.Client.Update(ctx, b)).To(Succeed())
+
+	// b restarts at once and acquires its Lease as soon as the holder rules
+	// allow: a Lease nobody renewed within its duration.
+	g.Eventually(func(g Gomega) {
+		l := &coordinationv1.Lease{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), l)).To(Succeed())
+		now := time.Now()
+		expires := membership.ReferenceTime(l).Add(membership.DurationOf(l))
+		g.Expect(now.Before(expires)).To(BeFalse(), "held by %q until %v", ptr.Deref(l.Spec.HolderIdentity, ""), expires)
+		l.Spec.HolderIdentity = ptr.To("b")
+		l.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
+		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
+		g.Expect(env.Client.Update(ctx, l)).To(Succeed())
+	}, timeout, 20*time.Millisecond).Should(Succeed())
+
+	// The moment it holds its Lease, no object may still carry its label.
+	for name, l := range labelsOf(g, ns) {
+		g.Expect(l).NotTo(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "b"), "%s is still on b when b is back", name)
 	}
 }

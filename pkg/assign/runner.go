@@ -286,6 +286,7 @@ func (r *runner) stop() {
 	r.cancel()
 	r.queue.ShutDown()
 	r.wg.Wait()
+	r.c.opts.Registry.SetAssigned(r.name, nil)
 }
 
 func (r *runner) all() []*watched {

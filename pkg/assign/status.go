@@ -3,6 +3,7 @@ package assign
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -98,6 +99,9 @@ func (r *runner) computeStatus(ring *v1alpha1.ControllerRing, cfg *ringConfig) *
 		}
 	}
 	status.Objects, status.UnassignedObjects, status.Drains = objects, unassigned, drains
+	if r.synced.Load() {
+		r.c.opts.Registry.SetAssigned(r.name, maps.Clone(counts))
+	}
 
 	var members []membership.Member
 	if v := r.view.Load(); v != nil {

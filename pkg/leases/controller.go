@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,6 +51,10 @@ func CacheByObject() map[client.Object]cache.ByObject {
 	}
 }
 
+// sharderIdentityPrefix starts the holder identity of every Lease a sharder
+// holds; a colon cannot occur in a Lease name, so no instance ID has it.
+const sharderIdentityPrefix = "sharder:"
+
 // ControllerOptions configures the sharder's lease controller.
 type ControllerOptions struct {
 	// Registry receives the membership of every ring. Required.
@@ -80,7 +85,7 @@ func (o *ControllerOptions) setDefaults() error {
 		if err != nil {
 			return fmt.Errorf("lease controller: %w", err)
 		}
-		o.Identity = "sharder:" + id
+		o.Identity = sharderIdentityPrefix + id
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -253,6 +258,20 @@ func (c *Controller) reconcileLease(ctx context.Context, req reconcile.Request) 
 	case membership.StateOrphaned:
 		return reconcile.Result{}, c.deleteOrphan(ctx, ring, lease)
 	}
+	if state == membership.StateDead {
+		held, again, err := c.holdWhileMoving(ctx, ring, lease, now)
+		if err != nil || held == nil {
+			return reconcile.Result{}, err
+		}
+		if held != lease {
+			lease = held
+			member, next = c.tracker.Observe(ring.Name, lease, now)
+			state = member.State
+		}
+		if again && (next.IsZero() || now.Add(membership.DurationOf(lease)/3).Before(next)) {
+			next = now.Add(membership.DurationOf(lease) / 3)
+		}
+	}
 
 	if _, err := c.patchState(ctx, lease, state); err != nil {
 		return reconcile.Result{}, err
@@ -358,6 +377,54 @@ func (c *Controller) reportVirtualNodes(ctx context.Context, ring *v1alpha1.Cont
 		"lease", klog.KObj(lease), "ring", ring.Name, "error", err.Error())
 	c.recorder.Eventf(lease, ring, corev1.EventTypeWarning, "InvalidVirtualNodes", "Validate",
 		"Instance %s keeps ring %s's default weight: %v", lease.Name, ring.Name, err)
+}
+
+// holdWhileMoving keeps the Lease of a dead instance held by the sharder
+// while objects still carry the instance's shard label, so that an
+// instance with the same ID (a restarted pod) cannot acquire it and start
+// on objects that are being moved away from it. A released Lease is taken
+// (keeping its duration) and renewed every third of its duration until
+// the assignment engine counts no object on the instance; then the hold
+// expires and the instance may acquire the Lease one lease duration later.
+// Until the assignment engine has counted the ring's objects (the first
+// second after the sharder starts), it holds nothing but looks again a
+// third of a lease duration later. It returns the Lease as it is now (nil
+// when it changed meanwhile) and whether to look at it again then.
+func (c *Controller) holdWhileMoving(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease, now time.Time) (*coordinationv1.Lease, bool, error) {
+	n, counted := c.opts.Registry.Assigned(ring.Name, lease.Name)
+	switch {
+	case !counted:
+		return lease, true, nil
+	case n == 0:
+		return lease, false, nil
+	}
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	d := membership.DurationOf(lease)
+	switch {
+	case holder == c.opts.Identity:
+		if now.Sub(membership.ReferenceTime(lease)) < d/3 {
+			return lease, true, nil
+		}
+	case holder != "" && !strings.HasPrefix(holder, sharderIdentityPrefix):
+		return lease, false, nil // taken by someone else: not the sharder's to hold
+	}
+	held := lease.DeepCopy()
+	held.Spec.HolderIdentity = ptr.To(c.opts.Identity)
+	held.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
+	if holder != c.opts.Identity {
+		held.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
+		held.Spec.LeaseTransitions = ptr.To(nextTransition(ptr.Deref(lease.Spec.LeaseTransitions, 0)))
+	}
+	if err := c.client.Update(ctx, held); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("holding Lease %s while its objects move: %w", klog.KObj(lease), err)
+	}
+	if holder == "" {
+		ctrl.LoggerFrom(ctx).Info("Holding a released Lease while its objects move", "lease", klog.KObj(lease), "ring", ring.Name, "objects", n)
+	}
+	return held, true, nil
 }
 
 // reportInvalid reports a Lease whose name cannot be an instance ID, once.

@@ -13,6 +13,7 @@ import (
 type Registry struct {
 	mu          sync.RWMutex
 	rings       map[string][]membership.Member
+	assigned    map[string]map[string]int32
 	subscribers []func(ring string)
 }
 
@@ -70,6 +71,33 @@ func (r *Registry) Set(ring string, members []membership.Member) bool {
 		notify(ring)
 	}
 	return true
+}
+
+// SetAssigned records how many main objects of ring carry each instance's
+// shard label, as the assignment engine counts them from its synced caches.
+// The lease controller holds the Lease of a dead instance while objects
+// still carry its label, so that the instance cannot come back while they
+// are being moved.
+func (r *Registry) SetAssigned(ring string, counts map[string]int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.assigned == nil {
+		r.assigned = map[string]map[string]int32{}
+	}
+	if counts == nil {
+		delete(r.assigned, ring)
+		return
+	}
+	r.assigned[ring] = counts
+}
+
+// Assigned returns how many main objects of ring carry instance id's shard
+// label, and false when nothing was counted for the ring yet.
+func (r *Registry) Assigned(ring, id string) (int32, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	counts, ok := r.assigned[ring]
+	return counts[id], ok
 }
 
 // Subscribe registers notify to be called with a ring's name whenever its
