@@ -20,7 +20,7 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance/internal/inflight"
-	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/instance/lease"
 )
 
 // RBAC: the instance runs inside the user's controller, whose role this
@@ -41,7 +41,7 @@ type Instance struct {
 	mgr       manager.Manager
 	log       logr.Logger
 	tracker   *inflight.Tracker
-	holder    *leases.Holder
+	holder    *lease.Holder
 
 	// acked holds the objects whose drain this instance is acknowledging or
 	// has acknowledged, until they leave the cache.
@@ -95,7 +95,7 @@ func Setup(mgr manager.Manager, opts Options) (*Instance, error) {
 		tracker:   inflight.New(),
 		kinds:     map[schema.GroupVersionKind]client.Object{},
 	}
-	i.holder, err = leases.NewHolder(direct, leases.HolderOptions{
+	i.holder, err = lease.NewHolder(direct, lease.HolderOptions{
 		Ring:            opts.Ring,
 		Namespace:       opts.LeaseNamespace,
 		Identity:        opts.Identity,

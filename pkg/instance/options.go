@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
 
-	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/instance/lease"
 )
 
 // Options configures an instance. Ring and LeaseNamespace are required.
@@ -76,7 +76,7 @@ const defaultRetryPeriod = time.Second
 // DefaultIdentity returns the default instance ID: the POD_NAME environment
 // variable, else the hostname.
 func DefaultIdentity() (string, error) {
-	return leases.DefaultIdentity()
+	return lease.DefaultIdentity()
 }
 
 // complete fills in defaults and checks the options. Durations the lease

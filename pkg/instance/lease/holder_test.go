@@ -1,4 +1,4 @@
-package leases_test
+package lease_test
 
 import (
 	"context"
@@ -16,17 +16,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
-	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/instance/lease"
 	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
-// holderRing is the ring label of the holder tests' Leases; no ring of that
-// name exists, so the lease controller leaves them alone.
+// holderRing is the ring label of the holder tests' Leases.
 const holderRing = "holder-test"
 
 // running is a started holder.
 type running struct {
-	*leases.Holder
+	*lease.Holder
 	cancel context.CancelFunc
 	done   chan error
 	lost   atomic.Int32
@@ -34,7 +33,7 @@ type running struct {
 }
 
 // startHolder starts a holder and stops it at the end of the test.
-func startHolder(t *testing.T, opts leases.HolderOptions) *running {
+func startHolder(t *testing.T, opts lease.HolderOptions) *running {
 	t.Helper()
 	r := &running{done: make(chan error, 1)}
 	if opts.OnLost == nil {
@@ -44,7 +43,7 @@ func startHolder(t *testing.T, opts leases.HolderOptions) *running {
 			r.lost.Add(1)
 		}
 	}
-	h, err := leases.NewHolder(env.Client, opts)
+	h, err := lease.NewHolder(env.Client, opts)
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	r.Holder = h
 	ctx, cancel := context.WithCancel(context.Background())
@@ -52,7 +51,7 @@ func startHolder(t *testing.T, opts leases.HolderOptions) *running {
 	go func() { r.done <- h.Start(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-r.done; err != nil && !errors.Is(err, leases.ErrLeaseLost) {
+		if err := <-r.done; err != nil && !errors.Is(err, lease.ErrLeaseLost) {
 			t.Errorf("holder: %v", err)
 		}
 	})
@@ -60,31 +59,31 @@ func startHolder(t *testing.T, opts leases.HolderOptions) *running {
 }
 
 func TestHolderOptions(t *testing.T) {
-	valid := func() leases.HolderOptions {
-		return leases.HolderOptions{Ring: "r", Namespace: "ns", Identity: "i-0"}
+	valid := func() lease.HolderOptions {
+		return lease.HolderOptions{Ring: "r", Namespace: "ns", Identity: "i-0"}
 	}
 	for _, tc := range []struct {
 		name   string
-		mutate func(*leases.HolderOptions)
+		mutate func(*lease.HolderOptions)
 	}{
-		{"no ring", func(o *leases.HolderOptions) { o.Ring = "" }},
-		{"ring not a DNS label", func(o *leases.HolderOptions) { o.Ring = "Ring.One" }},
-		{"no namespace", func(o *leases.HolderOptions) { o.Namespace = "" }},
-		{"identity not a Lease name", func(o *leases.HolderOptions) { o.Identity = "Instance_0" }},
-		{"negative weight", func(o *leases.HolderOptions) { o.VirtualNodes = -1 }},
-		{"weight above the maximum", func(o *leases.HolderOptions) { o.VirtualNodes = membership.MaxVirtualNodes + 1 }},
-		{"fractional duration", func(o *leases.HolderOptions) { o.LeaseDuration = 1500 * time.Millisecond }},
-		{"duration below a second", func(o *leases.HolderOptions) { o.LeaseDuration = 500 * time.Millisecond }},
-		{"renew period not below the duration", func(o *leases.HolderOptions) {
+		{"no ring", func(o *lease.HolderOptions) { o.Ring = "" }},
+		{"ring not a DNS label", func(o *lease.HolderOptions) { o.Ring = "Ring.One" }},
+		{"no namespace", func(o *lease.HolderOptions) { o.Namespace = "" }},
+		{"identity not a Lease name", func(o *lease.HolderOptions) { o.Identity = "Instance_0" }},
+		{"negative weight", func(o *lease.HolderOptions) { o.VirtualNodes = -1 }},
+		{"weight above the maximum", func(o *lease.HolderOptions) { o.VirtualNodes = membership.MaxVirtualNodes + 1 }},
+		{"fractional duration", func(o *lease.HolderOptions) { o.LeaseDuration = 1500 * time.Millisecond }},
+		{"duration below a second", func(o *lease.HolderOptions) { o.LeaseDuration = 500 * time.Millisecond }},
+		{"renew period not below the duration", func(o *lease.HolderOptions) {
 			o.LeaseDuration = 2 * time.Second
 			o.RenewPeriod = 2 * time.Second
 		}},
-		{"default renew period above the duration given", func(o *leases.HolderOptions) { o.RenewPeriod = 20 * time.Second }},
+		{"default renew period above the duration given", func(o *lease.HolderOptions) { o.RenewPeriod = 20 * time.Second }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := valid()
 			tc.mutate(&opts)
-			_, err := leases.NewHolder(env.Client, opts)
+			_, err := lease.NewHolder(env.Client, opts)
 			NewWithT(t).Expect(err).To(HaveOccurred())
 		})
 	}
@@ -92,12 +91,12 @@ func TestHolderOptions(t *testing.T) {
 	t.Run("defaults", func(t *testing.T) {
 		g := NewWithT(t)
 		t.Setenv("POD_NAME", "pod-7")
-		h, err := leases.NewHolder(env.Client, leases.HolderOptions{Ring: "r", Namespace: "ns"})
+		h, err := lease.NewHolder(env.Client, lease.HolderOptions{Ring: "r", Namespace: "ns"})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(h.Identity()).To(Equal("pod-7"))
 		g.Expect(h.NeedLeaderElection()).To(BeFalse())
 		g.Expect(h.Held()).To(BeFalse())
-		id, err := leases.DefaultIdentity()
+		id, err := lease.DefaultIdentity()
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(id).To(Equal("pod-7"))
 	})
@@ -109,7 +108,7 @@ func TestHolderCreatesAndRenews(t *testing.T) {
 	g := NewWithT(t)
 	ns := env.Namespace(t)
 	pod := &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "pod-0", UID: types.UID("uid-new")}
-	r := startHolder(t, leases.HolderOptions{
+	r := startHolder(t, lease.HolderOptions{
 		Ring: holderRing, Namespace: ns, Identity: "pod-0", VirtualNodes: 50,
 		LeaseDuration: 2 * time.Second, RenewPeriod: 200 * time.Millisecond, Pod: pod,
 	})
@@ -146,13 +145,13 @@ func TestHolderReacquiresReleasedLease(t *testing.T) {
 		l.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "pod-1", UID: "uid-old"}, other}
 	})
 	pod := &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "pod-1", UID: "uid-new"}
-	r := startHolder(t, leases.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-1", LeaseDuration: 2 * time.Second, Pod: pod})
+	r := startHolder(t, lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-1", LeaseDuration: 2 * time.Second, Pod: pod})
 	g.Eventually(r.Held).Should(BeTrue())
-	lease, err := getLease(ns, "pod-1")()
+	got, err := getLease(ns, "pod-1")()
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal("pod-1")))
-	g.Expect(lease.Labels).NotTo(HaveKey(v1alpha1.LabelVirtualNodes))
-	g.Expect(lease.OwnerReferences).To(ConsistOf(*pod, other))
+	g.Expect(got.Spec.HolderIdentity).To(HaveValue(Equal("pod-1")))
+	g.Expect(got.Labels).NotTo(HaveKey(v1alpha1.LabelVirtualNodes))
+	g.Expect(got.OwnerReferences).To(ConsistOf(*pod, other))
 }
 
 // TestHolderWaitsOutRecentRelease checks that a Lease released moments ago
@@ -167,11 +166,11 @@ func TestHolderWaitsOutRecentRelease(t *testing.T) {
 	createLease(t, holderRing, ns, "pod-6", released, 2, func(l *coordinationv1.Lease) {
 		l.Spec.HolderIdentity = ptr.To("")
 	})
-	r := startHolder(t, leases.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-6", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
+	r := startHolder(t, lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-6", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
 	g.Eventually(r.Held).Should(BeTrue())
-	lease, err := getLease(ns, "pod-6")()
+	got, err := getLease(ns, "pod-6")()
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(lease.Spec.AcquireTime.Time).To(BeTemporally(">=", released.Add(2*time.Second).Truncate(time.Microsecond)))
+	g.Expect(got.Spec.AcquireTime.Time).To(BeTemporally(">=", released.Add(2*time.Second).Truncate(time.Microsecond)))
 }
 
 // TestHolderKeepsLeaseWhenNotIdle checks that a holder whose BeforeRelease
@@ -181,7 +180,7 @@ func TestHolderKeepsLeaseWhenNotIdle(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ns := env.Namespace(t)
-	r := startHolder(t, leases.HolderOptions{
+	r := startHolder(t, lease.HolderOptions{
 		Ring: holderRing, Namespace: ns, Identity: "pod-8", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond,
 		BeforeRelease: func(context.Context) error { return errors.New("1 reconcile still in flight") },
 	})
@@ -200,14 +199,14 @@ func TestHolderLostWhenDeleted(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ns := env.Namespace(t)
-	r := startHolder(t, leases.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-7", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
+	r := startHolder(t, lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-7", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
 	g.Eventually(r.Held).Should(BeTrue())
-	lease, err := getLease(ns, "pod-7")()
+	got, err := getLease(ns, "pod-7")()
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(env.Client.Delete(context.Background(), lease)).To(Succeed())
+	g.Expect(env.Client.Delete(context.Background(), got)).To(Succeed())
 	var stopped error
 	g.Eventually(r.done).Should(Receive(&stopped))
-	g.Expect(errors.Is(stopped, leases.ErrLeaseLost)).To(BeTrue(), "Start returned %v", stopped)
+	g.Expect(errors.Is(stopped, lease.ErrLeaseLost)).To(BeTrue(), "Start returned %v", stopped)
 	g.Expect(r.lost.Load()).To(BeEquivalentTo(1))
 	r.done <- stopped // for the cleanup
 }
@@ -218,16 +217,16 @@ func TestHolderKeepsLeaseAcrossLabelPatches(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ns := env.Namespace(t)
-	r := startHolder(t, leases.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-2", LeaseDuration: time.Second, RenewPeriod: 100 * time.Millisecond})
+	r := startHolder(t, lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-2", LeaseDuration: time.Second, RenewPeriod: 100 * time.Millisecond})
 	g.Eventually(r.Held).Should(BeTrue())
 	for i := range 10 {
-		lease, err := getLease(ns, "pod-2")()
+		got, err := getLease(ns, "pod-2")()
 		g.Expect(err).NotTo(HaveOccurred())
-		patched := lease.DeepCopy()
+		patched := got.DeepCopy()
 		patched.Labels[v1alpha1.LabelState] = []string{"ready", "expired"}[i%2]
-		g.Expect(env.Client.Patch(context.Background(), patched, client.MergeFrom(lease))).To(Succeed())
+		g.Expect(env.Client.Patch(context.Background(), patched, client.MergeFrom(got))).To(Succeed())
 		// Wait for a renewal on top of the patch.
-		g.Eventually(getLease(ns, "pod-2")).Should(HaveField("Spec.RenewTime.Time", BeTemporally(">", lease.Spec.RenewTime.Time)))
+		g.Eventually(getLease(ns, "pod-2")).Should(HaveField("Spec.RenewTime.Time", BeTemporally(">", got.Spec.RenewTime.Time)))
 	}
 	g.Expect(r.Held()).To(BeTrue())
 	g.Expect(r.lost.Load()).To(BeZero())
@@ -239,18 +238,18 @@ func TestHolderLostWhenTaken(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ns := env.Namespace(t)
-	r := startHolder(t, leases.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-3", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
+	r := startHolder(t, lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-3", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
 	g.Eventually(r.Held).Should(BeTrue())
 
-	lease, err := getLease(ns, "pod-3")()
+	got, err := getLease(ns, "pod-3")()
 	g.Expect(err).NotTo(HaveOccurred())
-	lease.Spec.HolderIdentity = ptr.To(sharderIdentity)
-	lease.Spec.RenewTime = ptr.To(metav1.NowMicro())
-	g.Expect(env.Client.Update(context.Background(), lease)).To(Succeed())
+	got.Spec.HolderIdentity = ptr.To(sharderIdentity)
+	got.Spec.RenewTime = ptr.To(metav1.NowMicro())
+	g.Expect(env.Client.Update(context.Background(), got)).To(Succeed())
 
 	var err2 error
 	g.Eventually(r.done).Should(Receive(&err2))
-	g.Expect(errors.Is(err2, leases.ErrLeaseLost)).To(BeTrue(), "Start returned %v", err2)
+	g.Expect(errors.Is(err2, lease.ErrLeaseLost)).To(BeTrue(), "Start returned %v", err2)
 	g.Expect(r.lost.Load()).To(BeEquivalentTo(1))
 	g.Expect(r.Held()).To(BeFalse())
 	g.Expect(getLease(ns, "pod-3")()).To(HaveField("Spec.HolderIdentity", HaveValue(Equal(sharderIdentity))))
@@ -265,7 +264,7 @@ func TestHolderLostWhenRenewalFails(t *testing.T) {
 	g := NewWithT(t)
 	ns := env.Namespace(t)
 	var failing atomic.Bool
-	r := startHolder(t, leases.HolderOptions{
+	r := startHolder(t, lease.HolderOptions{
 		Ring: holderRing, Namespace: ns, Identity: "pod-4", LeaseDuration: time.Second, RenewPeriod: 200 * time.Millisecond,
 		Check: func(context.Context) error {
 			if failing.Load() {
@@ -277,7 +276,7 @@ func TestHolderLostWhenRenewalFails(t *testing.T) {
 	g.Eventually(r.Held).Should(BeTrue())
 	failing.Store(true)
 	g.Eventually(r.lost.Load, 5*time.Second).Should(BeEquivalentTo(1))
-	g.Eventually(r.done).Should(Receive(MatchError(leases.ErrLeaseLost)))
+	g.Eventually(r.done).Should(Receive(MatchError(lease.ErrLeaseLost)))
 	r.done <- nil // for the cleanup
 
 	last, err := getLease(ns, "pod-4")()
@@ -295,7 +294,7 @@ func TestTwoProcessesClaimOneID(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ns := env.Namespace(t)
-	opts := leases.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "twin", LeaseDuration: time.Second, RenewPeriod: 200 * time.Millisecond}
+	opts := lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "twin", LeaseDuration: time.Second, RenewPeriod: 200 * time.Millisecond}
 	first := startHolder(t, opts)
 	g.Eventually(first.Held).Should(BeTrue())
 	second := startHolder(t, opts)
@@ -326,7 +325,7 @@ func TestHolderRenewsDuringBeforeRelease(t *testing.T) {
 	entered, finish := make(chan struct{}), make(chan struct{})
 	var finishOnce sync.Once
 	release := func() { finishOnce.Do(func() { close(finish) }) }
-	r := startHolder(t, leases.HolderOptions{
+	r := startHolder(t, lease.HolderOptions{
 		Ring: holderRing, Namespace: ns, Identity: "pod-5", LeaseDuration: time.Second, RenewPeriod: 200 * time.Millisecond,
 		BeforeRelease: func(context.Context) error {
 			close(entered)
@@ -341,11 +340,11 @@ func TestHolderRenewsDuringBeforeRelease(t *testing.T) {
 	r.cancel()
 	g.Eventually(entered).Should(BeClosed())
 	g.Consistently(func() (membership.State, error) {
-		lease, err := getLease(ns, "pod-5")()
+		got, err := getLease(ns, "pod-5")()
 		if err != nil {
 			return "", err
 		}
-		state, _ := membership.StateOf(lease, time.Now())
+		state, _ := membership.StateOf(got, time.Now())
 		return state, nil
 	}, 2500*time.Millisecond, 50*time.Millisecond).Should(Equal(membership.StateReady))
 	g.Expect(r.Held()).To(BeTrue())
