@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -164,6 +165,9 @@ func (o *HolderOptions) setDefaults(c client.Client) error {
 //     been renewed for its leaseDurationSeconds. This includes the sharder's
 //     hold on a Lease it took (twice the instance's duration).
 //   - Every write carries the resourceVersion it was computed from.
+//   - A write whose reply was lost (a timeout after the request reached the
+//     API server) is not taken for someone else's: the holder remembers the
+//     specs it sent since its last confirmed write and recognises them.
 //   - OnLost is called no later than LeaseDuration after the start of the
 //     last successful renewal, measured with Clock, even when API requests
 //     hang; the sharder moves objects only after twice that.
@@ -180,11 +184,22 @@ type Holder struct {
 	held    atomic.Bool
 
 	// lease is the version last written by this holder, nil while not held.
-	// Only the goroutine running the renewals touches it.
+	// Only the goroutine running the renewals touches it (as every field
+	// below).
 	lease *coordinationv1.Lease
 	// renewedAt is when the last successful write started (Clock).
 	renewedAt time.Time
+	// unconfirmed holds the specs of the writes sent since the last confirmed
+	// one, oldest first: a write whose reply was lost (a timeout) may still
+	// have landed, and the Lease then carries a spec only this holder could
+	// have written.
+	unconfirmed []coordinationv1.LeaseSpec
 }
+
+// maxUnconfirmed bounds Holder.unconfirmed: attempts between two confirmed
+// writes are spaced by a quarter of the renew period and end at the lease
+// duration, so a dozen covers them; older ones are forgotten first.
+const maxUnconfirmed = 16
 
 var _ manager.LeaderElectionRunnable = &Holder{}
 
@@ -301,7 +316,7 @@ func (h *Holder) wait(ctx context.Context, d time.Duration) bool {
 // lost marks the Lease lost and calls OnLost.
 func (h *Holder) lost(err error) error {
 	h.held.Store(false)
-	h.lease = nil
+	h.forget()
 	h.log.Error(err, "Lost the instance Lease: the instance must stop reconciling")
 	if h.opts.OnLost != nil {
 		h.opts.OnLost()
@@ -326,7 +341,7 @@ func (h *Holder) shutdown(ctx context.Context) error {
 		}
 		if notIdle != nil {
 			h.held.Store(false)
-			h.lease = nil
+			h.forget()
 			h.log.Error(notIdle, "Not releasing the instance Lease: it expires, and the sharder moves the instance's objects only after two lease durations")
 			return nil
 		}
@@ -350,11 +365,8 @@ func (h *Holder) release(ctx context.Context) error {
 		released.Spec.RenewTime = ptr.To(metav1.NewMicroTime(h.opts.Clock.Now()))
 		err := h.client.Update(ctx, released)
 		switch {
-		case err == nil:
-			h.lease = nil
-			return nil
-		case apierrors.IsNotFound(err):
-			h.lease = nil
+		case err == nil, apierrors.IsNotFound(err):
+			h.forget()
 			return nil
 		case !apierrors.IsConflict(err):
 			return err
@@ -366,7 +378,7 @@ func (h *Holder) release(ctx context.Context) error {
 			return client.IgnoreNotFound(err)
 		}
 		if !h.ours(fresh) {
-			h.lease = nil
+			h.forget()
 			return nil
 		}
 		current = fresh
@@ -407,6 +419,7 @@ func (h *Holder) tryAcquireOrRenew(ctx context.Context) (bool, error) {
 			return false, fmt.Errorf("%w: the Lease was deleted", ErrLeaseLost)
 		}
 		created := h.desired(&coordinationv1.Lease{}, now, true)
+		h.attempt(created)
 		if err := h.client.Create(ctx, created); err != nil {
 			return false, fmt.Errorf("creating the Lease: %w", err)
 		}
@@ -428,6 +441,7 @@ func (h *Holder) tryAcquireOrRenew(ctx context.Context) (bool, error) {
 
 // write updates the Lease with the resourceVersion it carries.
 func (h *Holder) write(ctx context.Context, lease *coordinationv1.Lease, now time.Time) (bool, error) {
+	h.attempt(lease)
 	if err := h.client.Update(ctx, lease); err != nil {
 		return false, err
 	}
@@ -435,28 +449,59 @@ func (h *Holder) write(ctx context.Context, lease *coordinationv1.Lease, now tim
 	return true, nil
 }
 
+// attempt remembers the spec of a write about to be sent.
+func (h *Holder) attempt(lease *coordinationv1.Lease) {
+	if len(h.unconfirmed) == maxUnconfirmed {
+		h.unconfirmed = slices.Delete(h.unconfirmed, 0, 1)
+	}
+	h.unconfirmed = append(h.unconfirmed, *lease.Spec.DeepCopy())
+}
+
 func (h *Holder) hold(lease *coordinationv1.Lease, now time.Time) {
 	h.lease = lease
 	h.renewedAt = now
+	h.unconfirmed = nil
 	h.held.Store(true)
 }
 
-// ours reports whether current's spec is the one this holder wrote last.
+// forget drops what the holder wrote: the Lease is no longer its.
+func (h *Holder) forget() {
+	h.lease = nil
+	h.unconfirmed = nil
+}
+
+// ours reports whether current's spec is one this holder wrote: the last
+// confirmed write, or one whose reply never came (it reached the API server
+// although the request failed on this side, e.g. a timeout). Holder,
+// renewTime and acquireTime, stamped to the microsecond by this process,
+// tell it from another process's write.
 func (h *Holder) ours(current *coordinationv1.Lease) bool {
-	if h.lease == nil {
+	if ptr.Deref(current.Spec.HolderIdentity, "") != h.opts.Identity {
 		return false
 	}
-	a, b := &h.lease.Spec, &current.Spec
-	return ptr.Deref(b.HolderIdentity, "") == h.opts.Identity &&
-		ptr.Deref(a.HolderIdentity, "") == h.opts.Identity &&
+	if h.lease != nil && sameStamps(&h.lease.Spec, &current.Spec) {
+		return true
+	}
+	for i := range h.unconfirmed {
+		if sameStamps(&h.unconfirmed[i], &current.Spec) {
+			return true
+		}
+	}
+	return false
+}
+
+func sameStamps(a, b *coordinationv1.LeaseSpec) bool {
+	return ptr.Deref(a.HolderIdentity, "") == ptr.Deref(b.HolderIdentity, "") &&
 		microEqual(a.RenewTime, b.RenewTime) && microEqual(a.AcquireTime, b.AcquireTime)
 }
 
+// microEqual compares two stamps as the API server stores them: to the
+// microsecond (a spec remembered before sending still has nanoseconds).
 func microEqual(a, b *metav1.MicroTime) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.Equal(b)
+	return a.Truncate(time.Microsecond).Equal(b.Truncate(time.Microsecond))
 }
 
 // acquirable reports whether a Lease this holder does not hold may be taken:

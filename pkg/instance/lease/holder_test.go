@@ -10,10 +10,12 @@ import (
 
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance/lease"
@@ -35,6 +37,12 @@ type running struct {
 // startHolder starts a holder and stops it at the end of the test.
 func startHolder(t *testing.T, opts lease.HolderOptions) *running {
 	t.Helper()
+	return startHolderOn(t, env.Client, opts)
+}
+
+// startHolderOn starts a holder writing with c.
+func startHolderOn(t *testing.T, c client.Client, opts lease.HolderOptions) *running {
+	t.Helper()
 	r := &running{done: make(chan error, 1)}
 	if opts.OnLost == nil {
 		opts.OnLost = func() {
@@ -43,7 +51,7 @@ func startHolder(t *testing.T, opts lease.HolderOptions) *running {
 			r.lost.Add(1)
 		}
 	}
-	h, err := lease.NewHolder(env.Client, opts)
+	h, err := lease.NewHolder(c, opts)
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	r.Holder = h
 	ctx, cancel := context.WithCancel(context.Background())
@@ -355,4 +363,74 @@ func TestHolderRenewsDuringBeforeRelease(t *testing.T) {
 	g.Expect(getLease(ns, "pod-5")()).To(HaveField("Spec.HolderIdentity", HaveValue(BeEmpty())))
 	g.Expect(r.Held()).To(BeFalse())
 	g.Expect(r.lost.Load()).To(BeZero())
+}
+
+// TestHolderKeepsLeaseAfterLostReply checks that a write which reached the API
+// server but whose reply was lost (a timeout on this side) is recognised as
+// the holder's own on the next attempt: the holder keeps the Lease instead
+// of taking its own write for someone else's.
+func TestHolderKeepsLeaseAfterLostReply(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+
+	var toLose, lost atomic.Int32 // replies still to lose, replies lost
+	var lastLost atomic.Pointer[coordinationv1.LeaseSpec]
+	loseReply := func(obj client.Object) error {
+		for {
+			n := toLose.Load()
+			if n <= 0 {
+				return nil
+			}
+			if toLose.CompareAndSwap(n, n-1) {
+				lost.Add(1)
+				lastLost.Store(obj.(*coordinationv1.Lease).Spec.DeepCopy())
+				return apierrors.NewTimeoutError("the reply was lost on the way back", 1)
+			}
+		}
+	}
+	c := interceptor.NewClient(watchClient(t), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if err := c.Create(ctx, obj, opts...); err != nil {
+				return err
+			}
+			return loseReply(obj)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if err := c.Update(ctx, obj, opts...); err != nil {
+				return err
+			}
+			return loseReply(obj)
+		},
+	})
+
+	// The creation's reply is lost: the holder holds the Lease it created,
+	// without waiting for it to expire and acquiring it anew.
+	toLose.Store(1)
+	r := startHolderOn(t, c, lease.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "lossy", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond,
+	})
+	g.Eventually(r.Held).Should(BeTrue())
+	g.Expect(lost.Load()).To(BeEquivalentTo(1))
+	created := lastLost.Load()
+	got, err := getLease(ns, "lossy")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.Spec.AcquireTime.Time).To(BeTemporally("==", created.AcquireTime.Time), "the acquisition is the lost creation")
+
+	// Three renewals in a row land with their replies lost.
+	toLose.Store(3)
+	g.Eventually(lost.Load).Should(BeEquivalentTo(4))
+	renewedUnseen := lastLost.Load().RenewTime.Time
+	g.Eventually(getLease(ns, "lossy")).Should(HaveField("Spec.RenewTime.Time", BeTemporally(">", renewedUnseen)), "renewed after the lost replies")
+	g.Expect(r.Held()).To(BeTrue())
+	g.Expect(r.lost.Load()).To(BeZero(), "OnLost not called")
+	g.Expect(getLease(ns, "lossy")()).To(HaveField("Spec.AcquireTime.Time", BeTemporally("==", created.AcquireTime.Time)), "still the same hold")
+}
+
+// watchClient returns an admin client that can also watch.
+func watchClient(t *testing.T) client.WithWatch {
+	t.Helper()
+	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	return c
 }
