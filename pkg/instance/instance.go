@@ -102,6 +102,7 @@ func Setup(mgr manager.Manager, opts Options) (*Instance, error) {
 		VirtualNodes:    opts.VirtualNodes,
 		LeaseDuration:   opts.LeaseDuration,
 		RenewPeriod:     opts.RenewPeriod,
+		RenewDeadline:   opts.RenewDeadline,
 		Pod:             opts.Pod,
 		OnLost:          i.lost,
 		BeforeRelease:   i.beforeRelease,

@@ -69,8 +69,16 @@ type HolderOptions struct {
 	LeaseDuration time.Duration
 	// RenewPeriod is the time between renewals; after a failed attempt the
 	// holder retries after a quarter of it. It must be shorter than
-	// LeaseDuration. Default: LeaseDuration / 3 (5s).
+	// RenewDeadline. Default: LeaseDuration / 3 (5s).
 	RenewPeriod time.Duration
+	// RenewDeadline is how long after the start of its last successful
+	// renewal the holder gives up: it stops renewing and calls OnLost. It
+	// must be longer than RenewPeriod and shorter than LeaseDuration: the
+	// difference to LeaseDuration is the margin between this holder stopping
+	// and a successor with the same instance ID acquiring the Lease, which
+	// covers the time OnLost takes to stop the instance and some clock
+	// drift. Default: LeaseDuration * 2 / 3 (10s).
+	RenewDeadline time.Duration
 
 	// Pod, when set, becomes an ownerReference of the Lease (replacing older
 	// Pod ownerReferences), so that garbage collection deletes the Lease
@@ -78,7 +86,7 @@ type HolderOptions struct {
 	Pod *metav1.OwnerReference
 
 	// OnLost is called once when the holder could not renew the Lease within
-	// LeaseDuration of its last renewal, or found it taken. The instance must
+	// RenewDeadline of its last renewal, or found it taken. The instance must
 	// stop reconciling at once: the sharder may move its objects. Default:
 	// log and exit the process with status 1, as controller-runtime does on
 	// lost leader election.
@@ -139,8 +147,14 @@ func (o *HolderOptions) setDefaults(c client.Client) error {
 	if o.RenewPeriod == 0 {
 		o.RenewPeriod = o.LeaseDuration / 3
 	}
-	if o.RenewPeriod <= 0 || o.RenewPeriod >= o.LeaseDuration {
-		return fmt.Errorf("renew period %v: must be positive and shorter than the lease duration %v", o.RenewPeriod, o.LeaseDuration)
+	if o.RenewDeadline == 0 {
+		o.RenewDeadline = o.LeaseDuration * 2 / 3
+	}
+	if o.RenewDeadline <= 0 || o.RenewDeadline >= o.LeaseDuration {
+		return fmt.Errorf("renew deadline %v: must be positive and shorter than the lease duration %v", o.RenewDeadline, o.LeaseDuration)
+	}
+	if o.RenewPeriod <= 0 || o.RenewPeriod >= o.RenewDeadline {
+		return fmt.Errorf("renew period %v: must be positive and shorter than the renew deadline %v (lease duration %v)", o.RenewPeriod, o.RenewDeadline, o.LeaseDuration)
 	}
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = DefaultShutdownTimeout
@@ -168,9 +182,11 @@ func (o *HolderOptions) setDefaults(c client.Client) error {
 //   - A write whose reply was lost (a timeout after the request reached the
 //     API server) is not taken for someone else's: the holder remembers the
 //     specs it sent since its last confirmed write and recognises them.
-//   - OnLost is called no later than LeaseDuration after the start of the
+//   - OnLost is called no later than RenewDeadline after the start of the
 //     last successful renewal, measured with Clock, even when API requests
-//     hang; the sharder moves objects only after twice that.
+//     hang: LeaseDuration - RenewDeadline before a successor with the same
+//     instance ID could acquire the Lease (renewTime + LeaseDuration), and
+//     well before the sharder moves objects (twice LeaseDuration).
 //   - It renews nothing while Check fails.
 //
 // It assumes that the clocks of the instance and the sharder agree to well
@@ -275,10 +291,10 @@ func (h *Holder) renew(ctx context.Context) error {
 		if !h.wait(ctx, period) {
 			return nil
 		}
-		deadline := h.renewedAt.Add(h.opts.LeaseDuration)
+		deadline := h.renewedAt.Add(h.opts.RenewDeadline)
 		remaining := deadline.Sub(h.opts.Clock.Now())
 		if remaining <= 0 {
-			return fmt.Errorf("%w: not renewed within %v", ErrLeaseLost, h.opts.LeaseDuration)
+			return fmt.Errorf("%w: not renewed within the renew deadline %v", ErrLeaseLost, h.opts.RenewDeadline)
 		}
 		attemptCtx, cancel := context.WithTimeout(ctx, min(remaining, h.opts.RenewPeriod))
 		ok, err := h.tryAcquireOrRenew(attemptCtx)

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -86,6 +87,13 @@ func TestHolderOptions(t *testing.T) {
 			o.LeaseDuration = 2 * time.Second
 			o.RenewPeriod = 2 * time.Second
 		}},
+		{"renew period not below the deadline", func(o *lease.HolderOptions) {
+			o.RenewPeriod = 10 * time.Second
+			o.RenewDeadline = 10 * time.Second
+		}},
+		{"renew period not below the default deadline", func(o *lease.HolderOptions) { o.RenewPeriod = 11 * time.Second }},
+		{"renew deadline not below the duration", func(o *lease.HolderOptions) { o.RenewDeadline = 15 * time.Second }},
+		{"negative renew deadline", func(o *lease.HolderOptions) { o.RenewDeadline = -time.Second }},
 		{"default renew period above the duration given", func(o *lease.HolderOptions) { o.RenewPeriod = 20 * time.Second }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -265,8 +273,9 @@ func TestHolderLostWhenTaken(t *testing.T) {
 }
 
 // TestHolderLostWhenRenewalFails checks that a holder that cannot renew calls
-// OnLost once its lease duration has passed, before the sharder could take
-// the Lease.
+// OnLost once its renew deadline has passed, before the sharder could take
+// the Lease. TestHolderGivesUpAtRenewDeadline pins the instant on a fake
+// clock.
 func TestHolderLostWhenRenewalFails(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
@@ -290,7 +299,7 @@ func TestHolderLostWhenRenewalFails(t *testing.T) {
 	last, err := getLease(ns, "pod-4")()
 	g.Expect(err).NotTo(HaveOccurred())
 	lostAt := *r.lostAt.Load()
-	g.Expect(lostAt).To(BeTemporally(">=", last.Spec.RenewTime.Add(time.Second)), "not lost while the Lease is still valid")
+	g.Expect(lostAt).To(BeTemporally(">=", last.Spec.RenewTime.Add(time.Second*2/3)), "not lost before the renew deadline")
 	g.Expect(lostAt).To(BeTemporally("<", last.Spec.RenewTime.Add(2*time.Second)), "lost before the Lease could be taken")
 	g.Expect(r.Held()).To(BeFalse())
 }
@@ -433,4 +442,57 @@ func watchClient(t *testing.T) client.WithWatch {
 	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	return c
+}
+
+// TestHolderGivesUpAtRenewDeadline checks, on a fake clock, that a holder
+// that cannot renew calls OnLost at RenewDeadline after the start of its last
+// successful renewal, not before, and so ahead of the moment a successor could
+// acquire the Lease (renewTime + LeaseDuration).
+func TestHolderGivesUpAtRenewDeadline(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	clk := clocktesting.NewFakeClock(time.Now())
+	var failing atomic.Bool
+	var lostAt atomic.Pointer[time.Time]
+	r := startHolder(t, lease.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "deadline",
+		LeaseDuration: 3 * time.Second, RenewPeriod: time.Second, // RenewDeadline: 2s by default
+		Clock: clk,
+		Check: func(context.Context) error {
+			if failing.Load() {
+				return errors.New("unhealthy")
+			}
+			return nil
+		},
+		OnLost: func() {
+			now := clk.Now()
+			lostAt.Store(&now)
+		},
+	})
+	g.Eventually(r.Held).Should(BeTrue())
+	got, err := getLease(ns, "deadline")()
+	g.Expect(err).NotTo(HaveOccurred())
+	renewed := got.Spec.RenewTime.Time
+	g.Expect(renewed).To(BeTemporally("~", clk.Now(), time.Microsecond), "stamped with the fake clock")
+
+	// step moves the fake clock once the holder waits on it.
+	step := func(d time.Duration) {
+		g.Eventually(clk.HasWaiters).Should(BeTrue())
+		clk.Step(d)
+	}
+	failing.Store(true)
+	step(time.Second) // renewal fails; retried every 250ms
+	for range 3 {
+		step(250 * time.Millisecond)
+	}
+	g.Eventually(clk.HasWaiters).Should(BeTrue(), "waiting for the next attempt at 1.75s")
+	g.Expect(lostAt.Load()).To(BeNil(), "not given up before the renew deadline")
+	g.Expect(r.Held()).To(BeTrue())
+
+	step(250 * time.Millisecond)
+	g.Eventually(lostAt.Load).ShouldNot(BeNil())
+	g.Expect(*lostAt.Load()).To(BeTemporally("~", renewed.Add(2*time.Second), time.Microsecond), "given up at the renew deadline")
+	g.Expect(*lostAt.Load()).To(BeTemporally("<", renewed.Add(3*time.Second)), "before a successor could acquire the Lease")
+	g.Expect(r.Held()).To(BeFalse())
 }
