@@ -25,8 +25,8 @@ import (
 
 // RBAC: the instance runs inside the user's controller, whose role this
 // package cannot generate (a +kubebuilder:rbac marker here would land in the
-// sharder's own role). The controller's service account needs get, create
-// and update on Leases in the ring's lease namespace, and patch on the ring's
+// sharder's own role). The controller's service account needs get, list,
+// watch, create and update on Leases in the ring's lease namespace, and patch on the ring's
 // main resources for drain acknowledgements (docs/instance.md).
 
 // Instance is one instance of a ring on a controller-runtime manager: it holds
@@ -75,9 +75,10 @@ func Setup(mgr manager.Manager, opts Options) (*Instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("instance options: %w", err)
 	}
-	// The Lease is read and written directly: the manager's cache must not
-	// start watching every Lease in the cluster for this.
-	direct, err := client.New(mgr.GetConfig(), client.Options{
+	// The Lease is read and written directly, and watched by name: the
+	// manager's cache must not start watching every Lease in the cluster for
+	// this.
+	direct, err := client.NewWithWatch(mgr.GetConfig(), client.Options{
 		HTTPClient: mgr.GetHTTPClient(),
 		Scheme:     mgr.GetScheme(),
 		Mapper:     mgr.GetRESTMapper(),

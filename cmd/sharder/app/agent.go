@@ -117,7 +117,7 @@ func (o *agentOptions) complete(logOutput io.Writer) error {
 	if err != nil {
 		return err
 	}
-	o.client, err = client.New(restConfig, client.Options{Scheme: clientgoscheme.Scheme})
+	o.client, err = client.NewWithWatch(restConfig, client.Options{Scheme: clientgoscheme.Scheme})
 	if err != nil {
 		return fmt.Errorf("creating the client: %w", err)
 	}

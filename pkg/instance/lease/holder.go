@@ -14,8 +14,12 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -210,6 +214,12 @@ type Holder struct {
 	// have landed, and the Lease then carries a spec only this holder could
 	// have written.
 	unconfirmed []coordinationv1.LeaseSpec
+	// missingSince is when the holder, not holding the Lease, first found
+	// it missing; zero once it has seen it.
+	missingSince time.Time
+
+	// woken carries the watch's requests to check the Lease.
+	woken chan struct{}
 }
 
 // maxUnconfirmed bounds Holder.unconfirmed: attempts between two confirmed
@@ -228,7 +238,7 @@ func NewHolder(c client.Client, opts HolderOptions) (*Holder, error) {
 	if err := opts.setDefaults(c); err != nil {
 		return nil, fmt.Errorf("lease holder: %w", err)
 	}
-	return &Holder{client: c, opts: opts, log: logr.Discard()}, nil
+	return &Holder{client: c, opts: opts, log: logr.Discard(), woken: make(chan struct{}, 1)}, nil
 }
 
 // NeedLeaderElection returns false: every instance holds its own Lease.
@@ -257,10 +267,62 @@ func (h *Holder) Start(ctx context.Context) error {
 		return nil
 	}
 	h.log.Info("Acquired the instance Lease")
+	// The watch runs until Start returns, through the shutdown's renewals.
+	watchCtx, stopWatching := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatching()
+	h.watch(watchCtx)
 	if err := h.renew(ctx); err != nil {
 		return h.lost(err)
 	}
 	return h.shutdown(ctx)
+}
+
+// watch starts watching the Lease by name, when the client can watch, so
+// that a Lease deleted, taken, or moved out of the ring is noticed without
+// waiting for the next renewal. The watch only wakes the renewal loop, which
+// checks with the Reader: a watch may deliver a version older than the one
+// this holder wrote.
+func (h *Holder) watch(ctx context.Context) {
+	w, ok := h.client.(client.WithWatch)
+	if !ok {
+		return
+	}
+	byName := fields.OneTermEqualSelector("metadata.name", h.opts.Identity)
+	listOptions := func(raw metav1.ListOptions) *client.ListOptions {
+		return &client.ListOptions{Namespace: h.opts.Namespace, FieldSelector: byName, Raw: &raw}
+	}
+	suspicious := func(obj any) {
+		l, ok := obj.(*coordinationv1.Lease)
+		if !ok || l.Labels[v1alpha1.LabelRing] != h.opts.Ring || ptr.Deref(l.Spec.HolderIdentity, "") != h.opts.Identity {
+			h.wake()
+		}
+	}
+	_, informer := toolscache.NewInformerWithOptions(toolscache.InformerOptions{
+		ListerWatcher: &toolscache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, raw metav1.ListOptions) (runtime.Object, error) {
+				list := &coordinationv1.LeaseList{}
+				return list, w.List(ctx, list, listOptions(raw))
+			},
+			WatchFuncWithContext: func(ctx context.Context, raw metav1.ListOptions) (watch.Interface, error) {
+				return w.Watch(ctx, &coordinationv1.LeaseList{}, listOptions(raw))
+			},
+		},
+		ObjectType: &coordinationv1.Lease{},
+		Handler: toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { suspicious(obj) },
+			UpdateFunc: func(_, obj any) { suspicious(obj) },
+			DeleteFunc: func(any) { h.wake() },
+		},
+	})
+	go informer.RunWithContext(ctx)
+}
+
+// wake asks the renewal loop to check the Lease now.
+func (h *Holder) wake() {
+	select {
+	case h.woken <- struct{}{}:
+	default: // a check is pending already
+	}
 }
 
 // acquire tries every RenewPeriod until the Lease is held (true) or ctx is
@@ -288,8 +350,8 @@ func (h *Holder) acquire(ctx context.Context) bool {
 func (h *Holder) renew(ctx context.Context) error {
 	period := h.opts.RenewPeriod
 	for {
-		if !h.wait(ctx, period) {
-			return nil
+		if due, err := h.waitWatching(ctx, period); !due {
+			return err
 		}
 		deadline := h.renewedAt.Add(h.opts.RenewDeadline)
 		remaining := deadline.Sub(h.opts.Clock.Now())
@@ -315,6 +377,63 @@ func (h *Holder) renew(ctx context.Context) error {
 			period = max(rest, 0)
 		}
 	}
+}
+
+// waitWatching waits for d, checking the Lease whenever the watch wakes
+// it. It returns true once d has passed, false when ctx ended first (nil) or
+// the check found the Lease lost (an error wrapping ErrLeaseLost).
+func (h *Holder) waitWatching(ctx context.Context, d time.Duration) (bool, error) {
+	t := h.opts.Clock.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case <-t.C():
+			return true, nil
+		case <-h.woken:
+			if err := h.check(ctx); errors.Is(err, ErrLeaseLost) {
+				return false, err
+			}
+		}
+	}
+}
+
+// check reads the Lease and reports it lost when it is gone, taken, or no
+// longer in the ring. Other errors are left to the next renewal.
+func (h *Holder) check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, h.opts.RenewPeriod)
+	defer cancel()
+	current := &coordinationv1.Lease{}
+	if err := h.opts.Reader.Get(ctx, h.key(), current); err != nil {
+		if apierrors.IsNotFound(err) {
+			return errDeleted
+		}
+		h.log.V(1).Info("Could not check the instance Lease", "error", err.Error())
+		return err
+	}
+	if err := h.leftRing(current); err != nil {
+		return err
+	}
+	if !h.ours(current) {
+		return fmt.Errorf("%w: now held by %q", ErrLeaseLost, ptr.Deref(current.Spec.HolderIdentity, ""))
+	}
+	return nil
+}
+
+// errDeleted reports a Lease deleted while held: the sharder no longer sees
+// the instance as a member and may move its objects once its hold ends, so
+// the instance must stop as on any other loss.
+var errDeleted = fmt.Errorf("%w: the Lease was deleted", ErrLeaseLost)
+
+// leftRing returns an error wrapping ErrLeaseLost when current no longer
+// carries this holder's ring label: removed or changed, the Lease is no
+// longer a member of the ring, as if it were deleted.
+func (h *Holder) leftRing(current *coordinationv1.Lease) error {
+	if ring, ok := current.Labels[v1alpha1.LabelRing]; !ok || ring != h.opts.Ring {
+		return fmt.Errorf("%w: the Lease left ring %q (label %s=%q)", ErrLeaseLost, h.opts.Ring, v1alpha1.LabelRing, ring)
+	}
+	return nil
 }
 
 // wait waits for d; false when ctx ended first.
@@ -430,9 +549,16 @@ func (h *Holder) tryAcquireOrRenew(ctx context.Context) (bool, error) {
 			return false, fmt.Errorf("getting the Lease: %w", err)
 		}
 		if h.lease != nil {
-			// Deleted while held: the sharder counts an instance without a
-			// Lease as dead and moves its objects at once.
-			return false, fmt.Errorf("%w: the Lease was deleted", ErrLeaseLost)
+			return false, errDeleted
+		}
+		// A Lease this holder did not hold: its previous holder (this
+		// instance before a restart, or a process still running elsewhere
+		// with the same ID) may have lost it moments ago and be stopping.
+		if h.missingSince.IsZero() {
+			h.missingSince = now
+		}
+		if createAt := h.missingSince.Add(h.opts.LeaseDuration); now.Before(createAt) {
+			return false, fmt.Errorf("no Lease: creating it at %v, a lease duration after finding it missing", createAt)
 		}
 		created := h.desired(&coordinationv1.Lease{}, now, true)
 		h.attempt(created)
@@ -443,6 +569,12 @@ func (h *Holder) tryAcquireOrRenew(ctx context.Context) (bool, error) {
 		return true, nil
 	}
 
+	h.missingSince = time.Time{}
+	if h.lease != nil {
+		if err := h.leftRing(current); err != nil {
+			return false, err
+		}
+	}
 	switch {
 	case h.ours(current):
 		// Only metadata changed (the sharder's state label): renew on top.

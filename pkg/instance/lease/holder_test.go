@@ -453,6 +453,10 @@ func TestHolderGivesUpAtRenewDeadline(t *testing.T) {
 	g := NewWithT(t)
 	ns := env.Namespace(t)
 	clk := clocktesting.NewFakeClock(time.Now())
+	// Released long ago: acquired at the first attempt.
+	createLease(t, holderRing, ns, "deadline", clk.Now().Add(-time.Hour), 3, func(l *coordinationv1.Lease) {
+		l.Spec.HolderIdentity = ptr.To("")
+	})
 	var failing atomic.Bool
 	var lostAt atomic.Pointer[time.Time]
 	r := startHolder(t, lease.HolderOptions{
@@ -495,4 +499,120 @@ func TestHolderGivesUpAtRenewDeadline(t *testing.T) {
 	g.Expect(*lostAt.Load()).To(BeTemporally("~", renewed.Add(2*time.Second), time.Microsecond), "given up at the renew deadline")
 	g.Expect(*lostAt.Load()).To(BeTemporally("<", renewed.Add(3*time.Second)), "before a successor could acquire the Lease")
 	g.Expect(r.Held()).To(BeFalse())
+}
+
+// TestHolderStopsAtOnceWhenLeaseVanishes checks that a holder whose Lease is
+// deleted, or leaves the ring (its ring label removed or changed), calls
+// OnLost at once: long before its next renewal would have noticed.
+func TestHolderStopsAtOnceWhenLeaseVanishes(t *testing.T) {
+	t.Parallel()
+	for name, vanish := range map[string]func(g Gomega, l *coordinationv1.Lease){
+		"deleted": func(g Gomega, l *coordinationv1.Lease) {
+			g.Expect(env.Client.Delete(context.Background(), l)).To(Succeed())
+		},
+		"ring label removed": func(g Gomega, l *coordinationv1.Lease) {
+			patched := l.DeepCopy()
+			delete(patched.Labels, v1alpha1.LabelRing)
+			g.Expect(env.Client.Patch(context.Background(), patched, client.MergeFrom(l))).To(Succeed())
+		},
+		"ring label changed": func(g Gomega, l *coordinationv1.Lease) {
+			patched := l.DeepCopy()
+			patched.Labels[v1alpha1.LabelRing] = "another-ring"
+			g.Expect(env.Client.Patch(context.Background(), patched, client.MergeFrom(l))).To(Succeed())
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			ns := env.Namespace(t)
+			// Released long ago: acquired at once, no wait for a creation.
+			createLease(t, holderRing, ns, "vanishing", time.Now().Add(-time.Hour), 60, func(l *coordinationv1.Lease) {
+				l.Spec.HolderIdentity = ptr.To("")
+			})
+			// The next renewal is 20s away: only the watch can tell in time.
+			r := startHolderOn(t, watchClient(t), lease.HolderOptions{
+				Ring: holderRing, Namespace: ns, Identity: "vanishing",
+				LeaseDuration: 60 * time.Second, RenewPeriod: 20 * time.Second,
+			})
+			g.Eventually(r.Held).Should(BeTrue())
+			held, err := getLease(ns, "vanishing")()
+			g.Expect(err).NotTo(HaveOccurred())
+
+			vanished := time.Now()
+			vanish(g, held)
+			g.Eventually(r.lost.Load, 5*time.Second).Should(BeEquivalentTo(1), "OnLost within 5s, not at the renewal 20s away")
+			g.Expect(r.lostAt.Load().Sub(vanished)).To(BeNumerically("<", 5*time.Second))
+			var stopped error
+			g.Eventually(r.done).Should(Receive(&stopped))
+			g.Expect(errors.Is(stopped, lease.ErrLeaseLost)).To(BeTrue(), "Start returned %v", stopped)
+			r.done <- stopped // for the cleanup
+			g.Expect(r.Held()).To(BeFalse())
+
+			// Nothing was written back: no new Lease, no ring label restored.
+			after, err := getLease(ns, "vanishing")()
+			if name == "deleted" {
+				g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "not created again: %v", err)
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(after.Labels[v1alpha1.LabelRing]).NotTo(Equal(holderRing))
+			g.Expect(after.Spec.RenewTime.Time).To(BeTemporally("==", held.Spec.RenewTime.Time), "not renewed after leaving the ring")
+		})
+	}
+}
+
+// TestHolderWaitsBeforeCreating checks, on a fake clock, that a holder that
+// finds no Lease creates it only one lease duration later: a previous holder
+// with the same instance ID whose Lease vanished has stopped by then.
+func TestHolderWaitsBeforeCreating(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	start := time.Now()
+	clk := clocktesting.NewFakeClock(start)
+	r := startHolder(t, lease.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "newcomer",
+		LeaseDuration: 5 * time.Second, RenewPeriod: time.Second, Clock: clk,
+	})
+	for range 4 {
+		g.Eventually(clk.HasWaiters).Should(BeTrue(), "the holder waits for its next attempt")
+		_, err := getLease(ns, "newcomer")()
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no Lease before a lease duration has passed (at %v): %v", clk.Since(start), err)
+		g.Expect(r.Held()).To(BeFalse())
+		clk.Step(time.Second)
+	}
+	g.Eventually(clk.HasWaiters).Should(BeTrue())
+	_, err := getLease(ns, "newcomer")()
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no Lease after 4s: %v", err)
+	clk.Step(time.Second)
+	g.Eventually(r.Held).Should(BeTrue())
+	created, err := getLease(ns, "newcomer")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(created.Spec.AcquireTime.Time).To(BeTemporally("~", start.Add(5*time.Second), time.Microsecond))
+}
+
+// TestHolderLeavesRingAtRenewal checks that a holder without a watch (its
+// client cannot watch) notices a removed ring label at its next renewal and
+// does not write the label back.
+func TestHolderLeavesRingAtRenewal(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	var plain client.Client = struct{ client.Client }{env.Client} // hides any Watch method
+	r := startHolderOn(t, plain, lease.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "unwatched", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond,
+	})
+	g.Eventually(r.Held).Should(BeTrue())
+	held, err := getLease(ns, "unwatched")()
+	g.Expect(err).NotTo(HaveOccurred())
+	patched := held.DeepCopy()
+	delete(patched.Labels, v1alpha1.LabelRing)
+	g.Expect(env.Client.Patch(context.Background(), patched, client.MergeFrom(held))).To(Succeed())
+
+	var stopped error
+	g.Eventually(r.done).Should(Receive(&stopped))
+	g.Expect(errors.Is(stopped, lease.ErrLeaseLost)).To(BeTrue(), "Start returned %v", stopped)
+	r.done <- stopped // for the cleanup
+	g.Expect(r.lost.Load()).To(BeEquivalentTo(1))
+	g.Expect(getLease(ns, "unwatched")()).To(HaveField("Labels", Not(HaveKey(v1alpha1.LabelRing))))
 }
