@@ -20,13 +20,13 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance/internal/inflight"
-	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/instance/lease"
 )
 
 // RBAC: the instance runs inside the user's controller, whose role this
 // package cannot generate (a +kubebuilder:rbac marker here would land in the
-// sharder's own role). The controller's service account needs get, create
-// and update on Leases in the ring's lease namespace, and patch on the ring's
+// sharder's own role). The controller's service account needs get, list,
+// watch, create and update on Leases in the ring's lease namespace, and patch on the ring's
 // main resources for drain acknowledgements (docs/instance.md).
 
 // Instance is one instance of a ring on a controller-runtime manager: it holds
@@ -41,7 +41,7 @@ type Instance struct {
 	mgr       manager.Manager
 	log       logr.Logger
 	tracker   *inflight.Tracker
-	holder    *leases.Holder
+	holder    *lease.Holder
 
 	// acked holds the objects whose drain this instance is acknowledging or
 	// has acknowledged, until they leave the cache.
@@ -75,9 +75,10 @@ func Setup(mgr manager.Manager, opts Options) (*Instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("instance options: %w", err)
 	}
-	// The Lease is read and written directly: the manager's cache must not
-	// start watching every Lease in the cluster for this.
-	direct, err := client.New(mgr.GetConfig(), client.Options{
+	// The Lease is read and written directly, and watched by name: the
+	// manager's cache must not start watching every Lease in the cluster for
+	// this.
+	direct, err := client.NewWithWatch(mgr.GetConfig(), client.Options{
 		HTTPClient: mgr.GetHTTPClient(),
 		Scheme:     mgr.GetScheme(),
 		Mapper:     mgr.GetRESTMapper(),
@@ -95,13 +96,14 @@ func Setup(mgr manager.Manager, opts Options) (*Instance, error) {
 		tracker:   inflight.New(),
 		kinds:     map[schema.GroupVersionKind]client.Object{},
 	}
-	i.holder, err = leases.NewHolder(direct, leases.HolderOptions{
+	i.holder, err = lease.NewHolder(direct, lease.HolderOptions{
 		Ring:            opts.Ring,
 		Namespace:       opts.LeaseNamespace,
 		Identity:        opts.Identity,
 		VirtualNodes:    opts.VirtualNodes,
 		LeaseDuration:   opts.LeaseDuration,
 		RenewPeriod:     opts.RenewPeriod,
+		RenewDeadline:   opts.RenewDeadline,
 		Pod:             opts.Pod,
 		OnLost:          i.lost,
 		BeforeRelease:   i.beforeRelease,

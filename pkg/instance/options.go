@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
 
-	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/instance/lease"
 )
 
 // Options configures an instance. Ring and LeaseNamespace are required.
@@ -40,9 +40,16 @@ type Options struct {
 	LeaseDuration time.Duration
 
 	// RenewPeriod is how often the Lease is renewed; it must be shorter than
-	// LeaseDuration.
+	// RenewDeadline.
 	// Default: LeaseDuration/3 (5s for the default duration).
 	RenewPeriod time.Duration
+
+	// RenewDeadline is how long after its last successful renewal the
+	// instance gives up the Lease (stops reconciling, OnLost); it must be
+	// shorter than LeaseDuration, so that the instance has stopped before a
+	// successor with the same identity could acquire the Lease.
+	// Default: LeaseDuration*2/3 (10s for the default duration).
+	RenewDeadline time.Duration
 
 	// Pod, when set, becomes the Lease's owner, so that garbage collection
 	// removes the Lease with the instance's Pod.
@@ -50,7 +57,7 @@ type Options struct {
 	Pod *metav1.OwnerReference
 
 	// OnLost is called once the instance has lost its Lease (it could not
-	// renew it in time, or another party took it). By then the instance has
+	// renew it within RenewDeadline, or another party took it). By then the instance has
 	// stopped admitting reconciles for good; the usual answer is to exit and
 	// let the process restart, as after lost leader election.
 	// Default: log and exit the process with status 1.
@@ -76,11 +83,11 @@ const defaultRetryPeriod = time.Second
 // DefaultIdentity returns the default instance ID: the POD_NAME environment
 // variable, else the hostname.
 func DefaultIdentity() (string, error) {
-	return leases.DefaultIdentity()
+	return lease.DefaultIdentity()
 }
 
 // complete fills in defaults and checks the options. Durations the lease
-// holder owns (LeaseDuration, RenewPeriod) are checked by it.
+// holder owns (LeaseDuration, RenewPeriod, RenewDeadline) are checked by it.
 func (o Options) complete() (Options, error) {
 	var errs []error
 	if msgs := validation.IsDNS1123Label(o.Ring); len(msgs) > 0 {

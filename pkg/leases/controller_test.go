@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
-	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/instance/lease"
 	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/metrics"
 )
@@ -77,7 +77,7 @@ func TestReleasedLeaseIsDeadAtOnce(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ring, ns := newRing(t)
-	holder, err := leases.NewHolder(env.Client, leases.HolderOptions{
+	holder, err := lease.NewHolder(env.Client, lease.HolderOptions{
 		Ring: ring, Namespace: ns, Identity: "leaving", LeaseDuration: 2 * time.Second,
 	})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -110,9 +110,9 @@ func TestInstanceReturns(t *testing.T) {
 	t.Parallel()
 	ring, ns := newRing(t)
 
-	start := func(t *testing.T, id string) *leases.Holder {
+	start := func(t *testing.T, id string) *lease.Holder {
 		g := NewWithT(t)
-		holder, err := leases.NewHolder(env.Client, leases.HolderOptions{
+		holder, err := lease.NewHolder(env.Client, lease.HolderOptions{
 			Ring: ring, Namespace: ns, Identity: id, LeaseDuration: time.Second, RenewPeriod: 200 * time.Millisecond,
 			OnLost: func() { t.Errorf("instance %s lost its Lease", id) },
 		})

@@ -1,7 +1,8 @@
-// Package leases runs ring membership on per-instance Leases: the sharder's
-// lease controller and the lease holder an instance runs. The states, their
-// timings and the ring built from a membership live in package membership,
-// which does no I/O.
+// Package leases runs ring membership on per-instance Leases on the
+// sharder's side. The states, their timings and the ring built from a
+// membership live in package membership, which does no I/O; the holder an
+// instance runs to keep its own Lease lives in package
+// github.com/sharder-dev/sharder/pkg/instance/lease.
 //
 // Each instance of a ring holds a Lease named after its instance ID in the
 // ring's spec.leaseNamespace, labelled sharder.dev/ring=<ring>.
@@ -12,6 +13,4 @@
 //     members into a Registry. Build the manager's cache with CacheByObject.
 //   - Registry holds the published memberships; the assignment engine
 //     subscribes to it.
-//   - Holder (NewHolder) is the Runnable an instance runs to create, renew
-//     and release its own Lease; `sharder agent` runs it as a sidecar.
 package leases

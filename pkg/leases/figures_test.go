@@ -7,7 +7,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/instance/lease"
 	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
@@ -40,7 +40,7 @@ func TestDetectionTimes(t *testing.T) {
 		t.Parallel()
 		g := NewWithT(t)
 		ring, ns := newRing(t)
-		holder, err := leases.NewHolder(env.Client, leases.HolderOptions{Ring: ring, Namespace: ns, Identity: "release", LeaseDuration: d})
+		holder, err := lease.NewHolder(env.Client, lease.HolderOptions{Ring: ring, Namespace: ns, Identity: "release", LeaseDuration: d})
 		g.Expect(err).NotTo(HaveOccurred())
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)

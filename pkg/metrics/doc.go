@@ -1,6 +1,7 @@
-// Package metrics defines the sharder's Prometheus metrics. Every metric is
-// registered on controller-runtime's metrics.Registry (served by the
-// manager's metrics endpoint) and named with the sharder_ prefix.
+// Package metrics defines the sharder's Prometheus metrics, named with the
+// sharder_ prefix. Register adds them to a registry: `sharder run` registers
+// them on controller-runtime's metrics.Registry, served by the manager's
+// metrics endpoint. Importing the package registers nothing.
 //
 // metrics.go holds the assignment metrics: instances, objects per instance,
 // assignments, moves, drains, assignment latency and ring rebuilds;

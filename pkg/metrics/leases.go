@@ -1,9 +1,6 @@
 package metrics
 
-import (
-	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-)
+import "github.com/prometheus/client_golang/prometheus"
 
 var (
 	// LeaseTransitionsTotal counts the state changes of instance Leases the
@@ -26,10 +23,6 @@ var (
 		Help: "Orphaned instance Leases the sharder deleted, by ring.",
 	}, []string{LabelRing})
 )
-
-func init() {
-	crmetrics.Registry.MustRegister(LeaseTransitionsTotal, LeaseTakeoversTotal, LeasesDeletedTotal)
-}
 
 // ForgetLeaseRing deletes the Lease series of a deleted ring.
 func ForgetLeaseRing(ring string) {

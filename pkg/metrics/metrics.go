@@ -1,9 +1,6 @@
 package metrics
 
-import (
-	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-)
+import "github.com/prometheus/client_golang/prometheus"
 
 // Label names shared by the assignment metrics.
 const (
@@ -101,15 +98,6 @@ var (
 		Help: "Rebuilds of a ring after a membership or configuration change.",
 	}, []string{LabelRing})
 )
-
-func init() {
-	crmetrics.Registry.MustRegister(
-		Instances, Objects, UnassignedObjects,
-		AssignmentsTotal, MovesTotal,
-		DrainsTotal, DrainsInFlight, DrainDuration,
-		AssignmentLatency, RingRebuildsTotal,
-	)
-}
 
 // ForgetRing deletes every assignment series of ring, so a deleted ring
 // leaves no stale gauges behind.

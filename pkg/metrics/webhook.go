@@ -1,9 +1,6 @@
 package metrics
 
-import (
-	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-)
+import "github.com/prometheus/client_golang/prometheus"
 
 // Label names of the webhook metrics.
 const (
@@ -36,10 +33,6 @@ var (
 		Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1},
 	}, []string{LabelRing})
 )
-
-func init() {
-	crmetrics.Registry.MustRegister(WebhookDecisionsTotal, WebhookDecisionDuration)
-}
 
 // ForgetWebhookRing deletes the webhook series of a deleted ring.
 func ForgetWebhookRing(ring string) {

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/pkg/config"
-	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/instance/lease"
 	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
@@ -28,7 +28,7 @@ type agentOptions struct {
 	cluster   clusterFlags
 	logging   config.Logging
 	healthURL string
-	holder    leases.HolderOptions
+	holder    lease.HolderOptions
 
 	// Filled in by complete.
 	client    client.Client
@@ -74,7 +74,7 @@ its health endpoint to tell.`,
 	fs.DurationVar(&o.holder.RenewPeriod, "renew-period", 0, "Time between renewals. Default: a third of --lease-duration.")
 	fs.IntVar(&o.holder.VirtualNodes, "virtual-nodes", 0, "Weight of the instance in the ring (sharder.dev/virtual-nodes). Default: 0, the ring's default.")
 	fs.StringVar(&o.healthURL, "health-url", "", "HTTP(S) URL of the controller's health endpoint; the Lease is acquired and renewed only while it answers 2xx. Default: none, renew unconditionally.")
-	fs.DurationVar(&o.holder.ShutdownTimeout, "shutdown-timeout", leases.DefaultShutdownTimeout, "How long the release may take after SIGTERM.")
+	fs.DurationVar(&o.holder.ShutdownTimeout, "shutdown-timeout", lease.DefaultShutdownTimeout, "How long the release may take after SIGTERM.")
 	fs.StringVar(&o.logging.Format, "log-format", o.logging.Format, "Log format: json or console.")
 	fs.StringVar(&o.logging.Level, "log-level", o.logging.Level, "Log level: debug, info, error, or a verbosity number.")
 	return cmd
@@ -103,7 +103,7 @@ func (o *agentOptions) complete(logOutput io.Writer) error {
 		o.holder.Check = o.checkHealth
 	}
 	if o.holder.Identity == "" {
-		id, err := leases.DefaultIdentity()
+		id, err := lease.DefaultIdentity()
 		if err != nil {
 			return fmt.Errorf("--instance: %w", err)
 		}
@@ -117,12 +117,12 @@ func (o *agentOptions) complete(logOutput io.Writer) error {
 	if err != nil {
 		return err
 	}
-	o.client, err = client.New(restConfig, client.Options{Scheme: clientgoscheme.Scheme})
+	o.client, err = client.NewWithWatch(restConfig, client.Options{Scheme: clientgoscheme.Scheme})
 	if err != nil {
 		return fmt.Errorf("creating the client: %w", err)
 	}
 	// Check the holder's options now, so that mistakes fail before the start.
-	if _, err := leases.NewHolder(o.client, o.holder); err != nil {
+	if _, err := lease.NewHolder(o.client, o.holder); err != nil {
 		return err
 	}
 	return nil
@@ -143,7 +143,7 @@ func (o *agentOptions) run(ctx context.Context) error {
 		opts := o.holder
 		// The holder logs the loss; the loop below acquires the Lease again.
 		opts.OnLost = func() {}
-		holder, err := leases.NewHolder(o.client, opts)
+		holder, err := lease.NewHolder(o.client, opts)
 		if err != nil {
 			return err
 		}
@@ -152,7 +152,7 @@ func (o *agentOptions) run(ctx context.Context) error {
 		case err == nil:
 			log.Info("Lease agent stopped")
 			return nil
-		case errors.Is(err, leases.ErrLeaseLost) && ctx.Err() == nil:
+		case errors.Is(err, lease.ErrLeaseLost) && ctx.Err() == nil:
 			log.Info("Acquiring the instance Lease again")
 		default:
 			return err

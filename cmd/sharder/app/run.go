@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	crzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -36,6 +37,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/assign"
 	"github.com/sharder-dev/sharder/pkg/config"
 	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/metrics"
 	"github.com/sharder-dev/sharder/pkg/webhook"
 )
 
@@ -228,6 +230,10 @@ func (o *runOptions) run(ctx context.Context) error {
 	restConfig.QPS = o.cfg.Client.QPS
 	restConfig.Burst = o.cfg.Client.Burst
 
+	// The manager's metrics endpoint serves controller-runtime's registry.
+	if err := metrics.Register(crmetrics.Registry); err != nil {
+		return err
+	}
 	mgr, err := newManager(restConfig, o.cfg, log, o.skipNameValidation)
 	if err != nil {
 		return err

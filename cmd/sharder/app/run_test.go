@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -28,9 +30,11 @@ import (
 	"k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/config"
+	smetrics "github.com/sharder-dev/sharder/pkg/metrics"
 )
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
@@ -283,6 +287,9 @@ func TestRunAgainstAPIServer(t *testing.T) {
 		}
 		return body, err
 	}, 30*time.Second, 200*time.Millisecond).Should(ContainSubstring("leader_election_master_status"))
+	// The sharder's families are registered where the endpoint reads.
+	var registered prometheus.AlreadyRegisteredError
+	g.Expect(errors.As(crmetrics.Registry.Register(smetrics.MovesTotal), &registered)).To(BeTrue(), "sharder_moves_total is registered")
 
 	g.Expect(logs.String()).To(ContainSubstring(`"msg":"Starting sharder"`), "JSON logs")
 

@@ -1,10 +1,11 @@
-package leases
+package lease
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -13,8 +14,12 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -68,8 +73,16 @@ type HolderOptions struct {
 	LeaseDuration time.Duration
 	// RenewPeriod is the time between renewals; after a failed attempt the
 	// holder retries after a quarter of it. It must be shorter than
-	// LeaseDuration. Default: LeaseDuration / 3 (5s).
+	// RenewDeadline. Default: LeaseDuration / 3 (5s).
 	RenewPeriod time.Duration
+	// RenewDeadline is how long after the start of its last successful
+	// renewal the holder gives up: it stops renewing and calls OnLost. It
+	// must be longer than RenewPeriod and shorter than LeaseDuration: the
+	// difference to LeaseDuration is the margin between this holder stopping
+	// and a successor with the same instance ID acquiring the Lease, which
+	// covers the time OnLost takes to stop the instance and some clock
+	// drift. Default: LeaseDuration * 2 / 3 (10s).
+	RenewDeadline time.Duration
 
 	// Pod, when set, becomes an ownerReference of the Lease (replacing older
 	// Pod ownerReferences), so that garbage collection deletes the Lease
@@ -77,7 +90,7 @@ type HolderOptions struct {
 	Pod *metav1.OwnerReference
 
 	// OnLost is called once when the holder could not renew the Lease within
-	// LeaseDuration of its last renewal, or found it taken. The instance must
+	// RenewDeadline of its last renewal, or found it taken. The instance must
 	// stop reconciling at once: the sharder may move its objects. Default:
 	// log and exit the process with status 1, as controller-runtime does on
 	// lost leader election.
@@ -138,8 +151,14 @@ func (o *HolderOptions) setDefaults(c client.Client) error {
 	if o.RenewPeriod == 0 {
 		o.RenewPeriod = o.LeaseDuration / 3
 	}
-	if o.RenewPeriod <= 0 || o.RenewPeriod >= o.LeaseDuration {
-		return fmt.Errorf("renew period %v: must be positive and shorter than the lease duration %v", o.RenewPeriod, o.LeaseDuration)
+	if o.RenewDeadline == 0 {
+		o.RenewDeadline = o.LeaseDuration * 2 / 3
+	}
+	if o.RenewDeadline <= 0 || o.RenewDeadline >= o.LeaseDuration {
+		return fmt.Errorf("renew deadline %v: must be positive and shorter than the lease duration %v", o.RenewDeadline, o.LeaseDuration)
+	}
+	if o.RenewPeriod <= 0 || o.RenewPeriod >= o.RenewDeadline {
+		return fmt.Errorf("renew period %v: must be positive and shorter than the renew deadline %v (lease duration %v)", o.RenewPeriod, o.RenewDeadline, o.LeaseDuration)
 	}
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = DefaultShutdownTimeout
@@ -164,9 +183,14 @@ func (o *HolderOptions) setDefaults(c client.Client) error {
 //     been renewed for its leaseDurationSeconds. This includes the sharder's
 //     hold on a Lease it took (twice the instance's duration).
 //   - Every write carries the resourceVersion it was computed from.
-//   - OnLost is called no later than LeaseDuration after the start of the
+//   - A write whose reply was lost (a timeout after the request reached the
+//     API server) is not taken for someone else's: the holder remembers the
+//     specs it sent since its last confirmed write and recognises them.
+//   - OnLost is called no later than RenewDeadline after the start of the
 //     last successful renewal, measured with Clock, even when API requests
-//     hang; the sharder moves objects only after twice that.
+//     hang: LeaseDuration - RenewDeadline before a successor with the same
+//     instance ID could acquire the Lease (renewTime + LeaseDuration), and
+//     well before the sharder moves objects (twice LeaseDuration).
 //   - It renews nothing while Check fails.
 //
 // It assumes that the clocks of the instance and the sharder agree to well
@@ -180,11 +204,28 @@ type Holder struct {
 	held    atomic.Bool
 
 	// lease is the version last written by this holder, nil while not held.
-	// Only the goroutine running the renewals touches it.
+	// Only the goroutine running the renewals touches it (as every field
+	// below).
 	lease *coordinationv1.Lease
 	// renewedAt is when the last successful write started (Clock).
 	renewedAt time.Time
+	// unconfirmed holds the specs of the writes sent since the last confirmed
+	// one, oldest first: a write whose reply was lost (a timeout) may still
+	// have landed, and the Lease then carries a spec only this holder could
+	// have written.
+	unconfirmed []coordinationv1.LeaseSpec
+	// missingSince is when the holder, not holding the Lease, first found
+	// it missing; zero once it has seen it.
+	missingSince time.Time
+
+	// woken carries the watch's requests to check the Lease.
+	woken chan struct{}
 }
+
+// maxUnconfirmed bounds Holder.unconfirmed: attempts between two confirmed
+// writes are spaced by a quarter of the renew period and end at the lease
+// duration, so a dozen covers them; older ones are forgotten first.
+const maxUnconfirmed = 16
 
 var _ manager.LeaderElectionRunnable = &Holder{}
 
@@ -197,7 +238,7 @@ func NewHolder(c client.Client, opts HolderOptions) (*Holder, error) {
 	if err := opts.setDefaults(c); err != nil {
 		return nil, fmt.Errorf("lease holder: %w", err)
 	}
-	return &Holder{client: c, opts: opts, log: logr.Discard()}, nil
+	return &Holder{client: c, opts: opts, log: logr.Discard(), woken: make(chan struct{}, 1)}, nil
 }
 
 // NeedLeaderElection returns false: every instance holds its own Lease.
@@ -226,10 +267,62 @@ func (h *Holder) Start(ctx context.Context) error {
 		return nil
 	}
 	h.log.Info("Acquired the instance Lease")
+	// The watch runs until Start returns, through the shutdown's renewals.
+	watchCtx, stopWatching := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatching()
+	h.watch(watchCtx)
 	if err := h.renew(ctx); err != nil {
 		return h.lost(err)
 	}
 	return h.shutdown(ctx)
+}
+
+// watch starts watching the Lease by name, when the client can watch, so
+// that a Lease deleted, taken, or moved out of the ring is noticed without
+// waiting for the next renewal. The watch only wakes the renewal loop, which
+// checks with the Reader: a watch may deliver a version older than the one
+// this holder wrote.
+func (h *Holder) watch(ctx context.Context) {
+	w, ok := h.client.(client.WithWatch)
+	if !ok {
+		return
+	}
+	byName := fields.OneTermEqualSelector("metadata.name", h.opts.Identity)
+	listOptions := func(raw metav1.ListOptions) *client.ListOptions {
+		return &client.ListOptions{Namespace: h.opts.Namespace, FieldSelector: byName, Raw: &raw}
+	}
+	suspicious := func(obj any) {
+		l, ok := obj.(*coordinationv1.Lease)
+		if !ok || l.Labels[v1alpha1.LabelRing] != h.opts.Ring || ptr.Deref(l.Spec.HolderIdentity, "") != h.opts.Identity {
+			h.wake()
+		}
+	}
+	_, informer := toolscache.NewInformerWithOptions(toolscache.InformerOptions{
+		ListerWatcher: &toolscache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, raw metav1.ListOptions) (runtime.Object, error) {
+				list := &coordinationv1.LeaseList{}
+				return list, w.List(ctx, list, listOptions(raw))
+			},
+			WatchFuncWithContext: func(ctx context.Context, raw metav1.ListOptions) (watch.Interface, error) {
+				return w.Watch(ctx, &coordinationv1.LeaseList{}, listOptions(raw))
+			},
+		},
+		ObjectType: &coordinationv1.Lease{},
+		Handler: toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { suspicious(obj) },
+			UpdateFunc: func(_, obj any) { suspicious(obj) },
+			DeleteFunc: func(any) { h.wake() },
+		},
+	})
+	go informer.RunWithContext(ctx)
+}
+
+// wake asks the renewal loop to check the Lease now.
+func (h *Holder) wake() {
+	select {
+	case h.woken <- struct{}{}:
+	default: // a check is pending already
+	}
 }
 
 // acquire tries every RenewPeriod until the Lease is held (true) or ctx is
@@ -257,13 +350,13 @@ func (h *Holder) acquire(ctx context.Context) bool {
 func (h *Holder) renew(ctx context.Context) error {
 	period := h.opts.RenewPeriod
 	for {
-		if !h.wait(ctx, period) {
-			return nil
+		if due, err := h.waitWatching(ctx, period); !due {
+			return err
 		}
-		deadline := h.renewedAt.Add(h.opts.LeaseDuration)
+		deadline := h.renewedAt.Add(h.opts.RenewDeadline)
 		remaining := deadline.Sub(h.opts.Clock.Now())
 		if remaining <= 0 {
-			return fmt.Errorf("%w: not renewed within %v", ErrLeaseLost, h.opts.LeaseDuration)
+			return fmt.Errorf("%w: not renewed within the renew deadline %v", ErrLeaseLost, h.opts.RenewDeadline)
 		}
 		attemptCtx, cancel := context.WithTimeout(ctx, min(remaining, h.opts.RenewPeriod))
 		ok, err := h.tryAcquireOrRenew(attemptCtx)
@@ -286,6 +379,63 @@ func (h *Holder) renew(ctx context.Context) error {
 	}
 }
 
+// waitWatching waits for d, checking the Lease whenever the watch wakes
+// it. It returns true once d has passed, false when ctx ended first (nil) or
+// the check found the Lease lost (an error wrapping ErrLeaseLost).
+func (h *Holder) waitWatching(ctx context.Context, d time.Duration) (bool, error) {
+	t := h.opts.Clock.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case <-t.C():
+			return true, nil
+		case <-h.woken:
+			if err := h.check(ctx); errors.Is(err, ErrLeaseLost) {
+				return false, err
+			}
+		}
+	}
+}
+
+// check reads the Lease and reports it lost when it is gone, taken, or no
+// longer in the ring. Other errors are left to the next renewal.
+func (h *Holder) check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, h.opts.RenewPeriod)
+	defer cancel()
+	current := &coordinationv1.Lease{}
+	if err := h.opts.Reader.Get(ctx, h.key(), current); err != nil {
+		if apierrors.IsNotFound(err) {
+			return errDeleted
+		}
+		h.log.V(1).Info("Could not check the instance Lease", "error", err.Error())
+		return err
+	}
+	if err := h.leftRing(current); err != nil {
+		return err
+	}
+	if !h.ours(current) {
+		return fmt.Errorf("%w: now held by %q", ErrLeaseLost, ptr.Deref(current.Spec.HolderIdentity, ""))
+	}
+	return nil
+}
+
+// errDeleted reports a Lease deleted while held: the sharder no longer sees
+// the instance as a member and may move its objects once its hold ends, so
+// the instance must stop as on any other loss.
+var errDeleted = fmt.Errorf("%w: the Lease was deleted", ErrLeaseLost)
+
+// leftRing returns an error wrapping ErrLeaseLost when current no longer
+// carries this holder's ring label: removed or changed, the Lease is no
+// longer a member of the ring, as if it were deleted.
+func (h *Holder) leftRing(current *coordinationv1.Lease) error {
+	if ring, ok := current.Labels[v1alpha1.LabelRing]; !ok || ring != h.opts.Ring {
+		return fmt.Errorf("%w: the Lease left ring %q (label %s=%q)", ErrLeaseLost, h.opts.Ring, v1alpha1.LabelRing, ring)
+	}
+	return nil
+}
+
 // wait waits for d; false when ctx ended first.
 func (h *Holder) wait(ctx context.Context, d time.Duration) bool {
 	t := h.opts.Clock.NewTimer(d)
@@ -301,7 +451,7 @@ func (h *Holder) wait(ctx context.Context, d time.Duration) bool {
 // lost marks the Lease lost and calls OnLost.
 func (h *Holder) lost(err error) error {
 	h.held.Store(false)
-	h.lease = nil
+	h.forget()
 	h.log.Error(err, "Lost the instance Lease: the instance must stop reconciling")
 	if h.opts.OnLost != nil {
 		h.opts.OnLost()
@@ -326,7 +476,7 @@ func (h *Holder) shutdown(ctx context.Context) error {
 		}
 		if notIdle != nil {
 			h.held.Store(false)
-			h.lease = nil
+			h.forget()
 			h.log.Error(notIdle, "Not releasing the instance Lease: it expires, and the sharder moves the instance's objects only after two lease durations")
 			return nil
 		}
@@ -350,11 +500,8 @@ func (h *Holder) release(ctx context.Context) error {
 		released.Spec.RenewTime = ptr.To(metav1.NewMicroTime(h.opts.Clock.Now()))
 		err := h.client.Update(ctx, released)
 		switch {
-		case err == nil:
-			h.lease = nil
-			return nil
-		case apierrors.IsNotFound(err):
-			h.lease = nil
+		case err == nil, apierrors.IsNotFound(err):
+			h.forget()
 			return nil
 		case !apierrors.IsConflict(err):
 			return err
@@ -366,7 +513,7 @@ func (h *Holder) release(ctx context.Context) error {
 			return client.IgnoreNotFound(err)
 		}
 		if !h.ours(fresh) {
-			h.lease = nil
+			h.forget()
 			return nil
 		}
 		current = fresh
@@ -402,11 +549,19 @@ func (h *Holder) tryAcquireOrRenew(ctx context.Context) (bool, error) {
 			return false, fmt.Errorf("getting the Lease: %w", err)
 		}
 		if h.lease != nil {
-			// Deleted while held: the sharder counts an instance without a
-			// Lease as dead and moves its objects at once.
-			return false, fmt.Errorf("%w: the Lease was deleted", ErrLeaseLost)
+			return false, errDeleted
+		}
+		// A Lease this holder did not hold: its previous holder (this
+		// instance before a restart, or a process still running elsewhere
+		// with the same ID) may have lost it moments ago and be stopping.
+		if h.missingSince.IsZero() {
+			h.missingSince = now
+		}
+		if createAt := h.missingSince.Add(h.opts.LeaseDuration); now.Before(createAt) {
+			return false, fmt.Errorf("no Lease: creating it at %v, a lease duration after finding it missing", createAt)
 		}
 		created := h.desired(&coordinationv1.Lease{}, now, true)
+		h.attempt(created)
 		if err := h.client.Create(ctx, created); err != nil {
 			return false, fmt.Errorf("creating the Lease: %w", err)
 		}
@@ -414,6 +569,12 @@ func (h *Holder) tryAcquireOrRenew(ctx context.Context) (bool, error) {
 		return true, nil
 	}
 
+	h.missingSince = time.Time{}
+	if h.lease != nil {
+		if err := h.leftRing(current); err != nil {
+			return false, err
+		}
+	}
 	switch {
 	case h.ours(current):
 		// Only metadata changed (the sharder's state label): renew on top.
@@ -428,6 +589,7 @@ func (h *Holder) tryAcquireOrRenew(ctx context.Context) (bool, error) {
 
 // write updates the Lease with the resourceVersion it carries.
 func (h *Holder) write(ctx context.Context, lease *coordinationv1.Lease, now time.Time) (bool, error) {
+	h.attempt(lease)
 	if err := h.client.Update(ctx, lease); err != nil {
 		return false, err
 	}
@@ -435,28 +597,59 @@ func (h *Holder) write(ctx context.Context, lease *coordinationv1.Lease, now tim
 	return true, nil
 }
 
+// attempt remembers the spec of a write about to be sent.
+func (h *Holder) attempt(lease *coordinationv1.Lease) {
+	if len(h.unconfirmed) == maxUnconfirmed {
+		h.unconfirmed = slices.Delete(h.unconfirmed, 0, 1)
+	}
+	h.unconfirmed = append(h.unconfirmed, *lease.Spec.DeepCopy())
+}
+
 func (h *Holder) hold(lease *coordinationv1.Lease, now time.Time) {
 	h.lease = lease
 	h.renewedAt = now
+	h.unconfirmed = nil
 	h.held.Store(true)
 }
 
-// ours reports whether current's spec is the one this holder wrote last.
+// forget drops what the holder wrote: the Lease is no longer its.
+func (h *Holder) forget() {
+	h.lease = nil
+	h.unconfirmed = nil
+}
+
+// ours reports whether current's spec is one this holder wrote: the last
+// confirmed write, or one whose reply never came (it reached the API server
+// although the request failed on this side, e.g. a timeout). Holder,
+// renewTime and acquireTime, stamped to the microsecond by this process,
+// tell it from another process's write.
 func (h *Holder) ours(current *coordinationv1.Lease) bool {
-	if h.lease == nil {
+	if ptr.Deref(current.Spec.HolderIdentity, "") != h.opts.Identity {
 		return false
 	}
-	a, b := &h.lease.Spec, &current.Spec
-	return ptr.Deref(b.HolderIdentity, "") == h.opts.Identity &&
-		ptr.Deref(a.HolderIdentity, "") == h.opts.Identity &&
+	if h.lease != nil && sameStamps(&h.lease.Spec, &current.Spec) {
+		return true
+	}
+	for i := range h.unconfirmed {
+		if sameStamps(&h.unconfirmed[i], &current.Spec) {
+			return true
+		}
+	}
+	return false
+}
+
+func sameStamps(a, b *coordinationv1.LeaseSpec) bool {
+	return ptr.Deref(a.HolderIdentity, "") == ptr.Deref(b.HolderIdentity, "") &&
 		microEqual(a.RenewTime, b.RenewTime) && microEqual(a.AcquireTime, b.AcquireTime)
 }
 
+// microEqual compares two stamps as the API server stores them: to the
+// microsecond (a spec remembered before sending still has nanoseconds).
 func microEqual(a, b *metav1.MicroTime) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.Equal(b)
+	return a.Truncate(time.Microsecond).Equal(b.Truncate(time.Microsecond))
 }
 
 // acquirable reports whether a Lease this holder does not hold may be taken:

@@ -1,0 +1,618 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/instance/lease"
+	"github.com/sharder-dev/sharder/pkg/membership"
+)
+
+// holderRing is the ring label of the holder tests' Leases.
+const holderRing = "holder-test"
+
+// running is a started holder.
+type running struct {
+	*lease.Holder
+	cancel context.CancelFunc
+	done   chan error
+	lost   atomic.Int32
+	lostAt atomic.Pointer[time.Time]
+}
+
+// startHolder starts a holder and stops it at the end of the test.
+func startHolder(t *testing.T, opts lease.HolderOptions) *running {
+	t.Helper()
+	return startHolderOn(t, env.Client, opts)
+}
+
+// startHolderOn starts a holder writing with c.
+func startHolderOn(t *testing.T, c client.Client, opts lease.HolderOptions) *running {
+	t.Helper()
+	r := &running{done: make(chan error, 1)}
+	if opts.OnLost == nil {
+		opts.OnLost = func() {
+			now := time.Now()
+			r.lostAt.Store(&now)
+			r.lost.Add(1)
+		}
+	}
+	h, err := lease.NewHolder(c, opts)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	r.Holder = h
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { r.done <- h.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-r.done; err != nil && !errors.Is(err, lease.ErrLeaseLost) {
+			t.Errorf("holder: %v", err)
+		}
+	})
+	return r
+}
+
+func TestHolderOptions(t *testing.T) {
+	valid := func() lease.HolderOptions {
+		return lease.HolderOptions{Ring: "r", Namespace: "ns", Identity: "i-0"}
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*lease.HolderOptions)
+	}{
+		{"no ring", func(o *lease.HolderOptions) { o.Ring = "" }},
+		{"ring not a DNS label", func(o *lease.HolderOptions) { o.Ring = "Ring.One" }},
+		{"no namespace", func(o *lease.HolderOptions) { o.Namespace = "" }},
+		{"identity not a Lease name", func(o *lease.HolderOptions) { o.Identity = "Instance_0" }},
+		{"negative weight", func(o *lease.HolderOptions) { o.VirtualNodes = -1 }},
+		{"weight above the maximum", func(o *lease.HolderOptions) { o.VirtualNodes = membership.MaxVirtualNodes + 1 }},
+		{"fractional duration", func(o *lease.HolderOptions) { o.LeaseDuration = 1500 * time.Millisecond }},
+		{"duration below a second", func(o *lease.HolderOptions) { o.LeaseDuration = 500 * time.Millisecond }},
+		{"renew period not below the duration", func(o *lease.HolderOptions) {
+			o.LeaseDuration = 2 * time.Second
+			o.RenewPeriod = 2 * time.Second
+		}},
+		{"renew period not below the deadline", func(o *lease.HolderOptions) {
+			o.RenewPeriod = 10 * time.Second
+			o.RenewDeadline = 10 * time.Second
+		}},
+		{"renew period not below the default deadline", func(o *lease.HolderOptions) { o.RenewPeriod = 11 * time.Second }},
+		{"renew deadline not below the duration", func(o *lease.HolderOptions) { o.RenewDeadline = 15 * time.Second }},
+		{"negative renew deadline", func(o *lease.HolderOptions) { o.RenewDeadline = -time.Second }},
+		{"default renew period above the duration given", func(o *lease.HolderOptions) { o.RenewPeriod = 20 * time.Second }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := valid()
+			tc.mutate(&opts)
+			_, err := lease.NewHolder(env.Client, opts)
+			NewWithT(t).Expect(err).To(HaveOccurred())
+		})
+	}
+
+	t.Run("defaults", func(t *testing.T) {
+		g := NewWithT(t)
+		t.Setenv("POD_NAME", "pod-7")
+		h, err := lease.NewHolder(env.Client, lease.HolderOptions{Ring: "r", Namespace: "ns"})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(h.Identity()).To(Equal("pod-7"))
+		g.Expect(h.NeedLeaderElection()).To(BeFalse())
+		g.Expect(h.Held()).To(BeFalse())
+		id, err := lease.DefaultIdentity()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(id).To(Equal("pod-7"))
+	})
+}
+
+// TestHolderCreatesAndRenews checks the Lease the holder writes.
+func TestHolderCreatesAndRenews(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	pod := &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "pod-0", UID: types.UID("uid-new")}
+	r := startHolder(t, lease.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "pod-0", VirtualNodes: 50,
+		LeaseDuration: 2 * time.Second, RenewPeriod: 200 * time.Millisecond, Pod: pod,
+	})
+	g.Eventually(r.Held).Should(BeTrue())
+	first, err := getLease(ns, "pod-0")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(first.Labels).To(Equal(map[string]string{v1alpha1.LabelRing: holderRing, v1alpha1.LabelVirtualNodes: "50"}))
+	g.Expect(first.OwnerReferences).To(Equal([]metav1.OwnerReference{*pod}))
+	g.Expect(first.Spec.HolderIdentity).To(HaveValue(Equal("pod-0")))
+	g.Expect(first.Spec.LeaseDurationSeconds).To(HaveValue(BeEquivalentTo(2)))
+	g.Expect(first.Spec.AcquireTime).NotTo(BeNil())
+	state, _ := membership.StateOf(first, time.Now())
+	g.Expect(state).To(Equal(membership.StateReady))
+
+	g.Eventually(getLease(ns, "pod-0")).Should(HaveField("Spec.RenewTime.Time", BeTemporally(">", first.Spec.RenewTime.Time)))
+	renewed, err := getLease(ns, "pod-0")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(renewed.Spec.AcquireTime.Time).To(BeTemporally("==", first.Spec.AcquireTime.Time), "a renewal keeps the acquire time")
+	g.Expect(r.lost.Load()).To(BeZero())
+}
+
+// TestHolderReacquiresReleasedLease checks that a holder takes over a
+// released Lease and replaces what a former holder left: a stale Pod owner
+// and a weight it no longer asks for.
+func TestHolderReacquiresReleasedLease(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	other := metav1.OwnerReference{APIVersion: "example.dev/v1", Kind: "Thing", Name: "x", UID: "uid-x"}
+	// Released more than its duration ago.
+	createLease(t, holderRing, ns, "pod-1", time.Now().Add(-61*time.Second), 60, func(l *coordinationv1.Lease) {
+		l.Spec.HolderIdentity = ptr.To("")
+		l.Labels[v1alpha1.LabelVirtualNodes] = "10"
+		l.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "pod-1", UID: "uid-old"}, other}
+	})
+	pod := &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "pod-1", UID: "uid-new"}
+	r := startHolder(t, lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-1", LeaseDuration: 2 * time.Second, Pod: pod})
+	g.Eventually(r.Held).Should(BeTrue())
+	got, err := getLease(ns, "pod-1")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.Spec.HolderIdentity).To(HaveValue(Equal("pod-1")))
+	g.Expect(got.Labels).NotTo(HaveKey(v1alpha1.LabelVirtualNodes))
+	g.Expect(got.OwnerReferences).To(ConsistOf(*pod, other))
+}
+
+// TestHolderWaitsOutRecentRelease checks that a Lease released moments ago
+// (the previous process of a restarted instance) is taken back only once its
+// duration has passed since the release: the sharder is moving the released
+// instance's objects meanwhile.
+func TestHolderWaitsOutRecentRelease(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	released := time.Now()
+	createLease(t, holderRing, ns, "pod-6", released, 2, func(l *coordinationv1.Lease) {
+		l.Spec.HolderIdentity = ptr.To("")
+	})
+	r := startHolder(t, lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-6", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
+	g.Eventually(r.Held).Should(BeTrue())
+	got, err := getLease(ns, "pod-6")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.Spec.AcquireTime.Time).To(BeTemporally(">=", released.Add(2*time.Second).Truncate(time.Microsecond)))
+}
+
+// TestHolderKeepsLeaseWhenNotIdle checks that a holder whose BeforeRelease
+// reports work still in flight does not release the Lease: it is left to
+// expire, so the sharder waits before moving the instance's objects.
+func TestHolderKeepsLeaseWhenNotIdle(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	r := startHolder(t, lease.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "pod-8", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond,
+		BeforeRelease: func(context.Context) error { return errors.New("1 reconcile still in flight") },
+	})
+	g.Eventually(r.Held).Should(BeTrue())
+	r.cancel()
+	g.Eventually(r.done).Should(Receive(BeNil()))
+	r.done <- nil // for the cleanup
+	g.Expect(getLease(ns, "pod-8")()).To(HaveField("Spec.HolderIdentity", HaveValue(Equal("pod-8"))))
+	g.Expect(r.Held()).To(BeFalse())
+}
+
+// TestHolderLostWhenDeleted checks that a Lease deleted while held counts as
+// lost (the sharder treats an instance without a Lease as dead) rather than
+// being quietly created again.
+func TestHolderLostWhenDeleted(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	r := startHolder(t, lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-7", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
+	g.Eventually(r.Held).Should(BeTrue())
+	got, err := getLease(ns, "pod-7")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(env.Client.Delete(context.Background(), got)).To(Succeed())
+	var stopped error
+	g.Eventually(r.done).Should(Receive(&stopped))
+	g.Expect(errors.Is(stopped, lease.ErrLeaseLost)).To(BeTrue(), "Start returned %v", stopped)
+	g.Expect(r.lost.Load()).To(BeEquivalentTo(1))
+	r.done <- stopped // for the cleanup
+}
+
+// TestHolderKeepsLeaseAcrossLabelPatches checks that the sharder's state
+// label writes (which change the resourceVersion) do not cost the Lease.
+func TestHolderKeepsLeaseAcrossLabelPatches(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	r := startHolder(t, lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-2", LeaseDuration: time.Second, RenewPeriod: 100 * time.Millisecond})
+	g.Eventually(r.Held).Should(BeTrue())
+	for i := range 10 {
+		got, err := getLease(ns, "pod-2")()
+		g.Expect(err).NotTo(HaveOccurred())
+		patched := got.DeepCopy()
+		patched.Labels[v1alpha1.LabelState] = []string{"ready", "expired"}[i%2]
+		g.Expect(env.Client.Patch(context.Background(), patched, client.MergeFrom(got))).To(Succeed())
+		// Wait for a renewal on top of the patch.
+		g.Eventually(getLease(ns, "pod-2")).Should(HaveField("Spec.RenewTime.Time", BeTemporally(">", got.Spec.RenewTime.Time)))
+	}
+	g.Expect(r.Held()).To(BeTrue())
+	g.Expect(r.lost.Load()).To(BeZero())
+}
+
+// TestHolderLostWhenTaken checks that a holder whose Lease was taken calls
+// OnLost at once and does not release the new holder's Lease.
+func TestHolderLostWhenTaken(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	r := startHolder(t, lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-3", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
+	g.Eventually(r.Held).Should(BeTrue())
+
+	got, err := getLease(ns, "pod-3")()
+	g.Expect(err).NotTo(HaveOccurred())
+	got.Spec.HolderIdentity = ptr.To(sharderIdentity)
+	got.Spec.RenewTime = ptr.To(metav1.NowMicro())
+	g.Expect(env.Client.Update(context.Background(), got)).To(Succeed())
+
+	var err2 error
+	g.Eventually(r.done).Should(Receive(&err2))
+	g.Expect(errors.Is(err2, lease.ErrLeaseLost)).To(BeTrue(), "Start returned %v", err2)
+	g.Expect(r.lost.Load()).To(BeEquivalentTo(1))
+	g.Expect(r.Held()).To(BeFalse())
+	g.Expect(getLease(ns, "pod-3")()).To(HaveField("Spec.HolderIdentity", HaveValue(Equal(sharderIdentity))))
+	r.done <- err2 // for the cleanup
+}
+
+// TestHolderLostWhenRenewalFails checks that a holder that cannot renew calls
+// OnLost once its renew deadline has passed, before the sharder could take
+// the Lease. TestHolderGivesUpAtRenewDeadline pins the instant on a fake
+// clock.
+func TestHolderLostWhenRenewalFails(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	var failing atomic.Bool
+	r := startHolder(t, lease.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "pod-4", LeaseDuration: time.Second, RenewPeriod: 200 * time.Millisecond,
+		Check: func(context.Context) error {
+			if failing.Load() {
+				return errors.New("unhealthy")
+			}
+			return nil
+		},
+	})
+	g.Eventually(r.Held).Should(BeTrue())
+	failing.Store(true)
+	g.Eventually(r.lost.Load, 5*time.Second).Should(BeEquivalentTo(1))
+	g.Eventually(r.done).Should(Receive(MatchError(lease.ErrLeaseLost)))
+	r.done <- nil // for the cleanup
+
+	last, err := getLease(ns, "pod-4")()
+	g.Expect(err).NotTo(HaveOccurred())
+	lostAt := *r.lostAt.Load()
+	g.Expect(lostAt).To(BeTemporally(">=", last.Spec.RenewTime.Add(time.Second*2/3)), "not lost before the renew deadline")
+	g.Expect(lostAt).To(BeTemporally("<", last.Spec.RenewTime.Add(2*time.Second)), "lost before the Lease could be taken")
+	g.Expect(r.Held()).To(BeFalse())
+}
+
+// TestTwoProcessesClaimOneID checks that a second process with the same
+// instance ID does not steal the live Lease: it waits until the first one
+// releases it.
+func TestTwoProcessesClaimOneID(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	opts := lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "twin", LeaseDuration: time.Second, RenewPeriod: 200 * time.Millisecond}
+	first := startHolder(t, opts)
+	g.Eventually(first.Held).Should(BeTrue())
+	second := startHolder(t, opts)
+
+	// Several lease durations pass: the first keeps renewing, the second
+	// keeps waiting, nobody loses.
+	g.Consistently(second.Held, 3*time.Second, 50*time.Millisecond).Should(BeFalse())
+	g.Expect(first.Held()).To(BeTrue())
+	g.Expect(first.lost.Load()).To(BeZero())
+	g.Expect(second.lost.Load()).To(BeZero())
+
+	// The first releases: the second acquires.
+	first.cancel()
+	g.Eventually(first.done).Should(Receive(BeNil()))
+	first.done <- nil // for the cleanup
+	g.Eventually(second.Held, 3*time.Second).Should(BeTrue())
+	g.Expect(getLease(ns, "twin")()).To(HaveField("Spec.HolderIdentity", HaveValue(Equal("twin"))))
+	g.Consistently(second.lost.Load, 2*time.Second).Should(BeZero())
+}
+
+// TestHolderRenewsDuringBeforeRelease checks that the Lease stays held while
+// BeforeRelease runs, even longer than the lease duration, and is released
+// right after.
+func TestHolderRenewsDuringBeforeRelease(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	entered, finish := make(chan struct{}), make(chan struct{})
+	var finishOnce sync.Once
+	release := func() { finishOnce.Do(func() { close(finish) }) }
+	r := startHolder(t, lease.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "pod-5", LeaseDuration: time.Second, RenewPeriod: 200 * time.Millisecond,
+		BeforeRelease: func(context.Context) error {
+			close(entered)
+			<-finish
+			return nil
+		},
+	})
+	// A failing assertion below must not leave BeforeRelease blocked, or the
+	// holder's cleanup would wait for it forever.
+	t.Cleanup(release)
+	g.Eventually(r.Held).Should(BeTrue())
+	r.cancel()
+	g.Eventually(entered).Should(BeClosed())
+	g.Consistently(func() (membership.State, error) {
+		got, err := getLease(ns, "pod-5")()
+		if err != nil {
+			return "", err
+		}
+		state, _ := membership.StateOf(got, time.Now())
+		return state, nil
+	}, 2500*time.Millisecond, 50*time.Millisecond).Should(Equal(membership.StateReady))
+	g.Expect(r.Held()).To(BeTrue())
+
+	release()
+	g.Eventually(r.done).Should(Receive(BeNil()))
+	r.done <- nil // for the cleanup
+	g.Expect(getLease(ns, "pod-5")()).To(HaveField("Spec.HolderIdentity", HaveValue(BeEmpty())))
+	g.Expect(r.Held()).To(BeFalse())
+	g.Expect(r.lost.Load()).To(BeZero())
+}
+
+// TestHolderKeepsLeaseAfterLostReply checks that a write which reached the API
+// server but whose reply was lost (a timeout on this side) is recognised as
+// the holder's own on the next attempt: the holder keeps the Lease instead
+// of taking its own write for someone else's.
+func TestHolderKeepsLeaseAfterLostReply(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+
+	var toLose, lost atomic.Int32 // replies still to lose, replies lost
+	var lastLost atomic.Pointer[coordinationv1.LeaseSpec]
+	loseReply := func(obj client.Object) error {
+		for {
+			n := toLose.Load()
+			if n <= 0 {
+				return nil
+			}
+			if toLose.CompareAndSwap(n, n-1) {
+				lost.Add(1)
+				lastLost.Store(obj.(*coordinationv1.Lease).Spec.DeepCopy())
+				return apierrors.NewTimeoutError("the reply was lost on the way back", 1)
+			}
+		}
+	}
+	c := interceptor.NewClient(watchClient(t), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if err := c.Create(ctx, obj, opts...); err != nil {
+				return err
+			}
+			return loseReply(obj)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if err := c.Update(ctx, obj, opts...); err != nil {
+				return err
+			}
+			return loseReply(obj)
+		},
+	})
+
+	// The creation's reply is lost: the holder holds the Lease it created,
+	// without waiting for it to expire and acquiring it anew.
+	toLose.Store(1)
+	r := startHolderOn(t, c, lease.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "lossy", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond,
+	})
+	g.Eventually(r.Held).Should(BeTrue())
+	g.Expect(lost.Load()).To(BeEquivalentTo(1))
+	created := lastLost.Load()
+	got, err := getLease(ns, "lossy")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.Spec.AcquireTime.Time).To(BeTemporally("==", created.AcquireTime.Time), "the acquisition is the lost creation")
+
+	// Three renewals in a row land with their replies lost.
+	toLose.Store(3)
+	g.Eventually(lost.Load).Should(BeEquivalentTo(4))
+	renewedUnseen := lastLost.Load().RenewTime.Time
+	g.Eventually(getLease(ns, "lossy")).Should(HaveField("Spec.RenewTime.Time", BeTemporally(">", renewedUnseen)), "renewed after the lost replies")
+	g.Expect(r.Held()).To(BeTrue())
+	g.Expect(r.lost.Load()).To(BeZero(), "OnLost not called")
+	g.Expect(getLease(ns, "lossy")()).To(HaveField("Spec.AcquireTime.Time", BeTemporally("==", created.AcquireTime.Time)), "still the same hold")
+}
+
+// watchClient returns an admin client that can also watch.
+func watchClient(t *testing.T) client.WithWatch {
+	t.Helper()
+	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	return c
+}
+
+// TestHolderGivesUpAtRenewDeadline checks, on a fake clock, that a holder
+// that cannot renew calls OnLost at RenewDeadline after the start of its last
+// successful renewal, not before, and so ahead of the moment a successor could
+// acquire the Lease (renewTime + LeaseDuration).
+func TestHolderGivesUpAtRenewDeadline(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	clk := clocktesting.NewFakeClock(time.Now())
+	// Released long ago: acquired at the first attempt.
+	createLease(t, holderRing, ns, "deadline", clk.Now().Add(-time.Hour), 3, func(l *coordinationv1.Lease) {
+		l.Spec.HolderIdentity = ptr.To("")
+	})
+	var failing atomic.Bool
+	var lostAt atomic.Pointer[time.Time]
+	r := startHolder(t, lease.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "deadline",
+		LeaseDuration: 3 * time.Second, RenewPeriod: time.Second, // RenewDeadline: 2s by default
+		Clock: clk,
+		Check: func(context.Context) error {
+			if failing.Load() {
+				return errors.New("unhealthy")
+			}
+			return nil
+		},
+		OnLost: func() {
+			now := clk.Now()
+			lostAt.Store(&now)
+		},
+	})
+	g.Eventually(r.Held).Should(BeTrue())
+	got, err := getLease(ns, "deadline")()
+	g.Expect(err).NotTo(HaveOccurred())
+	renewed := got.Spec.RenewTime.Time
+	g.Expect(renewed).To(BeTemporally("~", clk.Now(), time.Microsecond), "stamped with the fake clock")
+
+	// step moves the fake clock once the holder waits on it.
+	step := func(d time.Duration) {
+		g.Eventually(clk.HasWaiters).Should(BeTrue())
+		clk.Step(d)
+	}
+	failing.Store(true)
+	step(time.Second) // renewal fails; retried every 250ms
+	for range 3 {
+		step(250 * time.Millisecond)
+	}
+	g.Eventually(clk.HasWaiters).Should(BeTrue(), "waiting for the next attempt at 1.75s")
+	g.Expect(lostAt.Load()).To(BeNil(), "not given up before the renew deadline")
+	g.Expect(r.Held()).To(BeTrue())
+
+	step(250 * time.Millisecond)
+	g.Eventually(lostAt.Load).ShouldNot(BeNil())
+	g.Expect(*lostAt.Load()).To(BeTemporally("~", renewed.Add(2*time.Second), time.Microsecond), "given up at the renew deadline")
+	g.Expect(*lostAt.Load()).To(BeTemporally("<", renewed.Add(3*time.Second)), "before a successor could acquire the Lease")
+	g.Expect(r.Held()).To(BeFalse())
+}
+
+// TestHolderStopsAtOnceWhenLeaseVanishes checks that a holder whose Lease is
+// deleted, or leaves the ring (its ring label removed or changed), calls
+// OnLost at once: long before its next renewal would have noticed.
+func TestHolderStopsAtOnceWhenLeaseVanishes(t *testing.T) {
+	t.Parallel()
+	for name, vanish := range map[string]func(g Gomega, l *coordinationv1.Lease){
+		"deleted": func(g Gomega, l *coordinationv1.Lease) {
+			g.Expect(env.Client.Delete(context.Background(), l)).To(Succeed())
+		},
+		"ring label removed": func(g Gomega, l *coordinationv1.Lease) {
+			patched := l.DeepCopy()
+			delete(patched.Labels, v1alpha1.LabelRing)
+			g.Expect(env.Client.Patch(context.Background(), patched, client.MergeFrom(l))).To(Succeed())
+		},
+		"ring label changed": func(g Gomega, l *coordinationv1.Lease) {
+			patched := l.DeepCopy()
+			patched.Labels[v1alpha1.LabelRing] = "another-ring"
+			g.Expect(env.Client.Patch(context.Background(), patched, client.MergeFrom(l))).To(Succeed())
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			ns := env.Namespace(t)
+			// Released long ago: acquired at once, no wait for a creation.
+			createLease(t, holderRing, ns, "vanishing", time.Now().Add(-time.Hour), 60, func(l *coordinationv1.Lease) {
+				l.Spec.HolderIdentity = ptr.To("")
+			})
+			// The next renewal is 20s away: only the watch can tell in time.
+			r := startHolderOn(t, watchClient(t), lease.HolderOptions{
+				Ring: holderRing, Namespace: ns, Identity: "vanishing",
+				LeaseDuration: 60 * time.Second, RenewPeriod: 20 * time.Second,
+			})
+			g.Eventually(r.Held).Should(BeTrue())
+			held, err := getLease(ns, "vanishing")()
+			g.Expect(err).NotTo(HaveOccurred())
+
+			vanished := time.Now()
+			vanish(g, held)
+			g.Eventually(r.lost.Load, 5*time.Second).Should(BeEquivalentTo(1), "OnLost within 5s, not at the renewal 20s away")
+			g.Expect(r.lostAt.Load().Sub(vanished)).To(BeNumerically("<", 5*time.Second))
+			var stopped error
+			g.Eventually(r.done).Should(Receive(&stopped))
+			g.Expect(errors.Is(stopped, lease.ErrLeaseLost)).To(BeTrue(), "Start returned %v", stopped)
+			r.done <- stopped // for the cleanup
+			g.Expect(r.Held()).To(BeFalse())
+
+			// Nothing was written back: no new Lease, no ring label restored.
+			after, err := getLease(ns, "vanishing")()
+			if name == "deleted" {
+				g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "not created again: %v", err)
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(after.Labels[v1alpha1.LabelRing]).NotTo(Equal(holderRing))
+			g.Expect(after.Spec.RenewTime.Time).To(BeTemporally("==", held.Spec.RenewTime.Time), "not renewed after leaving the ring")
+		})
+	}
+}
+
+// TestHolderWaitsBeforeCreating checks, on a fake clock, that a holder that
+// finds no Lease creates it only one lease duration later: a previous holder
+// with the same instance ID whose Lease vanished has stopped by then.
+func TestHolderWaitsBeforeCreating(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	start := time.Now()
+	clk := clocktesting.NewFakeClock(start)
+	r := startHolder(t, lease.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "newcomer",
+		LeaseDuration: 5 * time.Second, RenewPeriod: time.Second, Clock: clk,
+	})
+	for range 4 {
+		g.Eventually(clk.HasWaiters).Should(BeTrue(), "the holder waits for its next attempt")
+		_, err := getLease(ns, "newcomer")()
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no Lease before a lease duration has passed (at %v): %v", clk.Since(start), err)
+		g.Expect(r.Held()).To(BeFalse())
+		clk.Step(time.Second)
+	}
+	g.Eventually(clk.HasWaiters).Should(BeTrue())
+	_, err := getLease(ns, "newcomer")()
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no Lease after 4s: %v", err)
+	clk.Step(time.Second)
+	g.Eventually(r.Held).Should(BeTrue())
+	created, err := getLease(ns, "newcomer")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(created.Spec.AcquireTime.Time).To(BeTemporally("~", start.Add(5*time.Second), time.Microsecond))
+}
+
+// TestHolderLeavesRingAtRenewal checks that a holder without a watch (its
+// client cannot watch) notices a removed ring label at its next renewal and
+// does not write the label back.
+func TestHolderLeavesRingAtRenewal(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	var plain client.Client = struct{ client.Client }{env.Client} // hides any Watch method
+	r := startHolderOn(t, plain, lease.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "unwatched", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond,
+	})
+	g.Eventually(r.Held).Should(BeTrue())
+	held, err := getLease(ns, "unwatched")()
+	g.Expect(err).NotTo(HaveOccurred())
+	patched := held.DeepCopy()
+	delete(patched.Labels, v1alpha1.LabelRing)
+	g.Expect(env.Client.Patch(context.Background(), patched, client.MergeFrom(held))).To(Succeed())
+
+	var stopped error
+	g.Eventually(r.done).Should(Receive(&stopped))
+	g.Expect(errors.Is(stopped, lease.ErrLeaseLost)).To(BeTrue(), "Start returned %v", stopped)
+	r.done <- stopped // for the cleanup
+	g.Expect(r.lost.Load()).To(BeEquivalentTo(1))
+	g.Expect(getLease(ns, "unwatched")()).To(HaveField("Labels", Not(HaveKey(v1alpha1.LabelRing))))
+}

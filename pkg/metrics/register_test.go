@@ -1,0 +1,63 @@
+package metrics
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// TestRegister checks that Register registers every family defined in this
+// package and only where it is told to.
+func TestRegister(t *testing.T) {
+	g := NewWithT(t)
+
+	// Every family the package defines (Name: "sharder_...") is registered.
+	files, err := filepath.Glob("*.go")
+	g.Expect(err).NotTo(HaveOccurred())
+	nameRE := regexp.MustCompile(`Name:\s+"(sharder_[a-z_]+)"`)
+	var defined []string
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, m := range nameRE.FindAllStringSubmatch(string(data), -1) {
+			defined = append(defined, m[1])
+		}
+	}
+	g.Expect(defined).NotTo(BeEmpty())
+
+	r := prometheus.NewPedanticRegistry()
+	g.Expect(Register(r)).To(Succeed())
+	for _, name := range defined {
+		clash := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: "a clash"})
+		g.Expect(r.Register(clash)).To(HaveOccurred(), "%s is registered", name)
+	}
+
+	// Again on the same registry: the same collectors, no error.
+	g.Expect(Register(r)).To(Succeed())
+
+	// Another collector under one of the names is refused.
+	other := prometheus.NewPedanticRegistry()
+	g.Expect(other.Register(prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sharder_moves_total", Help: "a clash",
+	}, []string{LabelRing, LabelReason}))).To(Succeed())
+	g.Expect(Register(other)).To(MatchError(ContainSubstring("sharder_moves_total")))
+
+	g.Expect(slices.Compact(slices.Sorted(slices.Values(defined)))).To(HaveLen(len(collectors())), "one collector per family")
+}
+
+// TestImportRegistersNothing checks that importing the package leaves
+// controller-runtime's global registry, which a controller embedding parts of
+// the project serves as its own, alone.
+func TestImportRegistersNothing(t *testing.T) {
+	g := NewWithT(t)
+	for _, c := range collectors() {
+		g.Expect(crmetrics.Registry.Register(c)).To(Succeed())
+		crmetrics.Registry.Unregister(c)
+	}
+}
