@@ -26,7 +26,9 @@ type ChurnInput struct {
 }
 
 // ChurnSpec creates, updates and deletes EtcdClusters while instances join,
-// leave gracefully and die. Afterwards no two instances ever reconciled one
+// leave gracefully and die, and while the Lease of a running instance is
+// deleted and another's ring label removed (the instance is then not proven
+// gone: the sharder holds its objects while it stops). Afterwards no two instances ever reconciled one
 // object at the same time, every object sits on a live instance (the one
 // the ring chooses) and was reconciled by it after its last change.
 func ChurnSpec(t *testing.T, in ChurnInput) {
@@ -49,8 +51,11 @@ func ChurnSpec(t *testing.T, in ChurnInput) {
 	}{
 		{in.Duration / 5, func() { e.startInstance(fmt.Sprintf("instance-%d", next)); next++ }},
 		{2 * in.Duration / 5, func() { e.stopInstance("instance-0") }},
+		{in.Duration / 2, func() { e.deleteLease("instance-2") }},
 		{3 * in.Duration / 5, func() { e.killInstance("instance-1") }},
+		{7 * in.Duration / 10, func() { e.unlabelLease(fmt.Sprintf("instance-%d", in.Instances)) }},
 		{4 * in.Duration / 5, func() { e.startInstance(fmt.Sprintf("instance-%d", next)); next++ }},
+		{9 * in.Duration / 10, func() { e.startInstance(fmt.Sprintf("instance-%d", next)); next++ }},
 	}
 
 	rng := rand.New(rand.NewPCG(1, 2))

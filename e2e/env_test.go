@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/e2e/framework"
@@ -416,6 +417,20 @@ func (e *ringEnv) lease(id string) *coordinationv1.Lease {
 	var l coordinationv1.Lease
 	e.g.Expect(e.c.Get(e.ctx, client.ObjectKey{Namespace: e.leaseNamespace, Name: id}, &l)).To(gomega.Succeed())
 	return &l
+}
+
+// deleteLease deletes a running instance's Lease, as `kubectl delete lease`
+// does, or the garbage collector after `kubectl delete pod --force`.
+func (e *ringEnv) deleteLease(id string) {
+	e.t.Helper()
+	e.g.Expect(e.c.Delete(e.ctx, e.lease(id))).To(gomega.Succeed())
+}
+
+// unlabelLease removes the ring label from a running instance's Lease.
+func (e *ringEnv) unlabelLease(id string) {
+	e.t.Helper()
+	patch := []byte(`{"metadata":{"labels":{"` + sharderv1alpha1.LabelRing + `":null}}}`)
+	e.g.Expect(e.c.Patch(e.ctx, e.lease(id), client.RawPatch(types.MergePatchType, patch))).To(gomega.Succeed())
 }
 
 // ignoreGone treats a deleted object as success.
