@@ -153,13 +153,53 @@ func TestAgent(t *testing.T) {
 	status.Store(http.StatusNoContent)
 	g.Eventually(agentLeaseState(ns, "worker-0"), 5*time.Second, 20*time.Millisecond).Should(Equal(leases.StateReady), "logs:\n%s", logs)
 
-	// SIGTERM: the command returns and the Lease is released.
+	// SIGTERM while the controller still runs, failing its health check as
+	// it shuts down: the agent keeps renewing, since the controller may
+	// still be reconciling.
 	cancel()
+	status.Store(http.StatusServiceUnavailable)
+	g.Consistently(agentLeaseState(ns, "worker-0"), 2*time.Second, 50*time.Millisecond).Should(Equal(leases.StateReady), "logs:\n%s", logs)
+	g.Expect(done).NotTo(Receive())
+
+	// The controller exits (nothing listens any more): the Lease is
+	// released and the command returns.
+	health.Close()
 	g.Eventually(done, 10*time.Second).Should(Receive(BeNil()))
 	done <- nil // for the cleanup
 	g.Expect(agentLease(ns, "worker-0")()).To(HaveField("Spec.HolderIdentity", HaveValue(BeEmpty())))
 	g.Expect(agentLeaseState(ns, "worker-0")()).To(Equal(leases.StateDead))
 	g.Expect(logs.String()).To(ContainSubstring("Released the instance Lease"))
+}
+
+// TestAgentControllerOutlivesShutdown: when the controller still answers
+// at the end of the agent's shutdown timeout, the Lease is not released
+// but left to expire, so that the sharder waits before moving anything.
+func TestAgentControllerOutlivesShutdown(t *testing.T) {
+	g := NewWithT(t)
+	ns := agentNamespace(t)
+	health := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer health.Close()
+	cancel, done, logs := startAgent(t,
+		"--kubeconfig", agentKubeconfig(t),
+		"--ring", "workers", "--lease-namespace", ns, "--instance", "worker-1",
+		"--lease-duration", "1s", "--renew-period", "200ms", "--shutdown-timeout", "2s",
+		"--health-url", health.URL,
+	)
+	g.Eventually(agentLeaseState(ns, "worker-1"), 10*time.Second, 20*time.Millisecond).Should(Equal(leases.StateReady), "logs:\n%s", logs)
+
+	cancel()
+	// Renewed through the shutdown timeout (longer than the lease duration).
+	g.Consistently(agentLeaseState(ns, "worker-1"), 1500*time.Millisecond, 50*time.Millisecond).Should(Equal(leases.StateReady), "logs:\n%s", logs)
+	g.Eventually(done, 10*time.Second).Should(Receive(BeNil()))
+	done <- nil
+	lease, err := agentLease(ns, "worker-1")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal("worker-1")), "not released")
+	g.Expect(logs.String()).To(ContainSubstring("Not releasing the instance Lease"))
+	g.Expect(logs.String()).NotTo(ContainSubstring("Released the instance Lease"))
+	g.Eventually(agentLeaseState(ns, "worker-1"), 5*time.Second, 20*time.Millisecond).Should(Equal(leases.StateExpired))
 }
 
 // TestAgentInstanceFlag checks --instance and an agent without health URL.
@@ -176,10 +216,13 @@ func TestAgentInstanceFlag(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(lease.Labels).NotTo(HaveKey(v1alpha1.LabelVirtualNodes))
 	g.Expect(lease.OwnerReferences).To(BeEmpty())
+	// Without a health endpoint the agent cannot tell whether the
+	// controller still reconciles: it leaves the Lease to expire.
 	cancel()
 	g.Eventually(done, 10*time.Second).Should(Receive(BeNil()))
 	done <- nil
-	g.Expect(agentLease(ns, "custom-1")()).To(HaveField("Spec.HolderIdentity", HaveValue(BeEmpty())))
+	g.Expect(agentLease(ns, "custom-1")()).To(HaveField("Spec.HolderIdentity", HaveValue(Equal("custom-1"))))
+	g.Expect(logs.String()).To(ContainSubstring("Not releasing the instance Lease"))
 }
 
 // TestAgentFlagErrors checks that bad flags fail before anything runs.
