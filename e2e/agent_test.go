@@ -98,11 +98,22 @@ func AgentShutdownSpec(t *testing.T, in AgentShutdownInput) {
 	after := e.waitSettled(in.Objects, in.Timeout, "instance-1")
 	e.expectReconciledByOwner(in.Timeout)
 	e.expectNoOverlap()
-	exited, _ := controller.ExitTime()
+	// Moved only after the stopped controller's last reconcile had ended.
+	var lastEnd time.Time
+	for _, iv := range e.intervals() {
+		if iv.Instance == victim && iv.End.After(lastEnd) {
+			lastEnd = iv.End
+		}
+	}
+	var lastMove time.Time
 	for _, k := range theirs {
 		o, _ := e.tracker.Get(k)
-		e.g.Expect(o.Changed).To(gomega.BeTemporally(">=", exited), "%s moved before its controller exited", k)
+		e.g.Expect(o.Changed).To(gomega.BeTemporally(">=", lastEnd), "%s moved before %s's last reconcile ended", k, victim)
+		if o.Changed.After(lastMove) {
+			lastMove = o.Changed
+		}
 	}
+	t.Logf("%d objects of %s moved within %s of the end of its last reconcile", len(theirs), victim, lastMove.Sub(lastEnd))
 	prev := before.ByKey()
 	for _, o := range after {
 		if prev[o.Key] != victim {
