@@ -259,3 +259,39 @@ func TestAgentFlagErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestControllerGone: after SIGTERM only a refused connection counts as a
+// stopped controller; an error status or a hanging endpoint means it may
+// still be reconciling.
+func TestControllerGone(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int // 0: the handler hangs until the server closes
+		closed bool
+		want   bool
+	}{
+		{name: "healthy", status: http.StatusOK},
+		{name: "unhealthy while shutting down", status: http.StatusServiceUnavailable},
+		{name: "hanging"},
+		{name: "nothing listens", status: http.StatusOK, closed: true, want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				if tc.status == 0 {
+					<-release
+					return
+				}
+				w.WriteHeader(tc.status)
+			}))
+			stop := func() { close(release); srv.Close() }
+			if tc.closed {
+				stop()
+			} else {
+				defer stop()
+			}
+			o := &agentOptions{healthURL: srv.URL + "/healthz"}
+			NewWithT(t).Expect(o.controllerGone(context.Background())).To(Equal(tc.want))
+		})
+	}
+}
