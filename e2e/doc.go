@@ -3,8 +3,10 @@
 // kube-apiserver), runs the sharder as two leader-elected replicas with its
 // webhook and several operator processes as instances, and drives the
 // scenarios users meet: initial assignment, scale-out and scale-in, an
-// instance killed, the sharder leader killed, forbidden label edits, and a
-// churn run checked for overlapping reconciles.
+// instance killed, the sharder leader killed, forbidden label edits, a
+// churn run checked for overlapping reconciles, and a controller that knows
+// nothing of sharder (e2e/plaincontroller) stopped with its `sharder agent`
+// sidecar while it reconciles.
 //
 // Each scenario is a function taking an input struct, run by a Test
 // function; `go test ./e2e/...` (or `make e2e`) runs them all. Process logs

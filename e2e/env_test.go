@@ -46,6 +46,13 @@ type ringOptions struct {
 	DrainTimeout time.Duration
 	// FailurePolicy of the ring's webhooks. Default: the API's (Ignore).
 	FailurePolicy admissionregistrationv1.FailurePolicyType
+	// Resources of the ring. Default: EtcdClusters and everything they
+	// control.
+	Resources []sharderv1alpha1.RingResource
+	// Tracked is the resource the tracker watches, TrackedKind its kind.
+	// Default: EtcdClusters.
+	Tracked     schema.GroupVersionResource
+	TrackedKind schema.GroupKind
 }
 
 // ringEnv is one scenario's world: a ring of EtcdClusters in a namespace of
@@ -69,7 +76,9 @@ type ringEnv struct {
 	mu        sync.Mutex
 	sharders  []*framework.Sharder
 	instances map[string]*framework.Process
-	procs     framework.Processes
+	// agents are the `sharder agent` sidecars, by instance ID.
+	agents map[string]*framework.Process
+	procs  framework.Processes
 }
 
 // newRingEnv creates the namespaces and the ring and starts the sharder
@@ -86,6 +95,23 @@ func newRingEnv(t *testing.T, opts ringOptions) *ringEnv {
 	if opts.DrainTimeout == 0 {
 		opts.DrainTimeout = 5 * time.Second
 	}
+	if opts.Resources == nil {
+		opts.Resources = []sharderv1alpha1.RingResource{{
+			Group:    etcdClusterKind.Group,
+			Resource: etcdClusters.Resource,
+			// Everything an EtcdCluster controls follows it.
+			ControlledResources: []metav1.GroupResource{
+				{Group: "", Resource: "configmaps"},
+				{Group: "", Resource: "services"},
+				{Group: "apps", Resource: "statefulsets"},
+				{Group: "policy", Resource: "poddisruptionbudgets"},
+				{Group: "", Resource: "pods"},
+			},
+		}}
+	}
+	if opts.Tracked.Empty() {
+		opts.Tracked, opts.TrackedKind = etcdClusters, etcdClusterKind
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	suffix := make([]byte, 3)
 	_, _ = rand.Read(suffix)
@@ -95,6 +121,7 @@ func newRingEnv(t *testing.T, opts ringOptions) *ringEnv {
 		ring: name, namespace: name, leaseNamespace: name + "-instances", sharderNamespace: name + "-sharder",
 		reconcileLogs: filepath.Join(cluster.Dir, name, "reconciles"),
 		instances:     map[string]*framework.Process{},
+		agents:        map[string]*framework.Process{},
 	}
 	t.Cleanup(func() {
 		e.stopAll()
@@ -122,19 +149,8 @@ func newRingEnv(t *testing.T, opts ringOptions) *ringEnv {
 	r := &sharderv1alpha1.ControllerRing{
 		ObjectMeta: metav1.ObjectMeta{Name: e.ring},
 		Spec: sharderv1alpha1.ControllerRingSpec{
-			LeaseNamespace: e.leaseNamespace,
-			Resources: []sharderv1alpha1.RingResource{{
-				Group:    etcdClusterKind.Group,
-				Resource: etcdClusters.Resource,
-				// Everything an EtcdCluster controls follows it.
-				ControlledResources: []metav1.GroupResource{
-					{Group: "", Resource: "configmaps"},
-					{Group: "", Resource: "services"},
-					{Group: "apps", Resource: "statefulsets"},
-					{Group: "policy", Resource: "poddisruptionbudgets"},
-					{Group: "", Resource: "pods"},
-				},
-			}},
+			LeaseNamespace:          e.leaseNamespace,
+			Resources:               opts.Resources,
 			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"e2e.sharder.dev/ring": e.ring}},
 			DrainTimeout:            &drain,
 			InstanceServiceAccounts: []sharderv1alpha1.ServiceAccountReference{{Namespace: e.leaseNamespace, Name: instanceAccount}},
@@ -145,7 +161,7 @@ func newRingEnv(t *testing.T, opts ringOptions) *ringEnv {
 	}
 	g.Expect(e.c.Create(ctx, r)).To(gomega.Succeed())
 
-	e.tracker, err = framework.NewTracker(cluster.ControlPlane.Config, etcdClusters, e.namespace, e.ring)
+	e.tracker, err = framework.NewTracker(cluster.ControlPlane.Config, opts.Tracked, e.namespace, e.ring)
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	g.Expect(e.tracker.Start(ctx)).To(gomega.Succeed())
 	return e
@@ -221,9 +237,19 @@ func (e *ringEnv) startInstance(id string) *framework.Process {
 	e.mu.Lock()
 	e.instances[id] = p
 	e.mu.Unlock()
+	e.waitHeld(id, p)
+	return p
+}
+
+// waitHeld waits until instance id holds its Lease; the processes holding
+// it must not exit meanwhile.
+func (e *ringEnv) waitHeld(id string, procs ...*framework.Process) {
+	e.t.Helper()
 	e.g.Eventually(func() error {
-		if p.Exited() {
-			return gomega.StopTrying(fmt.Sprintf("instance %s exited: %v", id, p.ExitError()))
+		for _, p := range procs {
+			if p.Exited() {
+				return gomega.StopTrying(fmt.Sprintf("%s exited: %v", p.Name, p.ExitError()))
+			}
 		}
 		var lease coordinationv1.Lease
 		if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.leaseNamespace, Name: id}, &lease); err != nil {
@@ -234,7 +260,6 @@ func (e *ringEnv) startInstance(id string) *framework.Process {
 		}
 		return nil
 	}).WithTimeout(time.Minute).WithPolling(100 * time.Millisecond).Should(gomega.Succeed())
-	return p
 }
 
 // reconcileLog is the path of an instance's reconcile log.
@@ -279,12 +304,15 @@ func (e *ringEnv) liveInstances() []string {
 	return ids
 }
 
-// stopAll stops instances first (so they release their Leases while the
-// sharder still runs), then the sharders.
+// stopAll stops instances and agents first (so they release their Leases
+// while the sharder still runs), then the sharders.
 func (e *ringEnv) stopAll() {
 	e.mu.Lock()
-	instances := make([]*framework.Process, 0, len(e.instances))
+	instances := make([]*framework.Process, 0, len(e.instances)+len(e.agents))
 	for _, p := range e.instances {
+		instances = append(instances, p)
+	}
+	for _, p := range e.agents {
 		instances = append(instances, p)
 	}
 	sharders := append([]*framework.Sharder(nil), e.sharders...)
@@ -322,8 +350,9 @@ func (e *ringEnv) createClusters(prefix string, n int) []string {
 	return keys
 }
 
-// waitSettled waits until n EtcdClusters sit on the instances the ring of
-// the given instances (default: the running ones) chooses, none draining.
+// waitSettled waits until n tracked objects (EtcdClusters unless the
+// scenario says otherwise) sit on the instances the ring of the given
+// instances (default: the running ones) chooses, none draining.
 func (e *ringEnv) waitSettled(n int, timeout time.Duration, instances ...string) framework.Assignment {
 	e.t.Helper()
 	if len(instances) == 0 {
@@ -331,8 +360,8 @@ func (e *ringEnv) waitSettled(n int, timeout time.Duration, instances ...string)
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, timeout)
 	defer cancel()
-	if err := e.tracker.Wait(ctx, framework.SettledOn(etcdClusterKind, n, instances...)); err != nil {
-		e.t.Fatalf("EtcdClusters of ring %s did not settle on %v within %s: %v", e.ring, instances, timeout, err)
+	if err := e.tracker.Wait(ctx, framework.SettledOn(e.opts.TrackedKind, n, instances...)); err != nil {
+		e.t.Fatalf("%s of ring %s did not settle on %v within %s: %v", e.opts.Tracked.Resource, e.ring, instances, timeout, err)
 	}
 	return e.tracker.Assignment()
 }

@@ -25,7 +25,7 @@ func runSuite(m *testing.M) int {
 	}
 	scheme := framework.Scheme()
 	utilruntime.Must(etcdv1alpha1.AddToScheme(scheme))
-	cluster, err = framework.NewCluster(framework.ClusterOptions{Dir: dir, Operator: true, Scheme: scheme})
+	cluster, err = framework.NewCluster(framework.ClusterOptions{Dir: dir, Operator: true, PlainController: true, Scheme: scheme})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		return 1

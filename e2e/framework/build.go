@@ -15,6 +15,9 @@ import (
 const (
 	SharderPackage  = "./cmd/sharder"
 	OperatorPackage = "./examples/etcd-operator/cmd/etcd-operator"
+	// PlainControllerPackage is a controller that knows nothing of sharder
+	// beyond a label selector, run beside `sharder agent`.
+	PlainControllerPackage = "./e2e/plaincontroller"
 )
 
 // Binaries are the built programs of a run.
@@ -23,6 +26,8 @@ type Binaries struct {
 	Sharder string
 	// Operator is the path of the example operator binary.
 	Operator string
+	// PlainController is the path of the plain controller binary.
+	PlainController string
 }
 
 // BuildOptions configures Build.
@@ -31,9 +36,11 @@ type BuildOptions struct {
 	Dir string
 	// Operator builds the example operator as well. Default: false.
 	Operator bool
+	// PlainController builds the plain controller as well. Default: false.
+	PlainController bool
 }
 
-// Build compiles the sharder (and the example operator when asked) from the
+// Build compiles the sharder (and the other programs when asked) from the
 // repository into Dir. Each binary is built once; callers share the result.
 func Build(opts BuildOptions) (Binaries, error) {
 	var b Binaries
@@ -43,6 +50,11 @@ func Build(opts BuildOptions) (Binaries, error) {
 	}
 	if opts.Operator {
 		if b.Operator, err = BuildPackage(opts.Dir, OperatorPackage, "etcd-operator"); err != nil {
+			return b, err
+		}
+	}
+	if opts.PlainController {
+		if b.PlainController, err = BuildPackage(opts.Dir, PlainControllerPackage, "plaincontroller"); err != nil {
 			return b, err
 		}
 	}

@@ -30,6 +30,8 @@ type ClusterOptions struct {
 	CRDs []string
 	// Operator builds the example operator too. Default: false.
 	Operator bool
+	// PlainController builds the plain controller too. Default: false.
+	PlainController bool
 	// Scheme of the admin client. Default: Scheme().
 	Scheme *runtime.Scheme
 }
@@ -65,7 +67,7 @@ func NewCluster(opts ClusterOptions) (*Cluster, error) {
 	}
 	c := &Cluster{Dir: opts.Dir, LogDir: filepath.Join(opts.Dir, "logs")}
 	var err error
-	if c.Binaries, err = Build(BuildOptions{Dir: filepath.Join(opts.Dir, "bin"), Operator: opts.Operator}); err != nil {
+	if c.Binaries, err = Build(BuildOptions{Dir: filepath.Join(opts.Dir, "bin"), Operator: opts.Operator, PlainController: opts.PlainController}); err != nil {
 		return nil, err
 	}
 	if c.ControlPlane, err = StartControlPlane(ControlPlaneOptions{Dir: filepath.Join(opts.Dir, "kubeconfigs"), CRDs: opts.CRDs, Scheme: opts.Scheme}); err != nil {

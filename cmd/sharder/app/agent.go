@@ -8,11 +8,15 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -33,7 +37,14 @@ type agentOptions struct {
 	// Filled in by complete.
 	client    client.Client
 	logOutput io.Writer
+
+	// stopping is set once SIGTERM arrived.
+	stopping atomic.Bool
 }
+
+// controllerPollInterval is how often the agent asks, after SIGTERM, whether
+// the controller still runs.
+const controllerPollInterval = 250 * time.Millisecond
 
 // NewAgentCommand returns `sharder agent`.
 func NewAgentCommand() *cobra.Command {
@@ -43,9 +54,18 @@ func NewAgentCommand() *cobra.Command {
 		Short: "Hold an instance Lease for a controller that cannot be changed (sidecar)",
 		Long: `agent holds the instance Lease of the pod it runs in, for a controller that
 cannot hold it itself (any language): it creates the Lease in the ring's lease
-namespace, renews it while the controller's health endpoint answers, and
-releases it when the pod terminates (SIGTERM), so that the sharder moves the
-instance's objects at once.
+namespace and renews it while the controller's health endpoint answers.
+
+On SIGTERM it keeps the Lease as long as the controller still runs, so that
+the sharder moves nothing while a reconcile may be in flight: it goes on
+renewing until the health endpoint refuses connections (the controller has
+exited), then releases the Lease and the sharder moves the instance's objects
+at once. If the controller still runs when --shutdown-timeout ends, or no
+--health-url is given (the agent cannot tell when the controller stops), the
+Lease is not released but left to expire: the sharder then moves the objects
+two lease durations after the last renewal. Run the agent as a native sidecar
+(an init container with restartPolicy: Always): Kubernetes stops it only after
+the controller has exited.
 
 The instance ID (the Lease's name) defaults to $POD_NAME, else the hostname.
 With $POD_NAME and $POD_UID set from the downward API, the Lease is owned by
@@ -73,8 +93,8 @@ its health endpoint to tell.`,
 	fs.DurationVar(&o.holder.LeaseDuration, "lease-duration", membership.DefaultLeaseDuration, "How long the Lease is valid without renewal (whole seconds). The sharder moves the instance's objects about twice this long after the last renewal.")
 	fs.DurationVar(&o.holder.RenewPeriod, "renew-period", 0, "Time between renewals. Default: a third of --lease-duration.")
 	fs.IntVar(&o.holder.VirtualNodes, "virtual-nodes", 0, "Weight of the instance in the ring (sharder.dev/virtual-nodes). Default: 0, the ring's default.")
-	fs.StringVar(&o.healthURL, "health-url", "", "HTTP(S) URL of the controller's health endpoint; the Lease is acquired and renewed only while it answers 2xx. Default: none, renew unconditionally.")
-	fs.DurationVar(&o.holder.ShutdownTimeout, "shutdown-timeout", lease.DefaultShutdownTimeout, "How long the release may take after SIGTERM.")
+	fs.StringVar(&o.healthURL, "health-url", "", "HTTP(S) URL of the controller's health endpoint; the Lease is acquired and renewed only while it answers 2xx, and after SIGTERM kept until it refuses connections. Default: none: renew unconditionally, and leave the Lease to expire after SIGTERM instead of releasing it.")
+	fs.DurationVar(&o.holder.ShutdownTimeout, "shutdown-timeout", lease.DefaultShutdownTimeout, "How long after SIGTERM the agent keeps the Lease while the controller still runs; if it still runs then, the Lease is left to expire instead of released.")
 	fs.StringVar(&o.logging.Format, "log-format", o.logging.Format, "Log format: json or console.")
 	fs.StringVar(&o.logging.Level, "log-level", o.logging.Level, "Log level: debug, info, error, or a verbosity number.")
 	return cmd
@@ -100,7 +120,7 @@ func (o *agentOptions) complete(logOutput io.Writer) error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("--health-url %q: must be an absolute http or https URL", o.healthURL)
 		}
-		o.holder.Check = o.checkHealth
+		o.holder.Check = o.check
 	}
 	if o.holder.Identity == "" {
 		id, err := lease.DefaultIdentity()
@@ -143,6 +163,7 @@ func (o *agentOptions) run(ctx context.Context) error {
 		opts := o.holder
 		// The holder logs the loss; the loop below acquires the Lease again.
 		opts.OnLost = func() {}
+		opts.BeforeRelease = o.waitForController
 		holder, err := lease.NewHolder(o.client, opts)
 		if err != nil {
 			return err
@@ -158,6 +179,60 @@ func (o *agentOptions) run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// check is the holder's condition for writing the Lease: before SIGTERM,
+// a healthy controller; after it, a controller that still runs, healthy or
+// not, since it may still be reconciling.
+func (o *agentOptions) check(ctx context.Context) error {
+	if !o.stopping.Load() {
+		return o.checkHealth(ctx)
+	}
+	if o.controllerGone(ctx) {
+		return fmt.Errorf("the controller has stopped: %s refuses connections", o.healthURL)
+	}
+	return nil
+}
+
+// waitForController is the holder's BeforeRelease: it returns nil once the
+// controller has stopped, so that the Lease is released, and an error (the
+// Lease is left to expire) when the controller still runs at the end of ctx
+// or when there is no health endpoint to tell.
+func (o *agentOptions) waitForController(ctx context.Context) error {
+	o.stopping.Store(true)
+	if o.healthURL == "" {
+		return errors.New("without --health-url the agent cannot tell whether the controller has stopped")
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	log.Info("Keeping the instance Lease until the controller has stopped", "healthURL", o.healthURL, "timeout", o.holder.ShutdownTimeout)
+	err := wait.PollUntilContextCancel(ctx, controllerPollInterval, true, func(ctx context.Context) (bool, error) {
+		return o.controllerGone(ctx), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the controller still answers on %s at the end of the shutdown timeout", o.healthURL)
+	}
+	log.Info("The controller has stopped")
+	return nil
+}
+
+// controllerGone reports whether nothing listens at the health endpoint any
+// more: the controller has exited (or closed its health server, which must
+// then outlive its last reconcile). Any answer, a timeout or another error
+// means it may still run.
+func (o *agentOptions) controllerGone(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.healthURL, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return errors.Is(err, syscall.ECONNREFUSED)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	_ = resp.Body.Close()
+	return false
 }
 
 // checkHealth asks the controller's health endpoint; an answer other than

@@ -153,13 +153,54 @@ func TestAgent(t *testing.T) {
 	status.Store(http.StatusNoContent)
 	g.Eventually(agentLeaseState(ns, "worker-0"), 5*time.Second, 20*time.Millisecond).Should(Equal(membership.StateReady), "logs:\n%s", logs)
 
-	// SIGTERM: the command returns and the Lease is released.
+	// SIGTERM while the controller still runs, failing its health check as
+	// it shuts down: the agent keeps renewing, since the controller may
+	// still be reconciling.
 	cancel()
+	status.Store(http.StatusServiceUnavailable)
+	g.Consistently(agentLeaseState(ns, "worker-0"), 2*time.Second, 50*time.Millisecond).Should(Equal(membership.StateReady), "logs:\n%s", logs)
+	g.Expect(done).NotTo(Receive())
+
+	// The controller exits (nothing listens any more): the Lease is
+	// released and the command returns.
+	health.Close()
 	g.Eventually(done, 10*time.Second).Should(Receive(BeNil()))
 	done <- nil // for the cleanup
 	g.Expect(agentLease(ns, "worker-0")()).To(HaveField("Spec.HolderIdentity", HaveValue(BeEmpty())))
 	g.Expect(agentLeaseState(ns, "worker-0")()).To(Equal(membership.StateDead))
 	g.Expect(logs.String()).To(ContainSubstring("Released the instance Lease"))
+}
+
+// TestAgentControllerOutlivesShutdown: when the controller still answers
+// at the end of the agent's shutdown timeout, the Lease is not released
+// but left to expire, so that the sharder waits before moving anything.
+func TestAgentControllerOutlivesShutdown(t *testing.T) {
+	g := NewWithT(t)
+	ns := agentNamespace(t)
+	health := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer health.Close()
+	cancel, done, logs := startAgent(t,
+		"--kubeconfig", agentKubeconfig(t),
+		"--ring", "workers", "--lease-namespace", ns, "--instance", "worker-1",
+		"--lease-duration", "1s", "--renew-period", "200ms", "--shutdown-timeout", "2s",
+		"--health-url", health.URL,
+	)
+	g.Eventually(agentLeaseState(ns, "worker-1"), 10*time.Second, 20*time.Millisecond).Should(Equal(membership.StateReady), "logs:\n%s", logs)
+
+	cancel()
+	// Renewed through the shutdown timeout (longer than the lease duration).
+	g.Consistently(agentLeaseState(ns, "worker-1"), 1500*time.Millisecond, 50*time.Millisecond).Should(Equal(membership.StateReady), "logs:\n%s", logs)
+	g.Eventually(done, 10*time.Second).Should(Receive(BeNil()))
+	done <- nil
+	lease, err := agentLease(ns, "worker-1")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal("worker-1")), "not released")
+	g.Expect(logs.String()).To(ContainSubstring("Not releasing the instance Lease"))
+	g.Expect(logs.String()).NotTo(ContainSubstring("Released the instance Lease"))
+	// No longer renewed: it expires (and, a lease duration later, becomes uncertain).
+	g.Eventually(agentLeaseState(ns, "worker-1"), 5*time.Second, 20*time.Millisecond).Should(BeElementOf(membership.StateExpired, membership.StateUncertain))
 }
 
 // TestAgentInstanceFlag checks --instance and an agent without health URL.
@@ -176,10 +217,13 @@ func TestAgentInstanceFlag(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(lease.Labels).NotTo(HaveKey(v1alpha1.LabelVirtualNodes))
 	g.Expect(lease.OwnerReferences).To(BeEmpty())
+	// Without a health endpoint the agent cannot tell whether the
+	// controller still reconciles: it leaves the Lease to expire.
 	cancel()
 	g.Eventually(done, 10*time.Second).Should(Receive(BeNil()))
 	done <- nil
-	g.Expect(agentLease(ns, "custom-1")()).To(HaveField("Spec.HolderIdentity", HaveValue(BeEmpty())))
+	g.Expect(agentLease(ns, "custom-1")()).To(HaveField("Spec.HolderIdentity", HaveValue(Equal("custom-1"))))
+	g.Expect(logs.String()).To(ContainSubstring("Not releasing the instance Lease"))
 }
 
 // TestAgentFlagErrors checks that bad flags fail before anything runs.
@@ -212,6 +256,42 @@ func TestAgentFlagErrors(t *testing.T) {
 			defer cancel()
 			err := cmd.ExecuteContext(ctx)
 			g.Expect(err).To(MatchError(ContainSubstring(tc.want)))
+		})
+	}
+}
+
+// TestControllerGone: after SIGTERM only a refused connection counts as a
+// stopped controller; an error status or a hanging endpoint means it may
+// still be reconciling.
+func TestControllerGone(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int // 0: the handler hangs until the server closes
+		closed bool
+		want   bool
+	}{
+		{name: "healthy", status: http.StatusOK},
+		{name: "unhealthy while shutting down", status: http.StatusServiceUnavailable},
+		{name: "hanging"},
+		{name: "nothing listens", status: http.StatusOK, closed: true, want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				if tc.status == 0 {
+					<-release
+					return
+				}
+				w.WriteHeader(tc.status)
+			}))
+			stop := func() { close(release); srv.Close() }
+			if tc.closed {
+				stop()
+			} else {
+				defer stop()
+			}
+			o := &agentOptions{healthURL: srv.URL + "/healthz"}
+			NewWithT(t).Expect(o.controllerGone(context.Background())).To(Equal(tc.want))
 		})
 	}
 }

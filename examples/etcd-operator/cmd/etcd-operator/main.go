@@ -138,6 +138,14 @@ func newScheme() *runtime.Scheme {
 	return s
 }
 
+// cachedObjects are the resources the instance caches, each with the shard
+// label selector: the ring (config/ring) must cover every one of them, or
+// the instance never sees the objects of the missing ones.
+func cachedObjects() []client.Object {
+	return []client.Object{&etcdv1alpha1.EtcdCluster{}, &corev1.ConfigMap{}, &corev1.Service{},
+		&appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &corev1.Pod{}}
+}
+
 // Leases are read and written in the lease namespace only.
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch,namespace=etcd-operator-system
 
@@ -152,10 +160,8 @@ func run(ctx context.Context, o *options) error {
 	// The cache holds only this instance's objects of the ring's resources:
 	// the clusters and everything the clusters control, down to the pods.
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: newScheme(),
-		Cache: instance.CacheOptions(o.ring, o.instance,
-			&etcdv1alpha1.EtcdCluster{}, &corev1.ConfigMap{}, &corev1.Service{},
-			&appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &corev1.Pod{}),
+		Scheme:                 newScheme(),
+		Cache:                  instance.CacheOptions(o.ring, o.instance, cachedObjects()...),
 		Metrics:                metricsserver.Options{BindAddress: o.metricsBindAddress},
 		HealthProbeBindAddress: o.healthProbeBindAddress,
 		// No leader election: every instance works, on its own objects.

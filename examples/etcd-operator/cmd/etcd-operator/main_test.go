@@ -14,8 +14,11 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/yaml"
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/controller"
@@ -192,5 +195,30 @@ func TestRun(t *testing.T) {
 			want = reconcilelog.PhaseEnd
 		}
 		g.Expect(p).To(Equal(want), "records of one object alternate start and end")
+	}
+}
+
+// TestRingCoversCache: the example's ring (config/ring) assigns every
+// resource the instance caches with the shard label selector; a resource it
+// left out would never carry the label, and the instance would never see it.
+func TestRingCoversCache(t *testing.T) {
+	g := NewWithT(t)
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "ring", "controllerring.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	var ring sharderv1alpha1.ControllerRing
+	g.Expect(yaml.UnmarshalStrict(data, &ring)).To(Succeed())
+	inRing := map[schema.GroupResource]bool{}
+	for _, r := range ring.Spec.Resources {
+		inRing[schema.GroupResource{Group: r.Group, Resource: r.Resource}] = true
+		for _, c := range r.ControlledResources {
+			inRing[schema.GroupResource{Group: c.Group, Resource: c.Resource}] = true
+		}
+	}
+	for _, obj := range cachedObjects() {
+		gvk, err := apiutil.GVKForObject(obj, newScheme())
+		g.Expect(err).NotTo(HaveOccurred())
+		mapping, err := env.Client.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(inRing).To(HaveKey(mapping.Resource.GroupResource()), "the ring does not assign %s", gvk.Kind)
 	}
 }

@@ -1,0 +1,155 @@
+// Command plaincontroller is a controller that knows nothing of sharder
+// beyond a label selector on its cache: the kind of controller `sharder
+// agent` is for. The end-to-end suite runs it beside an agent.
+//
+// It reconciles the ConfigMaps of one namespace that match --selector. A
+// reconcile takes as long as the object's e2e.sharder.dev/reconcile-duration
+// annotation says (default: no time), and it finishes that work even when
+// the process is asked to stop, as a reconcile midway through a multi-step
+// change would. Each reconcile's start and end are appended to
+// --reconcile-log as JSON lines, in the format the suite's overlap checker
+// reads. /healthz answers on --health-probe-bind-address until the last
+// reconcile has ended (controller-runtime stops its probe server last).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// DurationAnnotation on a ConfigMap says how long its reconcile takes.
+const DurationAnnotation = "e2e.sharder.dev/reconcile-duration"
+
+type options struct {
+	kubeconfig  string
+	namespace   string
+	selector    string
+	name        string
+	healthProbe string
+	logPath     string
+}
+
+func main() {
+	o := options{}
+	// A flag set of its own: controller-runtime registers --kubeconfig on
+	// the global one.
+	fs := flag.NewFlagSet("plaincontroller", flag.ExitOnError)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Required.")
+	fs.StringVar(&o.namespace, "namespace", "", "Namespace of the ConfigMaps. Required.")
+	fs.StringVar(&o.selector, "selector", "", "Label selector of the cache. Required.")
+	fs.StringVar(&o.name, "name", "", "Name written into the reconcile log. Required.")
+	fs.StringVar(&o.healthProbe, "health-probe-bind-address", "", "Address of /healthz. Required.")
+	fs.StringVar(&o.logPath, "reconcile-log", "", "File the reconcile records are appended to. Required.")
+	_ = fs.Parse(os.Args[1:])
+	ctrl.SetLogger(zap.New())
+	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
+		ctrl.Log.Error(err, "Exiting")
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	if o.kubeconfig == "" || o.namespace == "" || o.selector == "" || o.name == "" || o.healthProbe == "" || o.logPath == "" {
+		return errors.New("--kubeconfig, --namespace, --selector, --name, --health-probe-bind-address and --reconcile-log are required")
+	}
+	selector, err := labels.Parse(o.selector)
+	if err != nil {
+		return fmt.Errorf("--selector: %w", err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Cache: cache.Options{
+			DefaultNamespaces: map[string]cache.Config{o.namespace: {}},
+			ByObject:          map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Label: selector}},
+		},
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: o.healthProbe,
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	log, err := os.OpenFile(o.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("opening the reconcile log: %w", err)
+	}
+	defer log.Close()
+	r := &reconciler{client: mgr.GetClient(), name: o.name, log: log}
+	if err := ctrl.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{}).Complete(r); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
+
+type reconciler struct {
+	client client.Client
+	name   string
+
+	mu  sync.Mutex
+	log *os.File
+}
+
+// record is one line of the reconcile log.
+type record struct {
+	Time      time.Time `json:"time"`
+	Instance  string    `json:"instance"`
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	Phase     string    `json:"phase"`
+	Error     string    `json:"error,omitempty"`
+}
+
+func (r *reconciler) write(req reconcile.Request, phase string, err error) {
+	rec := record{Time: time.Now().UTC(), Instance: r.name, Namespace: req.Namespace, Name: req.Name, Phase: phase}
+	if err != nil {
+		rec.Error = err.Error()
+	}
+	line, _ := json.Marshal(rec)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, _ = r.log.Write(append(line, '\n'))
+}
+
+func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ reconcile.Result, err error) {
+	r.write(req, "start", nil)
+	defer func() { r.write(req, "end", err) }()
+	cm := &corev1.ConfigMap{}
+	if err := r.client.Get(ctx, req.NamespacedName, cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	if v, ok := cm.Annotations[DurationAnnotation]; ok {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return reconcile.Result{}, reconcile.TerminalError(fmt.Errorf("annotation %s: %w", DurationAnnotation, err))
+		}
+		// Not cut short by ctx: the work in flight is finished.
+		time.Sleep(d)
+	}
+	return reconcile.Result{}, nil
+}
