@@ -120,9 +120,11 @@ func AgentShutdownSpec(t *testing.T, in AgentShutdownInput) {
 			e.g.Expect(o.Instance).To(gomega.Equal(prev[o.Key]), "%s was not on the stopped instance but moved", o.Key)
 		}
 	}
-	// Released once the controller was gone, not left to expire.
-	e.g.Expect(e.lease(victim).Spec.HolderIdentity).To(gomega.Equal(ptr.To("")))
+	// Released once the controller was gone, not left to expire: the sharder
+	// moved the objects at once and holds the released Lease while they move
+	// (or held it, and it is still the sharder's).
 	e.g.Expect(agent.Logs()).To(gomega.ContainSubstring("Released the instance Lease"))
+	e.g.Expect(ptr.Deref(e.lease(victim).Spec.HolderIdentity, "")).To(gomega.Or(gomega.BeEmpty(), gomega.HavePrefix("sharder:")))
 }
 
 func TestAgentShutdown(t *testing.T) {
