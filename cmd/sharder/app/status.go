@@ -296,7 +296,7 @@ func readStatus(ctx context.Context, c client.Client, rings []v1alpha1.Controlle
 			}
 			r.Problems = append(r.Problems, err.Error()+" (instances are shown from the status alone)")
 		}
-		instances := instancesFromStatus(ring, leases, now, &r)
+		instances := instancesFromStatus(ring, leases, err == nil, now, &r)
 		r.Instances = sortedInstances(instances)
 		r.ReadyInstances = countReady(r.Instances)
 		report.Rings = append(report.Rings, r)
@@ -307,8 +307,10 @@ func readStatus(ctx context.Context, c client.Client, rings []v1alpha1.Controlle
 
 // instancesFromStatus returns the ring's members as its status lists them,
 // with their Leases' holder and renewal, and the Leases the status does not
-// list. It fills r's counts and the reasons the status may be stale.
-func instancesFromStatus(ring *v1alpha1.ControllerRing, leases []coordinationv1.Lease, now time.Time, r *RingReport) map[string]*InstanceReport {
+// list. It fills r's counts and the reasons the status may be stale; only
+// when haveLeases (the Leases could be listed) does it judge the members by
+// their Leases.
+func instancesFromStatus(ring *v1alpha1.ControllerRing, leases []coordinationv1.Lease, haveLeases bool, now time.Time, r *RingReport) map[string]*InstanceReport {
 	st := &ring.Status
 	switch {
 	case st.ObservedGeneration == 0: // the sharder writes it with every status; generations start at 1
@@ -330,6 +332,9 @@ func instancesFromStatus(ring *v1alpha1.ControllerRing, leases []coordinationv1.
 		held += inst.Objects
 		instances[m.Name] = inst
 		lease, ok := byName[m.Name]
+		if !haveLeases {
+			continue
+		}
 		if !ok {
 			inst.Note = "no Lease in the ring"
 			if m.State == string(membership.StateReady) {

@@ -378,6 +378,22 @@ func TestStatusAsReader(t *testing.T) {
 
 	out, err = run("--recount")
 	g.Expect(err).To(MatchError(ContainSubstring("listing namespaces")), out)
+
+	// Without the Leases the status is still shown, and not judged by them.
+	g.Expect(env.Client.Delete(ctx, objs[3])).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		out, err := run()
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		r = decodeReport(g, out).Rings[0]
+		g.Expect(r.Problems).To(ConsistOf(ContainSubstring("listing the Leases of ring " + ring)))
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	g.Expect(r.Stale).To(BeEmpty())
+	g.Expect(r.Objects).To(Equal(1000))
+	g.Expect(rows(r)).To(Equal([]row{
+		{"instance-a", "ready", 100, 900, -1, -1},
+		{"instance-c", "dead", 100, 8, -1, -1},
+		{"instance-v", "vanished", 100, 80, -1, -1},
+	}))
 }
 
 // TestStatusStale: a report from a status the sharder has not kept up says
