@@ -20,7 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/transport"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -36,6 +38,15 @@ const (
 	outputYAML  = "yaml"
 )
 
+// Where a ring's counts come from (RingReport.Source).
+const (
+	// sourceStatus: the ring's status, as the sharder last wrote it.
+	sourceStatus = "status"
+	// sourceLabels: counted by the command from the objects' labels
+	// (--recount).
+	sourceLabels = "labels"
+)
+
 // stateUnknownInstance marks objects labelled with an instance that has no
 // Lease in the ring: they stay with nobody until the sharder moves them.
 const stateUnknownInstance = "no-lease"
@@ -43,11 +54,10 @@ const stateUnknownInstance = "no-lease"
 // listPageSize bounds each metadata list page.
 const listPageSize = 500
 
-// StatusReport is the output of `sharder status`: what the labels and
-// Leases say right now, computed by the command itself (not copied from the
-// rings' status, which the sharder writes only while it runs).
+// StatusReport is the output of `sharder status`.
 type StatusReport struct {
-	// Time is when the Leases' states were computed.
+	// Time is when the report was made: Lease ages, and the states the
+	// command computes itself, are relative to it.
 	Time metav1.Time `json:"time"`
 	// Rings are sorted by name.
 	Rings []RingReport `json:"rings"`
@@ -58,12 +68,26 @@ type RingReport struct {
 	Name           string `json:"name"`
 	Algorithm      string `json:"algorithm"`
 	LeaseNamespace string `json:"leaseNamespace"`
+	// Source says where the counts and states come from: "status" (the
+	// ring's status as the sharder last wrote it) or "labels" (counted from
+	// the objects' labels and the Leases by the command, with --recount).
+	Source string `json:"source"`
+	// Generation is the ring's metadata.generation, ObservedGeneration the
+	// generation its status describes (0: no status written yet).
+	Generation         int64 `json:"generation"`
+	ObservedGeneration int64 `json:"observedGeneration"`
 	// Ready is the status of the ring's Ready condition as the sharder last
-	// wrote it ("Unknown" when absent), and Reason its reason.
-	Ready  string `json:"ready"`
-	Reason string `json:"reason,omitempty"`
-	// Instances are the ring's instance Leases, sorted by name, then the
-	// instances objects are labelled with that have no Lease.
+	// wrote it ("Unknown" when absent), Reason and Message its reason and
+	// message.
+	Ready   string `json:"ready"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Stale lists why the ring's status may be out of date (source
+	// "status" only): no status written, a generation not yet observed, an
+	// instance the status calls ready whose Lease has long expired.
+	Stale []string `json:"stale,omitempty"`
+	// Instances are the ring's instances, sorted by name, then (source
+	// "labels") the instances objects are labelled with that have no Lease.
 	Instances []InstanceReport `json:"instances"`
 	// ReadyInstances counts instances in state ready.
 	ReadyInstances int `json:"readyInstances"`
@@ -73,25 +97,33 @@ type RingReport struct {
 	Unassigned int `json:"unassigned"`
 	// Drains counts main objects carrying the drain label (drains in flight).
 	Drains int `json:"drains"`
-	// Problems are resources that could not be read (not served, forbidden).
+	// ObjectsWithoutLease counts main objects labelled with an instance that
+	// has no Lease in the ring: nobody reconciles them until the sharder
+	// moves them.
+	ObjectsWithoutLease int `json:"objectsWithoutLease,omitempty"`
+	// Problems are what the command could not read (resources not served or
+	// forbidden, Leases it may not list).
 	Problems []string `json:"problems,omitempty"`
 }
 
 // InstanceReport is one instance of a ring.
 type InstanceReport struct {
 	Name string `json:"name"`
-	// State is the Lease's state (ready, expired, uncertain, dead,
-	// orphaned), or no-lease for an instance only labels name.
+	// State is the instance's state: ready, expired, uncertain, vanished,
+	// dead, orphaned or invalid; no-lease (source "labels") for an instance
+	// only labels name.
 	State string `json:"state"`
 	// VirtualNodes is the instance's weight (the ring's default unless its
 	// Lease says otherwise).
 	VirtualNodes int `json:"virtualNodes"`
 	// Objects counts main objects labelled with the instance.
 	Objects int `json:"objects"`
-	// Controlled counts controlled objects labelled with the instance.
-	Controlled int `json:"controlled"`
-	// Drains counts the instance's main objects carrying the drain label.
-	Drains int `json:"drains"`
+	// Controlled counts controlled objects labelled with the instance, and
+	// Drains the instance's main objects carrying the drain label. Both are
+	// counted only from the labels (source "labels"); the ring's status does
+	// not carry them.
+	Controlled *int `json:"controlled,omitempty"`
+	Drains     *int `json:"drains,omitempty"`
 	// Holder is the Lease's holder identity (empty once released).
 	Holder string `json:"holder,omitempty"`
 	// RenewTime is the Lease's last renewal.
@@ -103,7 +135,11 @@ type InstanceReport struct {
 type statusOptions struct {
 	cluster clusterFlags
 	output  string
+	recount bool
 	now     func() time.Time
+	// wrap, when set, wraps the transport of every request (tests count
+	// requests with it).
+	wrap transport.WrapperFunc
 }
 
 // NewStatusCommand returns `sharder status`.
@@ -112,13 +148,24 @@ func NewStatusCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status [RING]",
 		Short: "Show rings, instances, objects per instance and drains in flight",
-		Long: `Show one ring, or every ring: its instances with their Lease state and weight,
-the objects assigned to each instance, the drains in flight and the objects
-nobody holds. The command reads ControllerRings, instance Leases and the
-metadata of the rings' resources; it computes everything from the labels, so
-it works whether or not the sharder is running.`,
+		Long: `Show one ring, or every ring: its instances with their state and weight, the
+objects assigned to each instance, the drains in flight and the objects nobody
+holds.
+
+By default the command shows each ring's status as the sharder last wrote it
+(one read per ring) with its instances' Leases (one list per ring): it never
+lists the rings' objects, so it is cheap on any cluster. The status is only as
+fresh as the sharder keeps it; the command says when it may be stale (no status
+yet, a spec change not yet observed, an instance called ready whose Lease has
+long expired), which usually means the sharder is not running.
+
+With --recount the command counts everything itself from the objects' labels
+and the Leases, whether or not the sharder runs: it lists the metadata of every
+object of the rings' resources, and adds per instance its controlled objects,
+its drains, and the instances objects are labelled with that have no Lease.`,
 		Example: `  sharder status
   sharder status etcd-operator
+  sharder status etcd-operator --recount
   sharder status etcd-operator -o json`,
 		Args: cobra.MaximumNArgs(1),
 		PreRunE: func(*cobra.Command, []string) error {
@@ -140,6 +187,8 @@ it works whether or not the sharder is running.`,
 	}
 	o.cluster.addFlags(cmd.Flags())
 	cmd.Flags().StringVarP(&o.output, "output", "o", outputTable, "Output format: table, json or yaml.")
+	cmd.Flags().BoolVar(&o.recount, "recount", false,
+		"Count objects from their labels instead of reading the rings' status. Lists the metadata of every object of the rings' resources.")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{outputTable, outputJSON, outputYAML}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
@@ -150,6 +199,9 @@ func (o *statusOptions) clients() (client.Client, metadata.Interface, error) {
 	cfg, err := o.cluster.restConfig()
 	if err != nil {
 		return nil, nil, err
+	}
+	if o.wrap != nil {
+		cfg.Wrap(o.wrap)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: newScheme()})
 	if err != nil {
@@ -200,32 +252,138 @@ func (o *statusOptions) run(ctx context.Context, out io.Writer, args []string) e
 		}
 		rings = list.Items
 	}
-	report, err := collectStatus(ctx, c, m, rings, o.now())
+	var report *StatusReport
+	if o.recount {
+		report, err = recountStatus(ctx, c, m, rings, o.now())
+	} else {
+		report, err = readStatus(ctx, c, rings, o.now())
+	}
 	if err != nil {
 		return err
 	}
 	return writeStatus(out, o.output, report)
 }
 
-// collectStatus computes the report of rings from their Leases and the
-// labels of their resources' objects.
-func collectStatus(ctx context.Context, c client.Client, m metadata.Interface, rings []v1alpha1.ControllerRing, now time.Time) (*StatusReport, error) {
+// newRingReport returns the report of ring with what its spec and Ready
+// condition say.
+func newRingReport(ring *v1alpha1.ControllerRing, source string) RingReport {
+	r := RingReport{
+		Name:               ring.Name,
+		Algorithm:          ring.Spec.EffectiveAlgorithm(),
+		LeaseNamespace:     ring.Spec.LeaseNamespace,
+		Source:             source,
+		Generation:         ring.Generation,
+		ObservedGeneration: ring.Status.ObservedGeneration,
+		Ready:              string(metav1.ConditionUnknown),
+	}
+	if cond := meta.FindStatusCondition(ring.Status.Conditions, v1alpha1.ConditionReady); cond != nil {
+		r.Ready, r.Reason, r.Message = string(cond.Status), cond.Reason, cond.Message
+	}
+	return r
+}
+
+// readStatus makes the report of rings from their status and Leases. It
+// lists no object: per ring it lists only the ring's Leases.
+func readStatus(ctx context.Context, c client.Client, rings []v1alpha1.ControllerRing, now time.Time) (*StatusReport, error) {
+	report := &StatusReport{Time: metav1.NewTime(now), Rings: []RingReport{}}
+	for i := range rings {
+		ring := &rings[i]
+		r := newRingReport(ring, sourceStatus)
+		leases, err := leasesOf(ctx, c, ring)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			r.Problems = append(r.Problems, err.Error()+" (instances are shown from the status alone)")
+		}
+		instances := instancesFromStatus(ring, leases, err == nil, now, &r)
+		r.Instances = sortedInstances(instances)
+		r.ReadyInstances = countReady(r.Instances)
+		report.Rings = append(report.Rings, r)
+	}
+	slices.SortFunc(report.Rings, func(a, b RingReport) int { return cmp.Compare(a.Name, b.Name) })
+	return report, nil
+}
+
+// instancesFromStatus returns the ring's members as its status lists them,
+// with their Leases' holder and renewal, and the Leases the status does not
+// list. It fills r's counts and the reasons the status may be stale; only
+// when haveLeases (the Leases could be listed) does it judge the members by
+// their Leases.
+func instancesFromStatus(ring *v1alpha1.ControllerRing, leases []coordinationv1.Lease, haveLeases bool, now time.Time, r *RingReport) map[string]*InstanceReport {
+	st := &ring.Status
+	switch {
+	case st.ObservedGeneration == 0: // the sharder writes it with every status; generations start at 1
+		r.Stale = append(r.Stale, "the sharder has not written the ring's status yet")
+	case st.ObservedGeneration < ring.Generation:
+		r.Stale = append(r.Stale, fmt.Sprintf("the status describes generation %d of the ring, which is at generation %d",
+			st.ObservedGeneration, ring.Generation))
+	}
+	r.Objects, r.Unassigned, r.Drains = int(st.Objects), int(st.UnassignedObjects), int(st.Drains)
+
+	byName := make(map[string]*coordinationv1.Lease, len(leases))
+	for i := range leases {
+		byName[leases[i].Name] = &leases[i]
+	}
+	instances := make(map[string]*InstanceReport, len(st.Members)+len(leases))
+	held := 0
+	for _, m := range st.Members {
+		inst := &InstanceReport{Name: m.Name, State: m.State, VirtualNodes: int(m.VirtualNodes), Objects: int(m.Objects)}
+		held += inst.Objects
+		instances[m.Name] = inst
+		lease, ok := byName[m.Name]
+		if !haveLeases {
+			continue
+		}
+		if !ok {
+			inst.Note = "no Lease in the ring"
+			if m.State == string(membership.StateReady) {
+				r.Stale = append(r.Stale, fmt.Sprintf("the status says instance %s is ready, but it has no Lease in the ring", m.Name))
+			}
+			continue
+		}
+		inst.Holder, inst.RenewTime = ptr.Deref(lease.Spec.HolderIdentity, ""), lease.Spec.RenewTime
+		inst.Note = leaseNote(lease)
+		if m.State == string(membership.StateReady) {
+			t, d := membership.ReferenceTime(lease), membership.DurationOf(lease)
+			if since := now.Sub(t); since >= 2*d {
+				r.Stale = append(r.Stale, fmt.Sprintf("the status says instance %s is ready, but its Lease was last renewed %s ago (lease duration %s)",
+					m.Name, duration.HumanDuration(since), d))
+			}
+		}
+	}
+	for i := range leases {
+		lease := &leases[i]
+		if _, ok := instances[lease.Name]; ok {
+			continue
+		}
+		inst := leaseInstance(ring, lease, now)
+		inst.Note = joinNotes("not in the ring's status: state computed from the Lease", inst.Note)
+		instances[lease.Name] = inst
+	}
+	if n := r.Objects - r.Unassigned - held; n > 0 {
+		r.ObjectsWithoutLease = n
+	}
+	return instances
+}
+
+// recountStatus makes the report of rings from their Leases and the labels
+// of their resources' objects.
+func recountStatus(ctx context.Context, c client.Client, m metadata.Interface, rings []v1alpha1.ControllerRing, now time.Time) (*StatusReport, error) {
 	report := &StatusReport{Time: metav1.NewTime(now), Rings: []RingReport{}}
 	var namespaces *corev1.NamespaceList
 	for i := range rings {
 		ring := &rings[i]
-		r := RingReport{
-			Name:           ring.Name,
-			Algorithm:      ring.Spec.EffectiveAlgorithm(),
-			LeaseNamespace: ring.Spec.LeaseNamespace,
-			Ready:          string(metav1.ConditionUnknown),
-		}
-		if cond := meta.FindStatusCondition(ring.Status.Conditions, v1alpha1.ConditionReady); cond != nil {
-			r.Ready, r.Reason = string(cond.Status), cond.Reason
-		}
-		instances, err := instancesOf(ctx, c, ring, now)
+		r := newRingReport(ring, sourceLabels)
+		leases, err := leasesOf(ctx, c, ring)
 		if err != nil {
 			return nil, err
+		}
+		instances := make(map[string]*InstanceReport, len(leases))
+		for i := range leases {
+			inst := leaseInstance(ring, &leases[i], now)
+			inst.Controlled, inst.Drains = new(int), new(int)
+			instances[inst.Name] = inst
 		}
 		if namespaces == nil {
 			namespaces = &corev1.NamespaceList{}
@@ -240,9 +398,10 @@ func collectStatus(ctx context.Context, c client.Client, m metadata.Interface, r
 			countObjects(ctx, c.RESTMapper(), m, ring, selected, instances, &r)
 		}
 		r.Instances = sortedInstances(instances)
+		r.ReadyInstances = countReady(r.Instances)
 		for _, inst := range r.Instances {
-			if inst.State == string(membership.StateReady) {
-				r.ReadyInstances++
+			if inst.State == stateUnknownInstance {
+				r.ObjectsWithoutLease += inst.Objects
 			}
 		}
 		report.Rings = append(report.Rings, r)
@@ -251,33 +410,67 @@ func collectStatus(ctx context.Context, c client.Client, m metadata.Interface, r
 	return report, nil
 }
 
-// instancesOf returns the ring's instances from its Leases, by name.
-func instancesOf(ctx context.Context, c client.Client, ring *v1alpha1.ControllerRing, now time.Time) (map[string]*InstanceReport, error) {
+// leasesOf lists the ring's instance Leases.
+func leasesOf(ctx context.Context, c client.Client, ring *v1alpha1.ControllerRing) ([]coordinationv1.Lease, error) {
 	list := &coordinationv1.LeaseList{}
 	if err := c.List(ctx, list, client.InNamespace(ring.Spec.LeaseNamespace), client.MatchingLabels{v1alpha1.LabelRing: ring.Name}); err != nil {
 		return nil, fmt.Errorf("listing the Leases of ring %s in namespace %s: %w", ring.Name, ring.Spec.LeaseNamespace, err)
 	}
-	instances := make(map[string]*InstanceReport, len(list.Items))
-	for i := range list.Items {
-		lease := &list.Items[i]
-		state, _ := membership.StateOf(lease, now)
-		inst := &InstanceReport{
-			Name:         lease.Name,
-			State:        string(state),
-			VirtualNodes: ring.Spec.EffectiveVirtualNodes(),
-			Holder:       ptr.Deref(lease.Spec.HolderIdentity, ""),
-			RenewTime:    lease.Spec.RenewTime,
-		}
-		weight, err := membership.VirtualNodesOf(lease)
-		switch {
-		case err != nil:
-			inst.Note = err.Error() + " (the ring's default weight applies)"
-		case weight > 0:
-			inst.VirtualNodes = weight
-		}
-		instances[lease.Name] = inst
+	return list.Items, nil
+}
+
+// leaseInstance returns the instance of lease with the state the command
+// computes from the Lease alone (membership.StateOf) and its weight.
+func leaseInstance(ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease, now time.Time) *InstanceReport {
+	state, _ := membership.StateOf(lease, now)
+	inst := &InstanceReport{
+		Name:         lease.Name,
+		State:        string(state),
+		VirtualNodes: ring.Spec.EffectiveVirtualNodes(),
+		Holder:       ptr.Deref(lease.Spec.HolderIdentity, ""),
+		RenewTime:    lease.Spec.RenewTime,
+		Note:         leaseNote(lease),
 	}
-	return instances, nil
+	if weight, err := membership.VirtualNodesOf(lease); err == nil && weight > 0 {
+		inst.VirtualNodes = weight
+	}
+	return inst
+}
+
+// leaseNote says what is odd about a Lease: who holds it when its instance
+// does not, a malformed weight label.
+func leaseNote(lease *coordinationv1.Lease) string {
+	var note string
+	switch holder := ptr.Deref(lease.Spec.HolderIdentity, ""); {
+	case holder == "":
+		note = "Lease released"
+	case holder != lease.Name:
+		note = "Lease held by " + holder
+	}
+	if _, err := membership.VirtualNodesOf(lease); err != nil {
+		note = joinNotes(note, err.Error()+" (the ring's default weight applies)")
+	}
+	return note
+}
+
+func joinNotes(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}
+
+func countReady(instances []InstanceReport) int {
+	n := 0
+	for _, inst := range instances {
+		if inst.State == string(membership.StateReady) {
+			n++
+		}
+	}
+	return n
 }
 
 // selectedNamespaces returns the names of the namespaces whose objects the
@@ -304,7 +497,8 @@ func countObjects(ctx context.Context, mapper meta.RESTMapper, m metadata.Interf
 	instance := func(name string) *InstanceReport {
 		inst, ok := instances[name]
 		if !ok {
-			inst = &InstanceReport{Name: name, State: stateUnknownInstance, Note: "objects are labelled with an instance that has no Lease in the ring"}
+			inst = &InstanceReport{Name: name, State: stateUnknownInstance, Controlled: new(int), Drains: new(int),
+				Note: "objects are labelled with an instance that has no Lease in the ring"}
 			instances[name] = inst
 		}
 		return inst
@@ -329,7 +523,7 @@ func countObjects(ctx context.Context, mapper meta.RESTMapper, m metadata.Interf
 			inst := instance(owner)
 			inst.Objects++
 			if draining {
-				inst.Drains++
+				*inst.Drains++
 			}
 		})
 		if err != nil {
@@ -343,7 +537,7 @@ func countObjects(ctx context.Context, mapper meta.RESTMapper, m metadata.Interf
 			seen[controlled] = true
 			err := eachObject(ctx, mapper, m, controlled, "", func(obj *metav1.PartialObjectMetadata) {
 				if owner := obj.Labels[shardLabel]; owner != "" && selected[obj.Namespace] {
-					instance(owner).Controlled++
+					*instance(owner).Controlled++
 				}
 			})
 			if err != nil {
@@ -414,7 +608,7 @@ func writeStatus(out io.Writer, format string, report *StatusReport) error {
 	return writeStatusTable(out, report)
 }
 
-// writeStatusTable prints each ring as a header line and a table of its
+// writeStatusTable prints each ring as a few header lines and a table of its
 // instances.
 func writeStatusTable(out io.Writer, report *StatusReport) error {
 	if len(report.Rings) == 0 {
@@ -422,32 +616,59 @@ func writeStatusTable(out io.Writer, report *StatusReport) error {
 		return err
 	}
 	var errs []error
+	printf := func(w io.Writer, format string, a ...any) {
+		_, err := fmt.Fprintf(w, format, a...)
+		errs = append(errs, err)
+	}
 	for i, r := range report.Rings {
 		if i > 0 {
-			_, err := fmt.Fprintln(out)
-			errs = append(errs, err)
+			printf(out, "\n")
 		}
 		ready := "Ready=" + r.Ready
 		if r.Reason != "" {
 			ready += " (" + r.Reason + ")"
 		}
-		_, err := fmt.Fprintf(out, "Ring %s: %s, %s, Leases in %s\n  %d instances (%d ready), %d objects, %d unassigned, %d drains in flight\n",
-			r.Name, ready, r.Algorithm, r.LeaseNamespace,
-			len(r.Instances), r.ReadyInstances, r.Objects, r.Unassigned, r.Drains)
-		errs = append(errs, err)
+		printf(out, "Ring %s: %s, %s, Leases in %s\n", r.Name, ready, r.Algorithm, r.LeaseNamespace)
+		switch {
+		case r.Source == sourceLabels:
+			printf(out, "  %d instances (%d ready), %d objects, %d unassigned, %d drains in flight\n",
+				len(r.Instances), r.ReadyInstances, r.Objects, r.Unassigned, r.Drains)
+			printf(out, "  source: the labels, counted just now (--recount)\n")
+		case r.ObservedGeneration == 0:
+			printf(out, "  %d instances (%d ready), objects not counted\n", len(r.Instances), r.ReadyInstances)
+			printf(out, "  source: the ring's status, not written yet\n")
+		default:
+			printf(out, "  %d instances (%d ready), %d objects, %d unassigned, %d drains in flight\n",
+				len(r.Instances), r.ReadyInstances, r.Objects, r.Unassigned, r.Drains)
+			printf(out, "  source: the ring's status (observed generation %d, ring generation %d)\n", r.ObservedGeneration, r.Generation)
+		}
+		if r.Ready != string(metav1.ConditionTrue) && r.Message != "" {
+			printf(out, "  message: %s\n", oneLine(r.Message))
+		}
+		for _, s := range r.Stale {
+			printf(out, "  status may be stale: %s\n", oneLine(s))
+		}
+		if len(r.Stale) > 0 {
+			printf(out, "  the sharder may not be running: check its pods, or count from the labels with --recount\n")
+		}
+		if r.Source == sourceStatus && r.ObjectsWithoutLease > 0 {
+			printf(out, "  %d objects are labelled with instances that have no Lease in the ring (--recount names them)\n", r.ObjectsWithoutLease)
+		}
 		for _, p := range r.Problems {
-			_, err := fmt.Fprintf(out, "  problem: %s\n", p)
-			errs = append(errs, err)
+			printf(out, "  problem: %s\n", oneLine(p))
 		}
 		if len(r.Instances) == 0 {
 			continue
 		}
-		_, err = fmt.Fprintln(out)
-		errs = append(errs, err)
+		printf(out, "\n")
+		recounted := r.Source == sourceLabels
 		assigned := r.Objects - r.Unassigned
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		_, err = fmt.Fprintln(tw, "  INSTANCE\tSTATE\tWEIGHT\tOBJECTS\tSHARE\tCONTROLLED\tDRAINS\tNOTE")
-		errs = append(errs, err)
+		if recounted {
+			printf(tw, "  INSTANCE\tSTATE\tWEIGHT\tOBJECTS\tSHARE\tCONTROLLED\tDRAINS\tRENEWED\tNOTE\n")
+		} else {
+			printf(tw, "  INSTANCE\tSTATE\tWEIGHT\tOBJECTS\tSHARE\tRENEWED\tNOTE\n")
+		}
 		for _, inst := range r.Instances {
 			share := "-"
 			if assigned > 0 {
@@ -457,13 +678,27 @@ func writeStatusTable(out io.Writer, report *StatusReport) error {
 			if inst.State != stateUnknownInstance {
 				weight = fmt.Sprint(inst.VirtualNodes)
 			}
-			_, err := fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\n",
-				inst.Name, inst.State, weight, inst.Objects, share, inst.Controlled, inst.Drains, oneLine(inst.Note))
-			errs = append(errs, err)
+			counts := ""
+			if recounted {
+				counts = fmt.Sprintf("%d\t%d\t", ptr.Deref(inst.Controlled, 0), ptr.Deref(inst.Drains, 0))
+			}
+			printf(tw, "  %s\t%s\t%s\t%d\t%s\t%s%s\t%s\n",
+				inst.Name, inst.State, weight, inst.Objects, share, counts, renewed(inst.RenewTime, report.Time.Time), oneLine(inst.Note))
 		}
 		errs = append(errs, tw.Flush())
 	}
 	return errors.Join(errs...)
+}
+
+// renewed says how long before now the Lease was last renewed.
+func renewed(t *metav1.MicroTime, now time.Time) string {
+	switch {
+	case t == nil:
+		return "-"
+	case t.After(now):
+		return "in " + duration.HumanDuration(t.Sub(now))
+	}
+	return duration.HumanDuration(now.Sub(t.Time)) + " ago"
 }
 
 func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
