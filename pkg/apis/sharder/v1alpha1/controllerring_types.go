@@ -200,7 +200,8 @@ type ControllerRingStatus struct {
 type MemberStatus struct {
 	// Name is the instance ID (= Lease name).
 	Name string `json:"name"`
-	// State is ready, expired, uncertain, dead or orphaned.
+	// State is ready, expired, uncertain, vanished, dead, orphaned or invalid
+	// (docs/design.md §3).
 	State string `json:"state"`
 	// VirtualNodes is the instance's weight.
 	// +optional
