@@ -157,11 +157,17 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 
+	if msg := unknownAlgorithm(ring.Spec.EffectiveAlgorithm()); msg != "" {
+		c.stopRunner(ring.Name)
+		logger.Info("Ring names an algorithm this sharder does not know", "algorithm", ring.Spec.EffectiveAlgorithm())
+		return reconcile.Result{}, c.writeNotReadyStatus(ctx, ring, v1alpha1.ReasonUnknownAlgorithm, msg)
+	}
 	cfg, err := resolveRing(ring, c.mapper)
 	if err != nil {
 		c.stopRunner(ring.Name)
 		logger.Info("Ring spec is invalid", "error", err.Error())
-		return reconcile.Result{}, c.writeInvalidStatus(ctx, ring, err)
+		return reconcile.Result{}, c.writeNotReadyStatus(ctx, ring, v1alpha1.ReasonInvalidSpec,
+			fmt.Sprintf("The ring's spec cannot be used: %v. Correct it; nothing is assigned until then.", err))
 	}
 
 	c.mu.Lock()
@@ -199,15 +205,16 @@ func (c *Controller) stopRunner(name string) {
 	}
 }
 
-// writeInvalidStatus reports a spec the controller cannot use.
-func (c *Controller) writeInvalidStatus(ctx context.Context, ring *v1alpha1.ControllerRing, cause error) error {
+// writeNotReadyStatus reports a ring the controller does not run: Ready is
+// False with reason and message.
+func (c *Controller) writeNotReadyStatus(ctx context.Context, ring *v1alpha1.ControllerRing, reason, message string) error {
 	status := ring.Status.DeepCopy()
 	status.ObservedGeneration = ring.Generation
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
 		Type:               v1alpha1.ConditionReady,
 		Status:             metav1.ConditionFalse,
-		Reason:             v1alpha1.ReasonInvalidSpec,
-		Message:            fmt.Sprintf("The ring's spec cannot be used: %v. Correct it; nothing is assigned until then.", cause),
+		Reason:             reason,
+		Message:            message,
 		ObservedGeneration: ring.Generation,
 	})
 	return patchStatus(ctx, c.client, ring, status)

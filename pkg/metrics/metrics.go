@@ -49,10 +49,12 @@ var (
 	}, []string{LabelRing})
 
 	// AssignmentsTotal counts shard labels written on unassigned main
-	// objects (new objects, and objects whose drain was acknowledged).
+	// objects that were not being moved: new objects, and objects whose
+	// label was removed other than by a drain acknowledgement. The end of a
+	// move is counted once, in MovesTotal, never here.
 	AssignmentsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sharder_assignments_total",
-		Help: "Unassigned main objects labelled with their instance.",
+		Help: "Unassigned main objects labelled with their instance (moves not included: see sharder_moves_total).",
 	}, []string{LabelRing})
 
 	// MovesTotal counts main objects that reached a new instance, by reason

@@ -19,8 +19,8 @@ var ErrUnknownAlgorithm = errors.New("unknown ring algorithm")
 // member cannot be placed on a ring (an empty ID).
 var ErrInvalidMember = errors.New("invalid ring member")
 
-// Names of the built-in algorithms. They equal the values the ControllerRing
-// API accepts in spec.algorithm.
+// Names of the built-in algorithms, as a ControllerRing names them in
+// spec.algorithm (which also accepts the name of any registered algorithm).
 const (
 	ConsistentHash = "consistent-hash"
 	Rendezvous     = "rendezvous"
@@ -105,6 +105,18 @@ func Algorithms() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// Registered reports whether New knows an algorithm named name; "" means
+// ConsistentHash.
+func Registered(name string) bool {
+	if name == "" {
+		name = ConsistentHash
+	}
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	_, ok := registry[name]
+	return ok
 }
 
 // New builds a ring for members with the algorithm registered under

@@ -30,7 +30,8 @@ func ShardLabel(ring string) string { return ShardLabelPrefix + ring }
 // DrainLabel returns the label key asking an instance of ring to drain an object.
 func DrainLabel(ring string) string { return DrainLabelPrefix + ring }
 
-// Algorithms a ring can use.
+// Built-in algorithms a ring can use; a sharder built with more registered
+// (ring.Register) accepts their names too.
 const (
 	AlgorithmConsistentHash = "consistent-hash"
 	AlgorithmRendezvous     = "rendezvous"
@@ -70,11 +71,17 @@ type ControllerRingSpec struct {
 	// +optional
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 
-	// Algorithm maps objects to instances.
+	// Algorithm maps objects to instances: one of the built-in algorithms
+	// (consistent-hash, rendezvous, hash-mod, range) or the name of an
+	// algorithm the running sharder was built with (registered with
+	// ring.Register): lowercase letters, digits, '-' and '.', at most 63
+	// characters. A name the sharder does not know leaves the ring not
+	// ready (reason UnknownAlgorithm) and nothing of it is assigned or moved.
 	// Default: consistent-hash.
 	// +optional
 	// +kubebuilder:default=consistent-hash
-	// +kubebuilder:validation:Enum=consistent-hash;rendezvous;hash-mod;range
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
 	Algorithm string `json:"algorithm,omitempty"`
 
 	// VirtualNodes is the weight of an instance whose Lease carries no
@@ -162,6 +169,9 @@ const (
 	ReasonResourceForbidden = "ResourceForbidden"
 	ReasonInvalidSpec       = "InvalidSpec"
 	ReasonCachesNotSynced   = "CachesNotSynced"
+	// ReasonUnknownAlgorithm: spec.algorithm names no algorithm the running
+	// sharder knows; nothing of the ring is assigned or moved.
+	ReasonUnknownAlgorithm = "UnknownAlgorithm"
 )
 
 // ControllerRingStatus is the ring as the sharder last observed it.
