@@ -211,9 +211,6 @@ func slowPatches(cfg *rest.Config, delay time.Duration) *rest.Config {
 	return cfg
 }
 
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // TestReleasedInstanceComesBackAfterItsObjectsMoved checks that an instance
 // that released its Lease on shutdown and restarts with the same ID (a pod
