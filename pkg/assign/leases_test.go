@@ -211,7 +211,6 @@ func slowPatches(cfg *rest.Config, delay time.Duration) *rest.Config {
 	return cfg
 }
 
-
 // TestReleasedInstanceComesBackAfterItsObjectsMoved checks that an instance
 // that released its Lease on shutdown and restarts with the same ID (a pod
 // of a StatefulSet) cannot acquire its Lease again while the sharder is
