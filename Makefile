@@ -27,6 +27,17 @@ HELM := $(BIN)/helm-$(HELM_VERSION)
 GOTESTSUM := $(BIN)/gotestsum-$(GOTESTSUM_VERSION)
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+# Images. IMAGE_TAG is the chart's appVersion: the chart, the kustomizations and
+# the docs refer to these images by exactly these references (config/images_test.go).
+IMAGE_TAG := 0.1.0
+SHARDER_IMAGE := ghcr.io/sharder-dev/sharder:$(IMAGE_TAG)
+OPERATOR_IMAGE := ghcr.io/sharder-dev/etcd-operator:$(IMAGE_TAG)
+# For the local cluster: its sandbox image, and etcd under the example
+# operator's default repository, so that EtcdClusters find it.
+PAUSE_IMAGE := ghcr.io/sharder-dev/pause:1.0
+ETCD_IMAGE := gcr.io/etcd-development/etcd:$(ETCD_VERSION)
+IMAGES := $(BIN)/images
 LDFLAGS := -s -w -X github.com/sharder-dev/sharder/cmd/sharder/app.version=$(VERSION)
 
 TEST_TIMEOUT ?= 15m
@@ -44,6 +55,20 @@ help: ## Show this help.
 .PHONY: build
 build: ## Build the sharder binary into bin/.
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/sharder ./cmd/sharder
+
+.PHONY: images
+images: ## Build the sharder, example operator, pause and etcd images into bin/images/*.tar (no container engine needed).
+	@# Static binaries first; go build leaves an up-to-date one untouched.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(IMAGES)/sharder ./cmd/sharder
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/etcd-operator ./examples/etcd-operator/cmd/etcd-operator
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/pause ./hack/pause
+	cd hack/tools && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/etcd ./cmd/etcd
+	$(GO) build -o $(IMAGES)/pack ./hack/images
+	$(IMAGES)/pack --binary $(IMAGES)/sharder --path /sharder --cmd run --ref $(SHARDER_IMAGE) --output $(IMAGES)/sharder.tar
+	$(IMAGES)/pack --binary $(IMAGES)/etcd-operator --path /etcd-operator --ref $(OPERATOR_IMAGE) --output $(IMAGES)/etcd-operator.tar
+	$(IMAGES)/pack --binary $(IMAGES)/pause --path /pause --ref $(PAUSE_IMAGE) --output $(IMAGES)/pause.tar
+	@# etcd runs as root, as the upstream image does: its data volume is root's.
+	$(IMAGES)/pack --binary $(IMAGES)/etcd --path /usr/local/bin/etcd --user '' --ref $(ETCD_IMAGE) --output $(IMAGES)/etcd.tar
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs and RBAC.
