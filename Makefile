@@ -15,6 +15,11 @@ ETCD_VERSION := v3.6.8
 CONTROL_PLANE := $(BIN)/k8s/$(KUBERNETES_VERSION)-etcd-$(ETCD_VERSION)
 export KUBEBUILDER_ASSETS := $(CONTROL_PLANE)
 KUBECTL := $(CONTROL_PLANE)/kubectl
+# The real one-node cluster (make cluster): the node's binaries, from the same
+# tools module plus containerd, and its state folder (kubeconfig, logs).
+CONTAINERD_VERSION := v2.3.7
+NODE := $(BIN)/k8s/$(KUBERNETES_VERSION)-containerd-$(CONTAINERD_VERSION)
+CLUSTER_DIR := $(BIN)/cluster
 
 # Tools, pinned and installed into bin/.
 CONTROLLER_GEN_VERSION := v0.21.0
@@ -109,8 +114,18 @@ demo: control-plane ## Run the sharder, three example operator instances and 100
 local-control-plane: control-plane ## Run a bare local control plane (etcd + kube-apiserver, sharder CRD) until Ctrl-C.
 	$(GO) run ./hack/local-control-plane --kubeconfig $(BIN)/local/kubeconfig --crds config/crd/bases
 
+.PHONY: cluster
+cluster: control-plane node images ## Start a real one-node cluster as root (kubeconfig: bin/cluster/kubeconfig); make cluster-down stops it.
+	$(GO) run ./hack/cluster up --dir $(CLUSTER_DIR) --control-plane $(CONTROL_PLANE) --node $(NODE) --images $(IMAGES) --pause-image $(PAUSE_IMAGE)
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local cluster and undo its changes to the host (also after a killed run).
+	$(GO) run ./hack/cluster down --dir $(CLUSTER_DIR)
+
 .PHONY: clean
 clean: ## Remove built binaries and tools (bin/).
+	@# The cluster's mounts live under bin/: never remove through them.
+	@if [ -e $(CLUSTER_DIR)/host.json ]; then echo "the local cluster may be running (make cluster-down first)" >&2; exit 1; fi
 	rm -rf $(BIN) dist
 
 ##@ Dependencies
@@ -120,6 +135,12 @@ control-plane: $(CONTROL_PLANE)/kube-apiserver ## Build etcd, kube-apiserver and
 
 $(CONTROL_PLANE)/kube-apiserver:
 	hack/build-control-plane.sh $(CONTROL_PLANE)
+
+.PHONY: node
+node: $(NODE)/kubelet ## Build the local cluster's kubelet, controller manager, scheduler, kube-proxy and containerd (cached).
+
+$(NODE)/kubelet:
+	hack/build-cluster.sh $(NODE) $(CONTAINERD_VERSION)
 
 .PHONY: tools
 tools: $(CONTROLLER_GEN) $(HELM) $(GOTESTSUM) ## Install the pinned tools into bin/ (cached).
