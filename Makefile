@@ -92,14 +92,18 @@ chart-crds: ## Copy the generated CRDs into the Helm chart (after make generate)
 	cp config/crd/bases/*.yaml charts/sharder/crds/
 
 .PHONY: test
-test: control-plane $(HELM) $(GOTESTSUM) ## Run every test: unit, integration (real API server) and e2e.
+test: control-plane node images $(HELM) $(GOTESTSUM) ## Run every test: unit, integration (real API server), e2e, and e2e on a real cluster (as root).
 	@# -count=1: the e2e suite builds the binaries it runs in a subprocess, which
 	@# Go's test cache cannot see, so a cached e2e result could be stale.
 	$(GOTESTSUM) --format testname -- $(RACE) -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: e2e
-e2e: control-plane ## Run only the end-to-end tests: real sharder and operator processes on a local control plane.
+e2e: control-plane node images $(HELM) ## Run only the end-to-end tests: processes on a local control plane, and the chart on a real cluster (as root).
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./e2e/...
+
+.PHONY: e2e-cluster
+e2e-cluster: control-plane node images $(HELM) ## Run only the real-cluster suite (e2e/cluster, as root): it starts and stops make cluster itself.
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./e2e/cluster/...
 
 .PHONY: bench
 bench: control-plane ## Run the Go benchmarks, then measure the sharder on a local control plane (writes docs/benchmarks.md).
