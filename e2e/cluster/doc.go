@@ -7,6 +7,8 @@
 // The scenarios install charts/sharder with its default values and check
 // what users see: two Ready replicas and one leader, the webhook answering
 // through its Service with its self-managed certificate, membership in
-// Leases and ControllerRings, Leases garbage collected with their pods, and
-// an uninstall that leaves nothing behind that would reject writes.
+// Leases and ControllerRings, Leases garbage collected with their pods, the
+// example operator as a StatefulSet scaled from 3 to 4 pods (moves through
+// drains, no overlapping reconciles), and an uninstall that leaves nothing
+// behind that would reject writes.
 package cluster

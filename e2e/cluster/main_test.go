@@ -10,8 +10,12 @@ import (
 	"testing"
 	"time"
 
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 
 	"github.com/sharder-dev/sharder/e2e/framework"
 	"github.com/sharder-dev/sharder/internal/testenv"
@@ -23,8 +27,9 @@ var repoRoot, _ = filepath.Abs("../..")
 var (
 	// kubeconfig is the cluster's admin kubeconfig.
 	kubeconfig = filepath.Join(repoRoot, "bin", "cluster", "kubeconfig")
-	// k8sClient is an admin client of the cluster.
-	k8sClient client.Client
+	// restConfig and k8sClient are the cluster's admin.
+	restConfig *rest.Config
+	k8sClient  client.Client
 )
 
 func TestMain(m *testing.M) { os.Exit(runSuite(m)) }
@@ -44,12 +49,15 @@ func runSuite(m *testing.M) int {
 	}
 	fmt.Fprintf(os.Stderr, "e2e/cluster: cluster up in %s\n", time.Since(start).Round(time.Second))
 	code := func() int {
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		var err error
+		restConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "e2e/cluster: %v\n", err)
 			return 1
 		}
-		k8sClient, err = client.New(cfg, client.Options{Scheme: framework.Scheme()})
+		scheme := framework.Scheme()
+		utilruntime.Must(etcdv1alpha1.AddToScheme(scheme))
+		k8sClient, err = client.New(restConfig, client.Options{Scheme: scheme})
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "e2e/cluster: %v\n", err)
 			return 1
