@@ -63,6 +63,9 @@ func down(l layout) error {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("reading %s: %w", l.path("host.json"), err))
 	}
+	if err := removeNFTables(state); err != nil {
+		errs = append(errs, err)
+	}
 	if err := cleanHostPaths(l, state); err != nil {
 		errs = append(errs, err)
 	}

@@ -23,6 +23,8 @@ var packages = []struct{ file, name string }{
 	{"/usr/lib/cni/bridge", "containernetworking-plugins"},
 	{"/usr/sbin/iptables", "iptables"},
 	{"/usr/sbin/conntrack", "conntrack"},
+	// Debian's iptables is iptables-nft: nft removes the tables it creates.
+	{"/usr/sbin/nft", "nftables"},
 }
 
 // ensurePackages installs the missing packages with apt-get.
@@ -69,6 +71,8 @@ type hostState struct {
 	Sysctls map[string]string `json:"sysctls"`
 	// Created lists the hostPaths that did not exist.
 	Created []string `json:"created"`
+	// NFTables lists the nftables tables ("ip nat") that existed.
+	NFTables []string `json:"nftables"`
 }
 
 func sysctlPath(key string) string {
@@ -93,6 +97,11 @@ func saveHost(l layout) error {
 			s.Created = append(s.Created, p)
 		}
 	}
+	tables, err := nftTables()
+	if err != nil {
+		return err
+	}
+	s.NFTables = tables
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return err
@@ -323,6 +332,51 @@ func cleanIptables() error {
 					}
 				}
 			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// iptablesTables are the nftables tables iptables-nft creates on first use.
+var iptablesTables = []string{"filter", "nat", "mangle", "raw", "security"}
+
+// nftTables returns the nftables tables, as "family name".
+func nftTables() ([]string, error) {
+	out, err := exec.Command("nft", "list", "tables").Output()
+	if err != nil {
+		return nil, fmt.Errorf("nft list tables: %w", err)
+	}
+	var tables []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "table" {
+			tables = append(tables, f[1]+" "+f[2])
+		}
+	}
+	return tables, nil
+}
+
+// removeNFTables deletes the iptables tables that the cluster's use of
+// iptables-nft created (they did not exist before it started). Their chains
+// are already gone; what is left are empty base chains.
+func removeNFTables(s *hostState) error {
+	if s == nil {
+		return nil
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		return nil
+	}
+	tables, err := nftTables()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, t := range tables {
+		family, name, _ := strings.Cut(t, " ")
+		if slices.Contains(s.NFTables, t) || (family != "ip" && family != "ip6") || !slices.Contains(iptablesTables, name) {
+			continue
+		}
+		if out, err := exec.Command("nft", "delete", "table", family, name).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("nft delete table %s: %v: %s", t, err, out))
 		}
 	}
 	return errors.Join(errs...)
