@@ -30,6 +30,9 @@ var (
 	// restConfig and k8sClient are the cluster's admin.
 	restConfig *rest.Config
 	k8sClient  client.Client
+	// toolHome holds kubectl's and helm's caches and settings, which would
+	// otherwise go to $HOME.
+	toolHome string
 )
 
 func TestMain(m *testing.M) { os.Exit(runSuite(m)) }
@@ -39,6 +42,12 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e/cluster: the real-cluster suite runs a kubelet and containerd and needs root; run it as root (CI does)")
 		return 1
 	}
+	var err error
+	if toolHome, err = os.MkdirTemp("", "sharder-e2e-cluster-"); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e/cluster: %v\n", err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(toolHome) }()
 	start := time.Now()
 	if err := makeTarget("cluster"); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e/cluster: cannot start the cluster: %v\n", err)
@@ -49,7 +58,6 @@ func runSuite(m *testing.M) int {
 	}
 	fmt.Fprintf(os.Stderr, "e2e/cluster: cluster up in %s\n", time.Since(start).Round(time.Second))
 	code := func() int {
-		var err error
 		restConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "e2e/cluster: %v\n", err)
@@ -87,7 +95,9 @@ func run(ctx context.Context, name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "KUBECACHEDIR="+filepath.Join(toolHome, "kube"),
+		"HELM_CACHE_HOME="+filepath.Join(toolHome, "helm", "cache"), "HELM_CONFIG_HOME="+filepath.Join(toolHome, "helm", "config"),
+		"HELM_DATA_HOME="+filepath.Join(toolHome, "helm", "data"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("%s %s: %w: %s", filepath.Base(name), strings.Join(args, " "), err, out)

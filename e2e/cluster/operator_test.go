@@ -61,7 +61,7 @@ func testEtcdOperator(t *testing.T) {
 
 	tracker, err := framework.NewTracker(restConfig, etcdClusterGVR, clustersNamespace, operatorRing)
 	g.Expect(err).NotTo(HaveOccurred())
-	drained := newDrainRecorder(t, ctx)
+	drained := newDrainRecorder(ctx, t)
 	g.Expect(tracker.Start(ctx)).To(Succeed())
 
 	By(t, fmt.Sprintf("%d EtcdClusters spread over 3 instances", clusters))
@@ -225,7 +225,7 @@ type drainRecorder struct {
 	drained map[string]bool
 }
 
-func newDrainRecorder(t *testing.T, ctx context.Context) *drainRecorder {
+func newDrainRecorder(ctx context.Context, t *testing.T) *drainRecorder {
 	mc, err := metadata.NewForConfig(restConfig)
 	if err != nil {
 		t.Fatal(err)

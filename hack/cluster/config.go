@@ -27,8 +27,8 @@ func writeConfigs(l layout, pauseImage string) error {
 	return nil
 }
 
-// containerdConfig: a containerd of its own (root, state, socket), CRI
-// only. restrict_oom_score_adj because the machine may lack
+// containerdConfig: a containerd of its own (root, state, socket, and the
+// opt folder it would otherwise create in /opt), CRI only. restrict_oom_score_adj because the machine may lack
 // CAP_SYS_RESOURCE, in which case runc cannot lower a score and every
 // sandbox fails to start. NRI is off: nothing here uses it.
 func containerdConfig(l layout, pauseImage string) string {
@@ -39,6 +39,9 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 
 [grpc]
   address = %q
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
 
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "overlayfs"
@@ -59,7 +62,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["/usr/lib/cni"]
     conf_dir = %q
-`, l.path("containerd", "root"), l.path("containerd", "state"), l.socket(), pauseImage,
+`, l.path("containerd", "root"), l.path("containerd", "state"), l.socket(), l.path("containerd", "opt"), pauseImage,
 		l.path("containerd", "runc"), l.path("etc", "net.d"))
 }
 
@@ -116,6 +119,7 @@ authentication:
 authorization:
   mode: Webhook
 podLogsDir: %s
+volumePluginDir: %s
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard:
@@ -126,7 +130,7 @@ evictionHard:
 rotateCertificates: false
 serverTLSBootstrap: false
 `, l.socket(), cgroupRoot, kubeletPort, kubeletHealthz,
-		l.pki("kubelet-serving.crt"), l.pki("kubelet-serving.key"), l.pki("ca.crt"), l.path("pod-logs"))
+		l.pki("kubelet-serving.crt"), l.pki("kubelet-serving.key"), l.pki("ca.crt"), l.path("pod-logs"), l.path("kubelet-plugins"))
 }
 
 // kubeProxyConfig: iptables mode. The conntrack settings are left as the
@@ -193,6 +197,8 @@ func args(l layout, hostIP string) map[string][]string {
 			"--root-ca-file=" + pki("ca.crt"),
 			"--cluster-signing-cert-file=" + pki("ca.crt"), "--cluster-signing-key-file=" + pki("ca.key"),
 			"--service-cluster-ip-range=" + serviceCIDR,
+			// Its default is under /usr/libexec, which it would create.
+			"--flex-volume-plugin-dir=" + l.path("kubelet-plugins"),
 		},
 		"kube-scheduler": {
 			"--kubeconfig=" + l.path("etc", "kube-scheduler.kubeconfig"),

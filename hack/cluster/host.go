@@ -62,8 +62,10 @@ var sysctls = []string{
 }
 
 // hostPaths are folders outside the state folder that the kubelet and
-// containerd create or write to whatever they are told.
-var hostPaths = []string{"/var/log/containers", "/var/log/pods", "/run/containerd", "/var/lib/cni"}
+// containerd create or write to whatever they are told: log symlinks, the
+// device plugins' socket, shim sockets, CNI results, and util-linux's mount
+// table (the kubelet runs mount).
+var hostPaths = []string{"/var/log/containers", "/var/log/pods", "/var/lib/kubelet", "/run/containerd", "/var/lib/cni", "/run/mount"}
 
 // hostState is what the host looked like before the cluster started.
 type hostState struct {
