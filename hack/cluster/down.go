@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -14,7 +15,7 @@ import (
 // recorded, so it also cleans up after a run that was killed; only the
 // sysctls and the folders up found missing come from DIR/host.json. Running
 // it twice is harmless.
-func down(l layout) error {
+func down(ctx context.Context, l layout) error {
 	var errs []error
 	byName := func(names ...string) []int {
 		var pids []int
@@ -27,7 +28,7 @@ func down(l layout) error {
 	}
 	// The node first, so that nothing restarts the containers; then the
 	// containers (every process in the kubelet's cgroups); then the rest.
-	stop(byName("kubelet", "kube-proxy"), 10*time.Second)
+	stop(byName("kubelet", "kube-proxy"))
 	for i := 0; i < 50; i++ {
 		pids := cgroupProcesses()
 		if len(pids) == 0 {
@@ -40,9 +41,9 @@ func down(l layout) error {
 	}
 	// The API server's clients before it, and etcd last: each stops at once
 	// instead of waiting for the connections of the others.
-	stop(byName("containerd-shim-runc-v2", "ctr", "containerd", "kube-scheduler", "kube-controller-manager"), 10*time.Second)
-	stop(byName("kube-apiserver"), 10*time.Second)
-	stop(byName(components...), 10*time.Second)
+	stop(byName("containerd-shim-runc-v2", "ctr", "containerd", "kube-scheduler", "kube-controller-manager"))
+	stop(byName("kube-apiserver"))
+	stop(byName(components...))
 	if left := findProcesses(l); len(left) > 0 {
 		errs = append(errs, fmt.Errorf("processes still running: %v", left))
 	}
@@ -50,10 +51,10 @@ func down(l layout) error {
 	if err := unmountAll(l.dir); err != nil {
 		errs = append(errs, err)
 	}
-	if err := removeBridge(); err != nil {
+	if err := removeBridge(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	if err := cleanIptables(); err != nil {
+	if err := cleanIptables(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	if err := removeCgroups(); err != nil {
@@ -63,7 +64,7 @@ func down(l layout) error {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("reading %s: %w", l.path("host.json"), err))
 	}
-	if err := removeNFTables(state); err != nil {
+	if err := removeNFTables(ctx, state); err != nil {
 		errs = append(errs, err)
 	}
 	if err := cleanHostPaths(l, state); err != nil {

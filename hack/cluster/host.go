@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,7 +29,7 @@ var packages = []struct{ file, name string }{
 }
 
 // ensurePackages installs the missing packages with apt-get.
-func ensurePackages() error {
+func ensurePackages(ctx context.Context) error {
 	var missing []string
 	for _, p := range packages {
 		if _, err := os.Stat(p.file); err != nil {
@@ -38,12 +39,12 @@ func ensurePackages() error {
 	if len(missing) == 0 {
 		return nil
 	}
-	if _, err := exec.LookPath("apt-get"); err != nil {
+	if !hasCommand("apt-get") {
 		return fmt.Errorf("the node needs these packages and there is no apt-get to install them: %s", strings.Join(missing, " "))
 	}
 	fmt.Printf("installing %s\n", strings.Join(missing, " "))
 	for _, args := range [][]string{{"update"}, append([]string{"install", "-y", "--no-install-recommends"}, missing...)} {
-		cmd := exec.Command("apt-get", args...)
+		cmd := exec.CommandContext(ctx, "apt-get", args...) //nolint:gosec // fixed package names
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("apt-get %s: %w\n%s", args[0], err, out)
@@ -83,7 +84,7 @@ func sysctlPath(key string) string {
 
 // saveHost records the host's state in DIR/host.json. It keeps an existing
 // record: that one was written before an earlier cluster changed anything.
-func saveHost(l layout) error {
+func saveHost(ctx context.Context, l layout) error {
 	path := l.path("host.json")
 	if _, err := os.Stat(path); err == nil {
 		return nil
@@ -99,7 +100,7 @@ func saveHost(l layout) error {
 			s.Created = append(s.Created, p)
 		}
 	}
-	tables, err := nftTables()
+	tables, err := nftTables(ctx)
 	if err != nil {
 		return err
 	}
@@ -108,7 +109,7 @@ func saveHost(l layout) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, data, 0o644)
+	return os.WriteFile(path, data, 0o600)
 }
 
 func loadHost(l layout) (*hostState, error) {
@@ -189,7 +190,7 @@ func createCgroups() error {
 	}
 	for _, d := range dirs {
 		own := filepath.Join(d, cgroupRoot)
-		if err := os.MkdirAll(own, 0o755); err != nil {
+		if err := os.MkdirAll(own, 0o755); err != nil { //nolint:gosec // a cgroup, as the kubelet makes them
 			return fmt.Errorf("creating cgroup %s: %w", own, err)
 		}
 		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
@@ -197,7 +198,7 @@ func createCgroups() error {
 			if err != nil {
 				continue // not the cpuset hierarchy
 			}
-			if err := os.WriteFile(filepath.Join(own, f), v, 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(own, f), v, 0o644); err != nil { //nolint:gosec // a cgroup file: the mode is not used
 				return fmt.Errorf("setting %s: %w", filepath.Join(own, f), err)
 			}
 		}
@@ -212,7 +213,10 @@ func cgroupProcesses() []int {
 	var pids []int
 	for _, d := range dirs {
 		_ = filepath.WalkDir(filepath.Join(d, cgroupRoot), func(path string, e fs.DirEntry, err error) error {
-			if err != nil || !e.IsDir() {
+			if err != nil {
+				return fs.SkipDir // gone, or never made
+			}
+			if !e.IsDir() {
 				return nil
 			}
 			data, _ := os.ReadFile(filepath.Join(path, "cgroup.procs"))
@@ -296,14 +300,14 @@ func iptablesChain(name string) bool {
 
 // cleanIptables removes, in every table of iptables and ip6tables, the rules
 // that jump to the cluster's chains, then those chains.
-func cleanIptables() error {
+func cleanIptables(ctx context.Context) error {
 	var errs []error
 	for _, bin := range []string{"iptables", "ip6tables"} {
-		if _, err := exec.LookPath(bin); err != nil {
+		if !hasCommand(bin) {
 			continue
 		}
 		for _, table := range []string{"filter", "nat", "mangle", "raw"} {
-			out, err := exec.Command(bin, "-w", "-t", table, "-S").Output()
+			out, err := exec.CommandContext(ctx, bin, "-w", "-t", table, "-S").Output() //nolint:gosec // iptables or ip6tables
 			if err != nil {
 				continue // the table or the protocol is not there
 			}
@@ -323,14 +327,14 @@ func cleanIptables() error {
 			}
 			for _, rule := range jumps {
 				args := append([]string{"-w", "-t", table, "-D"}, rule[1:]...)
-				if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
-					errs = append(errs, fmt.Errorf("%s %s: %v: %s", bin, strings.Join(args, " "), err, out))
+				if out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput(); err != nil { //nolint:gosec // deleting a rule iptables listed
+					errs = append(errs, fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, out))
 				}
 			}
 			for _, op := range []string{"-F", "-X"} {
 				for _, c := range chains {
-					if out, err := exec.Command(bin, "-w", "-t", table, op, c).CombinedOutput(); err != nil {
-						errs = append(errs, fmt.Errorf("%s -t %s %s %s: %v: %s", bin, table, op, c, err, out))
+					if out, err := exec.CommandContext(ctx, bin, "-w", "-t", table, op, c).CombinedOutput(); err != nil { //nolint:gosec // a chain iptables listed
+						errs = append(errs, fmt.Errorf("%s -t %s %s %s: %w: %s", bin, table, op, c, err, out))
 					}
 				}
 			}
@@ -339,12 +343,17 @@ func cleanIptables() error {
 	return errors.Join(errs...)
 }
 
+func hasCommand(name string) bool {
+	_, err := exec.LookPath(name)
+	return err == nil
+}
+
 // iptablesTables are the nftables tables iptables-nft creates on first use.
 var iptablesTables = []string{"filter", "nat", "mangle", "raw", "security"}
 
 // nftTables returns the nftables tables, as "family name".
-func nftTables() ([]string, error) {
-	out, err := exec.Command("nft", "list", "tables").Output()
+func nftTables(ctx context.Context) ([]string, error) {
+	out, err := exec.CommandContext(ctx, "nft", "list", "tables").Output() //nolint:gosec // fixed arguments
 	if err != nil {
 		return nil, fmt.Errorf("nft list tables: %w", err)
 	}
@@ -360,14 +369,11 @@ func nftTables() ([]string, error) {
 // removeNFTables deletes the iptables tables that the cluster's use of
 // iptables-nft created (they did not exist before it started). Their chains
 // are already gone; what is left are empty base chains.
-func removeNFTables(s *hostState) error {
-	if s == nil {
+func removeNFTables(ctx context.Context, s *hostState) error {
+	if s == nil || !hasCommand("nft") {
 		return nil
 	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		return nil
-	}
-	tables, err := nftTables()
+	tables, err := nftTables(ctx)
 	if err != nil {
 		return err
 	}
@@ -377,8 +383,8 @@ func removeNFTables(s *hostState) error {
 		if slices.Contains(s.NFTables, t) || (family != "ip" && family != "ip6") || !slices.Contains(iptablesTables, name) {
 			continue
 		}
-		if out, err := exec.Command("nft", "delete", "table", family, name).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("nft delete table %s: %v: %s", t, err, out))
+		if out, err := exec.CommandContext(ctx, "nft", "delete", "table", family, name).CombinedOutput(); err != nil { //nolint:gosec // a table nft listed
+			errs = append(errs, fmt.Errorf("nft delete table %s: %w: %s", t, err, out))
 		}
 	}
 	return errors.Join(errs...)
@@ -426,12 +432,12 @@ func shellWords(line string) []string {
 
 // removeBridge deletes the CNI bridge; the pods' veths went with their
 // network namespaces.
-func removeBridge() error {
-	if _, err := os.Stat(filepath.Join("/sys/class/net", bridgeName)); err != nil {
+func removeBridge(ctx context.Context) error {
+	if _, err := os.Stat(filepath.Join("/sys/class/net", bridgeName)); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	if out, err := exec.Command("ip", "link", "delete", bridgeName).CombinedOutput(); err != nil {
-		return fmt.Errorf("deleting the bridge %s: %v: %s", bridgeName, err, out)
+	if out, err := exec.CommandContext(ctx, "ip", "link", "delete", bridgeName).CombinedOutput(); err != nil { //nolint:gosec // fixed arguments
+		return fmt.Errorf("deleting the bridge %s: %w: %s", bridgeName, err, out)
 	}
 	return nil
 }
@@ -477,7 +483,7 @@ func restoreSysctls(s *hostState) error {
 		if err != nil || strings.TrimSpace(string(cur)) == v {
 			continue
 		}
-		if err := os.WriteFile(sysctlPath(key), []byte(v), 0o644); err != nil {
+		if err := os.WriteFile(sysctlPath(key), []byte(v), 0o644); err != nil { //nolint:gosec // a sysctl: the mode is not used
 			errs = append(errs, fmt.Errorf("restoring %s=%s: %w", key, v, err))
 		}
 	}

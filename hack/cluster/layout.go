@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -48,7 +49,7 @@ func newLayout(dir string) (layout, error) {
 	if err != nil {
 		return layout{}, err
 	}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
+	if err := os.MkdirAll(abs, 0o750); err != nil {
 		return layout{}, err
 	}
 	// Mount points and command lines carry the resolved path.
@@ -76,9 +77,9 @@ func (l layout) pki(name string) string {
 
 // hostIP returns the address other hosts and the pods reach this machine
 // at: the source address of the default route.
-func hostIP() (net.IP, error) {
+func hostIP(ctx context.Context) (net.IP, error) {
 	// No packet is sent: connecting a UDP socket only picks the route.
-	c, err := net.Dial("udp4", "198.51.100.1:9")
+	c, err := (&net.Dialer{}).DialContext(ctx, "udp4", "198.51.100.1:9")
 	if err != nil {
 		return nil, fmt.Errorf("finding the machine's address (is there a default route?): %w", err)
 	}

@@ -51,8 +51,9 @@ func main() {
 	_ = fs.Parse(os.Args[2:])
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer cancel()
-	if err := run(ctx, os.Args[1], *dir, *controlPlane, *node, *images, *pauseImage, *timeout); err != nil {
+	err := run(ctx, os.Args[1], *dir, *controlPlane, *node, *images, *pauseImage, *timeout)
+	cancel()
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "cluster %s: %v\n", os.Args[1], err)
 		os.Exit(1)
 	}
@@ -67,7 +68,7 @@ func run(ctx context.Context, cmd, dir, controlPlane, node, images, pauseImage s
 		return err
 	}
 	if cmd == "down" {
-		return down(l)
+		return down(ctx, l)
 	}
 	for _, p := range []*string{&controlPlane, &node, &images} {
 		if *p == "" || pauseImage == "" {

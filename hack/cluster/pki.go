@@ -146,7 +146,7 @@ func (p *pki) kubeconfig(path, name, server string) error {
 	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
 	cfg.Contexts["sharder-cluster"] = &clientcmdapi.Context{Cluster: "sharder-cluster", AuthInfo: name}
 	cfg.CurrentContext = "sharder-cluster"
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return err
 	}
 	return clientcmd.WriteToFile(*cfg, path)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -27,16 +28,17 @@ type proc struct {
 // DIR/logs/NAME.log and its PID in DIR/pids/NAME.pid.
 func start(l layout, name, binary string, args []string, pathDirs ...string) (*proc, error) {
 	for _, d := range []string{"logs", "pids"} {
-		if err := os.MkdirAll(l.path(d), 0o755); err != nil {
+		if err := os.MkdirAll(l.path(d), 0o750); err != nil {
 			return nil, err
 		}
 	}
-	log, err := os.OpenFile(l.path("logs", name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	log, err := os.OpenFile(l.path("logs", name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = log.Close() }()
-	cmd := exec.Command(binary, args...)
+	// Not bound to a context: the component outlives this command.
+	cmd := exec.CommandContext(context.Background(), binary, args...) //nolint:gosec // a component built by make
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Env = append(os.Environ(), "PATH="+strings.Join(append(pathDirs, "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"), ":"))
@@ -48,7 +50,7 @@ func start(l layout, name, binary string, args []string, pathDirs ...string) (*p
 		p.err = cmd.Wait()
 		close(p.exited)
 	}()
-	if err := os.WriteFile(l.path("pids", name+".pid"), []byte(strconv.Itoa(p.pid)+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(l.path("pids", name+".pid"), []byte(strconv.Itoa(p.pid)+"\n"), 0o600); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -58,7 +60,7 @@ func start(l layout, name, binary string, args []string, pathDirs ...string) (*p
 func (p *proc) failed(l layout) error {
 	select {
 	case <-p.exited:
-		return fmt.Errorf("%s exited (%v); the end of %s:\n%s", p.name, p.err, l.path("logs", p.name+".log"), tail(l.path("logs", p.name+".log"), 15))
+		return fmt.Errorf("%s exited (%w); the end of %s:\n%s", p.name, p.err, l.path("logs", p.name+".log"), tail(l.path("logs", p.name+".log"), 15))
 	default:
 		return nil
 	}
@@ -134,9 +136,13 @@ func alive(pid int) bool {
 	return len(fields) > 0 && fields[0] != "Z"
 }
 
-// stop sends SIGTERM to every pid, waits up to grace for them to end, then
-// kills those left.
-func stop(pids []int, grace time.Duration) {
+// stopGrace is how long stop waits between SIGTERM and SIGKILL.
+const stopGrace = 10 * time.Second
+
+// stop sends SIGTERM to every pid, waits up to stopGrace for them to end,
+// then kills those left.
+func stop(pids []int) {
+	grace := stopGrace
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGTERM)
 	}

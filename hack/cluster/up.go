@@ -20,18 +20,18 @@ import (
 // programmed the Services and the default namespace has its ServiceAccount.
 func up(ctx context.Context, l layout, controlPlane, node, images, pauseImage string) error {
 	// Whatever an earlier run left (it may have been killed) goes first.
-	if err := down(l); err != nil {
+	if err := down(ctx, l); err != nil {
 		return fmt.Errorf("cleaning up an earlier cluster: %w", err)
 	}
 	_ = os.RemoveAll(l.path("logs"))
-	if err := ensurePackages(); err != nil {
+	if err := ensurePackages(ctx); err != nil {
 		return err
 	}
-	ip, err := hostIP()
+	ip, err := hostIP(ctx)
 	if err != nil {
 		return err
 	}
-	if err := saveHost(l); err != nil {
+	if err := saveHost(ctx, l); err != nil {
 		return fmt.Errorf("saving the host's settings: %w", err)
 	}
 	if err := writePKI(l, ip.String()); err != nil {
@@ -69,7 +69,7 @@ func up(ctx context.Context, l layout, controlPlane, node, images, pauseImage st
 			return last == nil, nil
 		})
 		if err != nil && last != nil {
-			return fmt.Errorf("waiting for %s: %w (last: %v)", what, err, last)
+			return fmt.Errorf("waiting for %s: %w (last: %w)", what, err, last)
 		}
 		if err != nil {
 			return fmt.Errorf("waiting for %s: %w", what, err)
@@ -98,7 +98,7 @@ func up(ctx context.Context, l layout, controlPlane, node, images, pauseImage st
 		}
 	}
 	ctr := func(args ...string) *exec.Cmd {
-		return exec.CommandContext(ctx, filepath.Join(node, "ctr"), append([]string{"--address", l.socket(), "--namespace", "k8s.io"}, args...)...)
+		return exec.CommandContext(ctx, filepath.Join(node, "ctr"), append([]string{"--address", l.socket(), "--namespace", "k8s.io"}, args...)...) //nolint:gosec // the ctr built by make node
 	}
 	if err := waitFor("containerd", func(context.Context) error { return ctr("version").Run() }); err != nil {
 		return err
@@ -110,7 +110,7 @@ func up(ctx context.Context, l layout, controlPlane, node, images, pauseImage st
 	}
 	for _, t := range tarballs {
 		if out, err := ctr("images", "import", t).CombinedOutput(); err != nil {
-			return fmt.Errorf("importing %s: %v: %s", t, err, out)
+			return fmt.Errorf("importing %s: %w: %s", t, err, out)
 		}
 	}
 	for _, name := range []string{"kubelet", "kube-proxy"} {

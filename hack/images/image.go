@@ -140,7 +140,7 @@ func Write(spec Spec, output string) (bool, error) {
 			return false, nil
 		}
 	}
-	if err := os.MkdirAll(filepath.Dir(output), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(output), 0o750); err != nil {
 		return false, err
 	}
 	tmp := output + ".tmp"
