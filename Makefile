@@ -141,10 +141,9 @@ $(CONTROL_PLANE)/kube-apiserver:
 	hack/build-control-plane.sh $(CONTROL_PLANE)
 
 .PHONY: node
-node: $(NODE)/kubelet ## Build the local cluster's kubelet, controller manager, scheduler, kube-proxy and containerd (cached).
-
-$(NODE)/kubelet:
-	hack/build-cluster.sh $(NODE) $(CONTAINERD_VERSION)
+node: ## Build the local cluster's kubelet, controller manager, scheduler, kube-proxy and containerd (cached).
+	@# The script does nothing when every binary is there.
+	@hack/build-cluster.sh $(NODE) $(CONTAINERD_VERSION)
 
 .PHONY: tools
 tools: $(CONTROLLER_GEN) $(HELM) $(GOTESTSUM) ## Install the pinned tools into bin/ (cached).
