@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # The sharder image: a static binary on distroless, running as non-root.
-#   docker build --build-arg VERSION=$(git describe --tags --always) -t ghcr.io/sharder-dev/sharder:dev .
+#   docker build --build-arg VERSION=$(git describe --tags --always) -t ghcr.io/sharder-dev/sharder:0.1.0 .
+# make images builds the same image (user, entrypoint, static binary) without Docker.
 
 ARG GO_VERSION=1.26
 

@@ -15,6 +15,11 @@ ETCD_VERSION := v3.6.8
 CONTROL_PLANE := $(BIN)/k8s/$(KUBERNETES_VERSION)-etcd-$(ETCD_VERSION)
 export KUBEBUILDER_ASSETS := $(CONTROL_PLANE)
 KUBECTL := $(CONTROL_PLANE)/kubectl
+# The real one-node cluster (make cluster): the node's binaries, from the same
+# tools module plus containerd, and its state folder (kubeconfig, logs).
+CONTAINERD_VERSION := v2.3.7
+NODE := $(BIN)/k8s/$(KUBERNETES_VERSION)-containerd-$(CONTAINERD_VERSION)
+CLUSTER_DIR := $(BIN)/cluster
 
 # Tools, pinned and installed into bin/.
 CONTROLLER_GEN_VERSION := v0.21.0
@@ -27,6 +32,17 @@ HELM := $(BIN)/helm-$(HELM_VERSION)
 GOTESTSUM := $(BIN)/gotestsum-$(GOTESTSUM_VERSION)
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+# Images. IMAGE_TAG is the chart's appVersion: the chart, the kustomizations and
+# the docs refer to these images by exactly these references (config/images_test.go).
+IMAGE_TAG := 0.1.0
+SHARDER_IMAGE := ghcr.io/sharder-dev/sharder:$(IMAGE_TAG)
+OPERATOR_IMAGE := ghcr.io/sharder-dev/etcd-operator:$(IMAGE_TAG)
+# For the local cluster: its sandbox image, and etcd under the example
+# operator's default repository, so that EtcdClusters find it.
+PAUSE_IMAGE := ghcr.io/sharder-dev/pause:1.0
+ETCD_IMAGE := gcr.io/etcd-development/etcd:$(ETCD_VERSION)
+IMAGES := $(BIN)/images
 LDFLAGS := -s -w -X github.com/sharder-dev/sharder/cmd/sharder/app.version=$(VERSION)
 
 TEST_TIMEOUT ?= 15m
@@ -45,6 +61,20 @@ help: ## Show this help.
 build: ## Build the sharder binary into bin/.
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/sharder ./cmd/sharder
 
+.PHONY: images
+images: ## Build the sharder, example operator, pause and etcd images into bin/images/*.tar (no container engine needed).
+	@# Static binaries first; go build leaves an up-to-date one untouched.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(IMAGES)/sharder ./cmd/sharder
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/etcd-operator ./examples/etcd-operator/cmd/etcd-operator
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/pause ./hack/pause
+	cd hack/tools && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/etcd ./cmd/etcd
+	$(GO) build -o $(IMAGES)/pack ./hack/images
+	$(IMAGES)/pack --binary $(IMAGES)/sharder --path /sharder --cmd run --ref $(SHARDER_IMAGE) --output $(IMAGES)/sharder.tar
+	$(IMAGES)/pack --binary $(IMAGES)/etcd-operator --path /etcd-operator --ref $(OPERATOR_IMAGE) --output $(IMAGES)/etcd-operator.tar
+	$(IMAGES)/pack --binary $(IMAGES)/pause --path /pause --ref $(PAUSE_IMAGE) --output $(IMAGES)/pause.tar
+	@# etcd runs as root, as the upstream image does: its data volume is root's.
+	$(IMAGES)/pack --binary $(IMAGES)/etcd --path /usr/local/bin/etcd --user '' --ref $(ETCD_IMAGE) --output $(IMAGES)/etcd.tar
+
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs and RBAC.
 	hack/generate.sh $(CONTROLLER_GEN)
@@ -62,14 +92,18 @@ chart-crds: ## Copy the generated CRDs into the Helm chart (after make generate)
 	cp config/crd/bases/*.yaml charts/sharder/crds/
 
 .PHONY: test
-test: control-plane $(HELM) $(GOTESTSUM) ## Run every test: unit, integration (real API server) and e2e.
+test: control-plane node images $(HELM) $(GOTESTSUM) ## Run every test: unit, integration (real API server), e2e, and e2e on a real cluster (as root).
 	@# -count=1: the e2e suite builds the binaries it runs in a subprocess, which
 	@# Go's test cache cannot see, so a cached e2e result could be stale.
 	$(GOTESTSUM) --format testname -- $(RACE) -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: e2e
-e2e: control-plane ## Run only the end-to-end tests: real sharder and operator processes on a local control plane.
+e2e: control-plane node images $(HELM) ## Run only the end-to-end tests: processes on a local control plane, and the chart on a real cluster (as root).
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./e2e/...
+
+.PHONY: e2e-cluster
+e2e-cluster: control-plane node images $(HELM) ## Run only the real-cluster suite (e2e/cluster, as root): it starts and stops make cluster itself.
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./e2e/cluster/...
 
 .PHONY: bench
 bench: control-plane ## Run the Go benchmarks, then measure the sharder on a local control plane (writes docs/benchmarks.md).
@@ -84,8 +118,18 @@ demo: control-plane ## Run the sharder, three example operator instances and 100
 local-control-plane: control-plane ## Run a bare local control plane (etcd + kube-apiserver, sharder CRD) until Ctrl-C.
 	$(GO) run ./hack/local-control-plane --kubeconfig $(BIN)/local/kubeconfig --crds config/crd/bases
 
+.PHONY: cluster
+cluster: control-plane node images ## Start a real one-node cluster as root (kubeconfig: bin/cluster/kubeconfig); make cluster-down stops it.
+	$(GO) run ./hack/cluster up --dir $(CLUSTER_DIR) --control-plane $(CONTROL_PLANE) --node $(NODE) --images $(IMAGES) --pause-image $(PAUSE_IMAGE)
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local cluster and undo its changes to the host (also after a killed run).
+	$(GO) run ./hack/cluster down --dir $(CLUSTER_DIR)
+
 .PHONY: clean
 clean: ## Remove built binaries and tools (bin/).
+	@# The cluster's mounts live under bin/: never remove through them.
+	@if [ -e $(CLUSTER_DIR)/host.json ]; then echo "the local cluster may be running (make cluster-down first)" >&2; exit 1; fi
 	rm -rf $(BIN) dist
 
 ##@ Dependencies
@@ -95,6 +139,11 @@ control-plane: $(CONTROL_PLANE)/kube-apiserver ## Build etcd, kube-apiserver and
 
 $(CONTROL_PLANE)/kube-apiserver:
 	hack/build-control-plane.sh $(CONTROL_PLANE)
+
+.PHONY: node
+node: ## Build the local cluster's kubelet, controller manager, scheduler, kube-proxy and containerd (cached).
+	@# The script does nothing when every binary is there.
+	@hack/build-cluster.sh $(NODE) $(CONTAINERD_VERSION)
 
 .PHONY: tools
 tools: $(CONTROLLER_GEN) $(HELM) $(GOTESTSUM) ## Install the pinned tools into bin/ (cached).

@@ -1,10 +1,15 @@
 //go:build tools
 
-// Package tools records the control-plane commands this module builds, so that
-// go mod tidy keeps their dependencies.
+// Package tools records the Kubernetes commands this module builds, so that
+// go mod tidy keeps their dependencies: the local control plane (kube-apiserver,
+// kubectl) and the node and controllers of the real one-node cluster.
 package tools
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )

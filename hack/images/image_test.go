@@ -1,0 +1,115 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	. "github.com/onsi/gomega"
+)
+
+// buildPause builds the pause command statically, as make images does.
+func buildPause(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "pause")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "../pause")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building pause: %v\n%s", err, b)
+	}
+	return out
+}
+
+func TestWriteImage(t *testing.T) {
+	g := NewWithT(t)
+	bin := buildPause(t)
+	out := filepath.Join(t.TempDir(), "pause.tar")
+	spec := Spec{Binary: bin, Path: "/usr/local/bin/pause", Ref: "example.dev/pause:1.0", User: NonRootUser, Cmd: []string{"a", "b"}}
+
+	written, err := Write(spec, out)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(written).To(BeTrue())
+
+	tag := name.MustParseReference("example.dev/pause:1.0").(name.Tag)
+	img, err := tarball.ImageFromPath(out, &tag)
+	g.Expect(err).NotTo(HaveOccurred(), "the tarball holds the image under its reference")
+	cfg, err := img.ConfigFile()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cfg.OS).To(Equal("linux"))
+	g.Expect(cfg.Config.Entrypoint).To(Equal([]string{"/usr/local/bin/pause"}))
+	g.Expect(cfg.Config.Cmd).To(Equal([]string{"a", "b"}))
+	g.Expect(cfg.Config.User).To(Equal("65532:65532"))
+	g.Expect(cfg.Config.Labels).To(HaveKeyWithValue("org.opencontainers.image.version", "1.0"))
+
+	layers, err := img.Layers()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(layers).To(HaveLen(1))
+	rc, err := layers[0].Uncompressed()
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = rc.Close() }()
+	files := map[string]*tar.Header{}
+	contents := map[string][]byte{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		g.Expect(err).NotTo(HaveOccurred())
+		files[h.Name] = h
+		contents[h.Name], _ = io.ReadAll(tr)
+	}
+	g.Expect(files).To(HaveKey("usr/"))
+	g.Expect(files).To(HaveKey("usr/local/bin/"))
+	g.Expect(files).To(HaveKey("tmp/"))
+	g.Expect(files["tmp/"].Mode).To(Equal(int64(0o1777)))
+	g.Expect(files["home/nonroot/"].Uid).To(Equal(65532))
+	g.Expect(string(contents["etc/passwd"])).To(ContainSubstring("nonroot:x:65532:65532:"))
+	g.Expect(string(contents["etc/group"])).To(ContainSubstring("nonroot:x:65532:"))
+	g.Expect(files["usr/local/bin/pause"].Mode).To(Equal(int64(0o755)))
+	want, _ := os.ReadFile(bin)
+	g.Expect(bytes.Equal(contents["usr/local/bin/pause"], want)).To(BeTrue(), "the binary is packed unchanged")
+
+	// The same binary gives the same image: nothing is rewritten.
+	before, _ := os.Stat(out)
+	written, err = Write(spec, out)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(written).To(BeFalse())
+	after, _ := os.Stat(out)
+	g.Expect(after.ModTime()).To(Equal(before.ModTime()))
+
+	// Another reference is another tarball.
+	spec.Ref = "example.dev/pause:2.0"
+	written, err = Write(spec, out)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(written).To(BeTrue())
+}
+
+func TestBuildRejectsBadInput(t *testing.T) {
+	bin := buildPause(t)
+	notELF := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(notELF, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		spec Spec
+		want string
+	}{
+		{"no tag", Spec{Binary: bin, Path: "/pause", Ref: "example.dev/pause"}, "a tag is required"},
+		{"relative path", Spec{Binary: bin, Path: "pause", Ref: "example.dev/pause:1"}, "want an absolute file path"},
+		{"not an executable", Spec{Binary: notELF, Path: "/pause", Ref: "example.dev/pause:1"}, "not an executable"},
+		{"no binary", Spec{Path: "/pause", Ref: "example.dev/pause:1"}, "no binary given"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := Build(tc.spec)
+			NewWithT(t).Expect(err).To(MatchError(ContainSubstring(tc.want)))
+		})
+	}
+}
