@@ -178,7 +178,9 @@ func testInstall(t *testing.T) {
 }
 
 // testLeaseCollectedWithPod: the garbage collector deletes a Lease owned by
-// a deleted pod, and the ring drops the instance.
+// a deleted pod, and the ring follows: the instance is no longer available,
+// held as vanished (its objects wait: nothing proves that the process is
+// gone) until twice its lease duration after its last renewal, then dead.
 func testLeaseCollectedWithPod(t *testing.T) {
 	g := NewWithT(t)
 	ctx := t.Context()
@@ -189,12 +191,19 @@ func testLeaseCollectedWithPod(t *testing.T) {
 		return k8sClient.Get(ctx, client.ObjectKey{Namespace: leaseNamespace, Name: instance}, &coordinationv1.Lease{})
 	}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Satisfy(apierrors.IsNotFound), "the Lease goes with its pod")
 
-	g.Eventually(func(g Gomega) {
+	member := func(g Gomega) sharderv1alpha1.ControllerRingStatus {
 		var r sharderv1alpha1.ControllerRing
 		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: ring}, &r)).To(Succeed())
-		g.Expect(r.Status.Members).To(BeEmpty())
-		g.Expect(r.Status.Instances).To(BeZero())
+		return r.Status
+	}
+	g.Eventually(func(g Gomega) {
+		status := member(g)
+		g.Expect(status.AvailableInstances).To(BeZero())
+		g.Expect(status.Members).To(ConsistOf(And(HaveField("Name", instance), HaveField("State", BeElementOf("vanished", "dead")))))
 	}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(member(g).Members).To(ConsistOf(And(HaveField("Name", instance), HaveField("State", "dead"))))
+	}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed(), "held no longer than twice the lease duration")
 }
 
 // testUninstall: after helm uninstall, objects of the ring (which the user
