@@ -43,8 +43,7 @@ import (
 // Self-managed mode needs controller-runtime's default webhook server
 // (webhook.NewServer); external mode works with any.
 func Setup(mgr ctrl.Manager, opts Options) error {
-	opts, err := opts.withDefaults()
-	if err != nil {
+	if err := opts.setDefaults(); err != nil {
 		return err
 	}
 	srv := mgr.GetWebhookServer()
