@@ -149,7 +149,6 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: 1,
 			NeedLeaderElection:      ptr.To(true),
-			SkipNameValidation:      ptr.To(true),
 		}).
 		Watches(&v1alpha1.ControllerRing{}, toKey).
 		Watches(&admissionregistrationv1.ValidatingWebhookConfiguration{}, toKey,
