@@ -14,6 +14,16 @@
 //		...
 //	}
 //
+// A test that runs controllers starts its manager with the test-only
+// options (no metrics or health endpoints, no controller name validation)
+// and stops it when it ends:
+//
+//	opts := env.ManagerOptions()
+//	opts.Cache = ... // what the test needs on top
+//	mgr := env.NewManager(t, nil, opts)
+//	// add controllers to mgr
+//	stop := testenv.StartManager(t, mgr)
+//
 // The binaries are found through KUBEBUILDER_ASSETS, or else in the
 // repository's bin/k8s/<version> folder that `make control-plane` fills.
 // Nothing here fakes the API server.

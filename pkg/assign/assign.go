@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/sharder-dev/sharder/pkg/assign/internal/metacache"
 	"github.com/sharder-dev/sharder/pkg/drain"
 	"github.com/sharder-dev/sharder/pkg/metrics"
 	"github.com/sharder-dev/sharder/pkg/ring"
@@ -25,12 +26,12 @@ func objectKey(gk schema.GroupKind, namespace, name string) string {
 // instance the ring wants: it decides, acts, and records what it did. It
 // returns when to look at the object again (a drain's deadline, the end of
 // a hold), zero for never.
-func (r *runner) reconcile(ctx context.Context, it item) (time.Duration, error) {
+func (r *ringAssigner) reconcile(ctx context.Context, it item) (time.Duration, error) {
 	w := r.byGK[it.gk]
 	if w == nil {
 		return 0, nil
 	}
-	obj, ok := w.get(it.namespace, it.name)
+	obj, ok := w.cache.Get(it.namespace, it.name)
 	if !ok || r.stale(obj) {
 		return 0, nil
 	}
@@ -61,7 +62,7 @@ func (r *runner) reconcile(ctx context.Context, it item) (time.Duration, error) 
 }
 
 // situation gathers what the decision about obj depends on.
-func (r *runner) situation(view *ringView, cfg *ringConfig, gk schema.GroupKind, obj *object) (situation, error) {
+func (r *ringAssigner) situation(view *ringView, cfg *ringConfig, gk schema.GroupKind, obj *metacache.Object) (situation, error) {
 	s := situation{
 		current:      obj.Labels[r.shardLabel],
 		draining:     drain.Requested(obj, r.name),
@@ -86,7 +87,7 @@ func (r *runner) situation(view *ringView, cfg *ringConfig, gk schema.GroupKind,
 }
 
 // act carries out decision d about obj.
-func (r *runner) act(ctx context.Context, w *watched, obj *object, s situation, d decision) error {
+func (r *ringAssigner) act(ctx context.Context, w *resourceCache, obj *metacache.Object, s situation, d decision) error {
 	children := r.descendants(obj)
 	switch d.action {
 	case actionAssign, actionRelabelGone, actionForce:
@@ -112,7 +113,7 @@ func (r *runner) act(ctx context.Context, w *watched, obj *object, s situation, 
 
 // record updates the drain tracker, the first-seen times and the metrics
 // after decision d about obj was carried out.
-func (r *runner) record(obj *object, s situation, d decision) {
+func (r *ringAssigner) record(obj *metacache.Object, s situation, d decision) {
 	if s.current != "" {
 		r.seen.Delete(obj.UID)
 	}
@@ -149,7 +150,7 @@ func (r *runner) record(obj *object, s situation, d decision) {
 
 // move labels the controlled objects, then the main object, with instance,
 // removing any drain label.
-func (r *runner) move(ctx context.Context, w *watched, obj *object, children []child, instance string) error {
+func (r *ringAssigner) move(ctx context.Context, w *resourceCache, obj *metacache.Object, children []child, instance string) error {
 	if err := r.labelChildren(ctx, children, instance); err != nil {
 		return err
 	}
@@ -159,7 +160,7 @@ func (r *runner) move(ctx context.Context, w *watched, obj *object, children []c
 // labelChildren gives every controlled object the shard label instance and
 // no drain label. Controlled objects follow their main object, so these
 // patches carry no lock.
-func (r *runner) labelChildren(ctx context.Context, children []child, instance string) error {
+func (r *ringAssigner) labelChildren(ctx context.Context, children []child, instance string) error {
 	for _, c := range children {
 		if c.obj.Labels[r.shardLabel] == instance && !drain.Requested(c.obj, r.name) {
 			continue
@@ -174,7 +175,7 @@ func (r *runner) labelChildren(ctx context.Context, children []child, instance s
 
 // patchMain writes labels on a main object, locked on the cached
 // resourceVersion: a decision taken on a stale cache fails with a conflict.
-func (r *runner) patchMain(ctx context.Context, w *watched, obj *object, labels map[string]*string) error {
+func (r *ringAssigner) patchMain(ctx context.Context, w *resourceCache, obj *metacache.Object, labels map[string]*string) error {
 	out, err := r.patchBytes(ctx, w, obj, drain.LabelPatch(obj.ResourceVersion, labels))
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -192,7 +193,7 @@ var errGone = errors.New("object deleted")
 
 // requestDrain sets the drain label, locked on the cached resourceVersion.
 // It returns errGone when the object is gone: no drain is then recorded.
-func (r *runner) requestDrain(ctx context.Context, w *watched, obj *object) error {
+func (r *ringAssigner) requestDrain(ctx context.Context, w *resourceCache, obj *metacache.Object) error {
 	out, err := r.patchBytes(ctx, w, obj, drain.RequestPatch(r.name, obj.ResourceVersion))
 	if apierrors.IsNotFound(err) {
 		return errGone
@@ -206,23 +207,10 @@ func (r *runner) requestDrain(ctx context.Context, w *watched, obj *object) erro
 
 // patchBytes sends a JSON merge patch and records a Forbidden answer as a
 // problem of the resource.
-func (r *runner) patchBytes(ctx context.Context, w *watched, obj *object, data []byte) (*metav1.PartialObjectMetadata, error) {
+func (r *ringAssigner) patchBytes(ctx context.Context, w *resourceCache, obj *metacache.Object, data []byte) (*metav1.PartialObjectMetadata, error) {
 	out, err := r.c.meta.Resource(w.res.gvr).Namespace(obj.Namespace).Patch(ctx, obj.Name, types.MergePatchType, data, metav1.PatchOptions{})
-	switch {
-	case err == nil:
-		if w.patchErrSet() {
-			w.setPatchErr(nil)
-			r.triggerStatus()
-		}
-	case apierrors.IsForbidden(err):
-		w.setPatchErr(err)
+	if w.cache.NotePatch(err) {
 		r.triggerStatus()
 	}
 	return out, err
-}
-
-func (w *watched) patchErrSet() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.patchErr != nil
 }

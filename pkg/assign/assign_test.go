@@ -33,20 +33,10 @@ func TestAssignsExistingAndNewObjects(t *testing.T) {
 	newRing(t, ns, nil)
 	startSharder(t, reg, assign.Options{})
 
-	g.Eventually(func(g Gomega) {
-		got := labelsOf(g, ns)
-		for _, name := range existing {
-			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, ready, ns, name)), name)
-		}
-	}, timeout, poll).Should(Succeed())
+	g.Eventually(assigned(ns, existing, placed(t, ns, ready...)), timeout, poll).Should(Succeed())
 
 	fresh := createConfigMaps(t, ns, "new", 10)
-	g.Eventually(func(g Gomega) {
-		got := labelsOf(g, ns)
-		for _, name := range fresh {
-			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, ready, ns, name)), name)
-		}
-	}, timeout, poll).Should(Succeed())
+	g.Eventually(assigned(ns, fresh, placed(t, ns, ready...)), timeout, poll).Should(Succeed())
 
 	g.Eventually(func(g Gomega) {
 		r := getRing(g, ns)
@@ -89,12 +79,7 @@ func TestNothingAssignedWithoutReadyInstance(t *testing.T) {
 
 	// The instance comes back: everything goes to it.
 	reg.Set(ns, members(membership.StateReady, "a"))
-	g.Eventually(func(g Gomega) {
-		got := labelsOf(g, ns)
-		for _, name := range names {
-			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "a"))
-		}
-	}, timeout, poll).Should(Succeed())
+	g.Eventually(assigned(ns, names, on("a")), timeout, poll).Should(Succeed())
 }
 
 func TestExpiredInstanceKeepsObjectsButGetsNoNewOnes(t *testing.T) {
@@ -121,12 +106,7 @@ func TestExpiredInstanceKeepsObjectsButGetsNoNewOnes(t *testing.T) {
 
 	reg.Set(ns, append(members(membership.StateReady, "a"), members(membership.StateExpired, "b")...))
 	fresh := createConfigMaps(t, ns, "new", 20)
-	g.Eventually(func(g Gomega) {
-		got := labelsOf(g, ns)
-		for _, name := range fresh {
-			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "a"))
-		}
-	}, timeout, poll).Should(Succeed())
+	g.Eventually(assigned(ns, fresh, on("a")), timeout, poll).Should(Succeed())
 	got := labelsOf(g, ns)
 	for _, name := range onB {
 		g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "b"), "objects of an expired instance stay")
@@ -142,12 +122,7 @@ func TestScaleOutDrainsAndMovesAfterAcknowledgement(t *testing.T) {
 	newRing(t, ns, nil)
 	names := createConfigMaps(t, ns, "cm", 60)
 	startSharder(t, reg, assign.Options{})
-	g.Eventually(func(g Gomega) {
-		got := labelsOf(g, ns)
-		for _, name := range names {
-			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, []string{"a", "b"}, ns, name)))
-		}
-	}, timeout, poll).Should(Succeed())
+	g.Eventually(assigned(ns, names, placed(t, ns, "a", "b")), timeout, poll).Should(Succeed())
 
 	h := watchHistory(t, configMaps, ns, ns)
 	acknowledger(t, ns, ns, func(string) bool { return true })
@@ -246,21 +221,11 @@ func TestDeadInstanceObjectsMoveAtOnce(t *testing.T) {
 	names := createConfigMaps(t, ns, "cm", 60)
 	startSharder(t, reg, assign.Options{})
 	all := []string{"a", "b", "c"}
-	g.Eventually(func(g Gomega) {
-		got := labelsOf(g, ns)
-		for _, name := range names {
-			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, all, ns, name)))
-		}
-	}, timeout, poll).Should(Succeed())
+	g.Eventually(assigned(ns, names, placed(t, ns, all...)), timeout, poll).Should(Succeed())
 
 	h := watchHistory(t, configMaps, ns, ns)
 	reg.Set(ns, append(members(membership.StateReady, "a", "b"), members(membership.StateDead, "c")...))
-	g.Eventually(func(g Gomega) {
-		got := labelsOf(g, ns)
-		for _, name := range names {
-			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, []string{"a", "b"}, ns, name)))
-		}
-	}, 5*time.Second, poll).Should(Succeed())
+	g.Eventually(assigned(ns, names, placed(t, ns, "a", "b")), 5*time.Second, poll).Should(Succeed())
 	for _, name := range names {
 		g.Expect(h.drained(name)).To(BeFalse(), "%s was drained; objects of a dead instance move at once", name)
 	}
@@ -292,12 +257,7 @@ func TestNamespaceSelector(t *testing.T) {
 	in := createConfigMaps(t, ns, "in", 5)
 	out := createConfigMaps(t, other, "out", 5)
 
-	g.Eventually(func(g Gomega) {
-		got := labelsOf(g, ns)
-		for _, name := range in {
-			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "a"))
-		}
-	}, timeout, poll).Should(Succeed())
+	g.Eventually(assigned(ns, in, on("a")), timeout, poll).Should(Succeed())
 	g.Consistently(func(g Gomega) {
 		for _, l := range labelsOf(g, other) {
 			g.Expect(l).NotTo(HaveKey(v1alpha1.ShardLabel(ns)))
@@ -346,12 +306,7 @@ func TestUnknownResourceIsReportedAndOthersKeepWorking(t *testing.T) {
 		g.Expect(cond.Reason).To(Equal(v1alpha1.ReasonResourceNotServed))
 		g.Expect(cond.Message).To(ContainSubstring("widgets.example.com"))
 	}, timeout, poll).Should(Succeed())
-	g.Eventually(func(g Gomega) {
-		got := labelsOf(g, ns)
-		for _, name := range names {
-			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "a"))
-		}
-	}, timeout, poll).Should(Succeed())
+	g.Eventually(assigned(ns, names, on("a")), timeout, poll).Should(Succeed())
 }
 
 func TestRestartDoesNotMoveOrRewrite(t *testing.T) {

@@ -1,7 +1,6 @@
 package assign
 
 import (
-	"fmt"
 	"slices"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/assign/internal/metacache"
 )
 
 // resource is a resolved resource of a ring.
@@ -19,13 +19,6 @@ type resource struct {
 	gk         schema.GroupKind
 	namespaced bool
 	main       bool
-}
-
-// resourceProblem is a resource of a ring the sharder cannot watch.
-type resourceProblem struct {
-	gr      schema.GroupResource
-	reason  string // v1alpha1.ReasonResourceNotServed or ReasonResourceForbidden
-	message string
 }
 
 // ringConfig is a ControllerRing's spec resolved for the assignment
@@ -40,7 +33,7 @@ type ringConfig struct {
 	drainTimeout   time.Duration
 	selector       labels.Selector
 	resources      []resource // main first, in spec order, then controlled
-	unresolved     []resourceProblem
+	unresolved     []metacache.Problem
 }
 
 // sameWatches reports whether a and b watch the same resources, so that a
@@ -92,7 +85,7 @@ func resolveRing(ring *v1alpha1.ControllerRing, mapper meta.RESTMapper) (*ringCo
 	return cfg, nil
 }
 
-func resolveResource(mapper meta.RESTMapper, gr schema.GroupResource) (resource, *resourceProblem) {
+func resolveResource(mapper meta.RESTMapper, gr schema.GroupResource) (resource, *metacache.Problem) {
 	gvk, err := mapper.KindFor(gr.WithVersion(""))
 	if err == nil {
 		var mapping *meta.RESTMapping
@@ -105,10 +98,5 @@ func resolveResource(mapper meta.RESTMapper, gr schema.GroupResource) (resource,
 			}, nil
 		}
 	}
-	return resource{}, &resourceProblem{
-		gr:     gr,
-		reason: v1alpha1.ReasonResourceNotServed,
-		message: fmt.Sprintf("resource %q is not served by the API server (%v): install its CustomResourceDefinition or correct spec.resources",
-			gr.String(), err),
-	}
+	return resource{}, metacache.NotServed(gr, err)
 }

@@ -40,12 +40,7 @@ func TestControlledObjectsFollowTheirOwner(t *testing.T) {
 	owners := createConfigMaps(t, ns, "owner", 12)
 	startSharder(t, reg, assign.Options{})
 	all := []string{"a", "b", "c"}
-	g.Eventually(func(g Gomega) {
-		got := labelsOf(g, ns)
-		for _, name := range owners {
-			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, all, ns, name)))
-		}
-	}, timeout, poll).Should(Succeed())
+	g.Eventually(assigned(ns, owners, placed(t, ns, all...)), timeout, poll).Should(Succeed())
 
 	// Children and grandchildren created after their owner was assigned.
 	for _, owner := range owners {

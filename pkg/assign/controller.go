@@ -50,8 +50,8 @@ type Controller struct {
 	started chan struct{} // closed once Start stored ctx
 	ctx     context.Context
 
-	mu      sync.Mutex
-	runners map[string]*runner
+	mu    sync.Mutex
+	rings map[string]*ringAssigner
 }
 
 var (
@@ -68,7 +68,7 @@ func New(opts Options) (*Controller, error) {
 	return &Controller{
 		opts:    opts,
 		started: make(chan struct{}),
-		runners: map[string]*runner{},
+		rings:   map[string]*ringAssigner{},
 	}, nil
 }
 
@@ -115,10 +115,10 @@ func (c *Controller) Start(ctx context.Context) error {
 	close(c.started)
 	<-ctx.Done()
 	c.mu.Lock()
-	runners := c.runners
-	c.runners = map[string]*runner{}
+	rings := c.rings
+	c.rings = map[string]*ringAssigner{}
 	c.mu.Unlock()
-	for _, r := range runners {
+	for _, r := range rings {
 		r.stop()
 	}
 	return nil
@@ -127,7 +127,7 @@ func (c *Controller) Start(ctx context.Context) error {
 // membershipChanged is the Registry subscription; it must not block.
 func (c *Controller) membershipChanged(ring string) {
 	c.mu.Lock()
-	r := c.runners[ring]
+	r := c.rings[ring]
 	c.mu.Unlock()
 	if r != nil {
 		r.notifyMembership()
@@ -145,7 +145,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	ring := &v1alpha1.ControllerRing{}
 	if err := c.client.Get(ctx, req.NamespacedName, ring); err != nil {
 		if apierrors.IsNotFound(err) {
-			c.stopRunner(req.Name)
+			c.stopRing(req.Name)
 			metrics.ForgetRing(req.Name)
 			logger.Info("Ring deleted: stopped its assignment")
 			return reconcile.Result{}, nil
@@ -153,7 +153,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, fmt.Errorf("getting ring: %w", err)
 	}
 	if !ring.DeletionTimestamp.IsZero() {
-		c.stopRunner(ring.Name)
+		c.stopRing(ring.Name)
 		return reconcile.Result{}, nil
 	}
 
@@ -164,25 +164,25 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	cfg, err := resolveRing(ring, c.mapper)
 	if err != nil {
-		c.stopRunner(ring.Name)
+		c.stopRing(ring.Name)
 		logger.Info("Ring spec is invalid", "error", err.Error())
 		return reconcile.Result{}, c.writeNotReadyStatus(ctx, ring, v1alpha1.ReasonInvalidSpec,
 			fmt.Sprintf("The ring's spec cannot be used: %v. Correct it; nothing is assigned until then.", err))
 	}
 
 	c.mu.Lock()
-	r := c.runners[ring.Name]
+	r := c.rings[ring.Name]
 	restart := r != nil && !r.config().sameWatches(cfg)
 	c.mu.Unlock()
 	if restart {
 		logger.Info("Ring resources changed: restarting its caches")
-		c.stopRunner(ring.Name)
+		c.stopRing(ring.Name)
 		r = nil
 	}
 	if r == nil {
-		r = newRunner(c, cfg)
+		r = newRingAssigner(c, cfg)
 		c.mu.Lock()
-		c.runners[ring.Name] = r
+		c.rings[ring.Name] = r
 		c.mu.Unlock()
 		r.start(c.ctx)
 		logger.Info("Ring assignment started", "resources", len(cfg.resources), "unresolved", len(cfg.unresolved))
@@ -195,10 +195,10 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return reconcile.Result{}, nil
 }
 
-func (c *Controller) stopRunner(name string) {
+func (c *Controller) stopRing(name string) {
 	c.mu.Lock()
-	r := c.runners[name]
-	delete(c.runners, name)
+	r := c.rings[name]
+	delete(c.rings, name)
 	c.mu.Unlock()
 	if r != nil {
 		r.stop()

@@ -7,7 +7,7 @@ import (
 )
 
 // event records an event on the ring.
-func (r *runner) event(eventType, reason, action, note string, args ...any) {
+func (r *ringAssigner) event(eventType, reason, action, note string, args ...any) {
 	cfg := r.cfg.Load()
 	ref := &v1alpha1.ControllerRing{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ControllerRing"},

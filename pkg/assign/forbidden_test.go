@@ -55,12 +55,7 @@ func TestForbiddenResourceIsReported(t *testing.T) {
 	names := createConfigMaps(t, ns, "cm", 5)
 	startSharderWith(t, user.Config(), reg, assign.Options{}, nil)
 
-	g.Eventually(func(g Gomega) {
-		got := labelsOf(g, ns)
-		for _, name := range names {
-			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "a"))
-		}
-	}, timeout, poll).Should(Succeed())
+	g.Eventually(assigned(ns, names, on("a")), timeout, poll).Should(Succeed())
 	g.Eventually(func(g Gomega) {
 		r := getRing(g, ns)
 		cond := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ConditionReady)

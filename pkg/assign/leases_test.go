@@ -55,12 +55,7 @@ func TestWithLeaseController(t *testing.T) {
 	})
 
 	both := []string{"a", "b"}
-	g.Eventually(func(g Gomega) {
-		got := labelsOf(g, ns)
-		for _, name := range names {
-			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, both, ns, name)))
-		}
-	}, timeout, poll).Should(Succeed())
+	g.Eventually(assigned(ns, names, placed(t, ns, both...)), timeout, poll).Should(Succeed())
 
 	// Instance b shuts down and releases its Lease: its objects go to a.
 	h := watchHistory(t, configMaps, ns, ns)
@@ -231,12 +226,7 @@ func TestReleasedInstanceComesBackAfterItsObjectsMoved(t *testing.T) {
 		return leases.NewController(leases.ControllerOptions{Registry: reg}).SetupWithManager(mgr)
 	})
 	both := []string{"a", "b"}
-	g.Eventually(func(g Gomega) {
-		got := labelsOf(g, ns)
-		for _, name := range names {
-			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, both, ns, name)))
-		}
-	}, timeout, poll).Should(Succeed())
+	g.Eventually(assigned(ns, names, placed(t, ns, both...)), timeout, poll).Should(Succeed())
 	g.Eventually(func(g Gomega) { // the sharder has counted b's objects
 		g.Expect(getRing(g, ns).Status.Members).To(ContainElement(HaveField("Objects", BeNumerically(">", 0))))
 	}, timeout, poll).Should(Succeed())

@@ -1,7 +1,13 @@
 package assign
 
 import (
+	"context"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	metadatafake "k8s.io/client-go/metadata/fake"
+
+	"github.com/sharder-dev/sharder/pkg/assign/internal/metacache"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -17,7 +23,7 @@ import (
 // the sharder keeps no first-seen time for it: that entry would stay as long
 // as the object exists.
 func TestFirstSeenOnlyForSelectedObjects(t *testing.T) {
-	r := &runner{
+	r := &ringAssigner{
 		c:          &Controller{opts: Options{Clock: clock.RealClock{}}},
 		name:       "web",
 		shardLabel: v1alpha1.ShardLabel("web"),
@@ -26,20 +32,28 @@ func TestFirstSeenOnlyForSelectedObjects(t *testing.T) {
 		status:     make(chan struct{}, 1),
 	}
 	defer r.queue.ShutDown()
-	r.namespaces = &watched{res: namespacesResource, informer: toolscache.NewSharedIndexInformer(
-		&toolscache.ListWatch{}, &metav1.PartialObjectMetadata{}, 0, toolscache.Indexers{})}
+	var namespaces []runtime.Object
 	for name, team := range map[string]string{"in": "web", "out": "db"} {
-		ns := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"team": team}}}
-		if err := r.namespaces.informer.GetIndexer().Add(ns); err != nil {
-			t.Fatal(err)
-		}
+		namespaces = append(namespaces, &metav1.PartialObjectMetadata{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"team": team}},
+		})
+	}
+	scheme := metadatafake.NewTestScheme()
+	metav1.AddMetaToScheme(scheme)
+	r.namespaces = metacache.NewNamespaces(metadatafake.NewSimpleMetadataClient(scheme, namespaces...), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.namespaces.Run(ctx)
+	if !toolscache.WaitForCacheSync(ctx.Done(), r.namespaces.HasSynced) {
+		t.Fatal("Namespace cache not synced")
 	}
 	cfg := &ringConfig{name: "web", selector: labels.SelectorFromSet(labels.Set{"team": "web"})}
 	r.cfg.Store(cfg)
-	w := &watched{res: resource{gk: schema.GroupKind{Kind: "ConfigMap"}, main: true, namespaced: true}}
+	w := &resourceCache{res: resource{gk: schema.GroupKind{Kind: "ConfigMap"}, main: true, namespaced: true}}
 
-	in := &object{Namespace: "in", Name: "a", UID: "u-in"}
-	out := &object{Namespace: "out", Name: "a", UID: "u-out"}
+	in := &metacache.Object{Namespace: "in", Name: "a", UID: "u-in"}
+	out := &metacache.Object{Namespace: "out", Name: "a", UID: "u-out"}
 	r.mainChanged(w, nil, in)
 	r.mainChanged(w, nil, out)
 	if _, ok := r.seen.Load(in.UID); !ok {

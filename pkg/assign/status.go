@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/assign/internal/metacache"
 	"github.com/sharder-dev/sharder/pkg/drain"
 	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/metrics"
@@ -23,7 +24,7 @@ import (
 
 // statusLoop writes the ring's status when asked, at most once per
 // StatusInterval. It sleeps while nothing changes.
-func (r *runner) statusLoop(ctx context.Context) {
+func (r *ringAssigner) statusLoop(ctx context.Context) {
 	clk := r.c.opts.Clock
 	interval := *r.c.opts.StatusInterval
 	var last time.Time
@@ -50,7 +51,7 @@ func (r *runner) statusLoop(ctx context.Context) {
 
 // writeStatus computes the ring's status from the caches and writes it when
 // it differs from the cached ring's.
-func (r *runner) writeStatus(ctx context.Context) error {
+func (r *ringAssigner) writeStatus(ctx context.Context) error {
 	cfg := r.cfg.Load()
 	ring := &v1alpha1.ControllerRing{}
 	if err := r.c.client.Get(ctx, types.NamespacedName{Name: r.name}, ring); err != nil {
@@ -60,13 +61,13 @@ func (r *runner) writeStatus(ctx context.Context) error {
 		return fmt.Errorf("getting ring: %w", err)
 	}
 	if ring.UID != cfg.uid {
-		return nil // a newer ring of the same name; its own runner reports
+		return nil // a newer ring of the same name; its own ring assigner reports
 	}
 	return patchStatus(ctx, r.c.client, ring, r.computeStatus(ring, cfg))
 }
 
 // computeStatus builds the status and updates the ring's gauges.
-func (r *runner) computeStatus(ring *v1alpha1.ControllerRing, cfg *ringConfig) *v1alpha1.ControllerRingStatus {
+func (r *ringAssigner) computeStatus(ring *v1alpha1.ControllerRing, cfg *ringConfig) *v1alpha1.ControllerRingStatus {
 	status := ring.Status.DeepCopy()
 	status.ObservedGeneration = cfg.generation
 
@@ -74,11 +75,7 @@ func (r *runner) computeStatus(ring *v1alpha1.ControllerRing, cfg *ringConfig) *
 	var objects, unassigned, drains int32
 	selected := map[string]bool{}
 	for _, w := range r.mains {
-		for _, o := range w.informer.GetStore().List() {
-			obj, ok := o.(*object)
-			if !ok {
-				continue
-			}
+		for obj := range w.cache.List() {
 			sel, ok := selected[obj.Namespace]
 			if !ok {
 				sel = r.selected(obj.Namespace)
@@ -134,22 +131,22 @@ func (r *runner) computeStatus(ring *v1alpha1.ControllerRing, cfg *ringConfig) *
 	return status
 }
 
-func (r *runner) readyCondition(cfg *ringConfig, status *v1alpha1.ControllerRingStatus) metav1.Condition {
+func (r *ringAssigner) readyCondition(cfg *ringConfig, status *v1alpha1.ControllerRingStatus) metav1.Condition {
 	cond := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: cfg.generation}
 	problems := slices.Clone(cfg.unresolved)
-	for _, w := range r.all() {
-		if p := w.problem(); p != nil {
+	for _, c := range r.caches() {
+		if p := c.Problem(); p != nil {
 			problems = append(problems, *p)
 		}
 	}
 	if len(problems) > 0 {
 		// Report the most actionable reason first: a missing resource, then a
 		// missing permission.
-		slices.SortStableFunc(problems, func(a, b resourceProblem) int { return strings.Compare(b.reason, a.reason) })
-		cond.Reason = problems[0].reason
+		slices.SortStableFunc(problems, func(a, b metacache.Problem) int { return strings.Compare(b.Reason, a.Reason) })
+		cond.Reason = problems[0].Reason
 		msgs := make([]string, 0, len(problems))
 		for _, p := range problems {
-			msgs = append(msgs, p.message)
+			msgs = append(msgs, p.Message)
 		}
 		cond.Message = strings.Join(msgs, "; ") + ". The ring's other resources are assigned meanwhile."
 		return cond
@@ -170,7 +167,7 @@ func (r *runner) readyCondition(cfg *ringConfig, status *v1alpha1.ControllerRing
 	return cond
 }
 
-func (r *runner) updateGauges(byState map[membership.State]int, counts map[string]int32, unassigned, drains int32) {
+func (r *ringAssigner) updateGauges(byState map[membership.State]int, counts map[string]int32, unassigned, drains int32) {
 	for _, s := range membership.States {
 		metrics.Instances.WithLabelValues(r.name, string(s)).Set(float64(byState[s]))
 	}

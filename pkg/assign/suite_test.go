@@ -19,12 +19,9 @@ import (
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/sharder-dev/sharder/internal/testenv"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
@@ -59,16 +56,9 @@ func startSharder(t testing.TB, registry *leases.Registry, opts assign.Options) 
 // manager (such as the lease controller).
 func startSharderWith(t testing.TB, cfg *rest.Config, registry *leases.Registry, opts assign.Options, setup func(ctrl.Manager) error) (stop func()) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Cache:                  cache.Options{ByObject: leases.CacheByObject()},
-		Scheme:                 env.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatalf("creating manager: %v", err)
-	}
+	mgrOpts := env.ManagerOptions()
+	mgrOpts.Cache = cache.Options{ByObject: leases.CacheByObject()}
+	mgr := env.NewManager(t, cfg, mgrOpts)
 	opts.Registry = registry
 	c, err := assign.New(opts)
 	if err != nil {
@@ -82,22 +72,7 @@ func startSharderWith(t testing.TB, cfg *rest.Config, registry *leases.Registry,
 			t.Fatalf("setting up: %v", err)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}
-	t.Cleanup(stop)
-	return stop
+	return testenv.StartManager(t, mgr)
 }
 
 // newRing creates a ring named after the test namespace that shards
@@ -193,6 +168,28 @@ func labelsOf(g Gomega, ns string) map[string]map[string]string {
 		out[o.Name] = o.Labels
 	}
 	return out
+}
+
+// assigned returns a check for Eventually: every ConfigMap of names in ns
+// carries the shard label with the instance instanceOf gives it.
+func assigned(ns string, names []string, instanceOf func(name string) string) func(Gomega) {
+	return func(g Gomega) {
+		got := labelsOf(g, ns)
+		for _, name := range names {
+			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), instanceOf(name)), name)
+		}
+	}
+}
+
+// on places every object on instance id (for assigned).
+func on(id string) func(name string) string {
+	return func(string) string { return id }
+}
+
+// placed places objects as the ring of the ready instances does (for
+// assigned).
+func placed(t testing.TB, ns string, ready ...string) func(name string) string {
+	return func(name string) string { return expected(t, ready, ns, name) }
 }
 
 // labelEvent is one observed state of an object's ring labels.

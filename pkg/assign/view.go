@@ -60,7 +60,7 @@ func buildView(rings *membership.Rings, cfg *ringConfig, members []membership.Me
 // rebuild takes the ring's current membership and configuration, reports
 // what changed and queues the objects that must move. all queues every main
 // object instead (start and configuration changes).
-func (r *runner) rebuild(ctx context.Context, all bool) {
+func (r *ringAssigner) rebuild(ctx context.Context, all bool) {
 	cfg := r.cfg.Load()
 	prev := r.view.Load()
 	members := r.c.opts.Registry.Members(r.name)
@@ -84,9 +84,8 @@ func (r *runner) rebuild(ctx context.Context, all bool) {
 
 	var drains, dead, held, total int
 	for _, w := range r.mains {
-		for _, o := range w.informer.GetStore().List() {
-			obj, ok := o.(*object)
-			if !ok || !r.selected(obj.Namespace) {
+		for obj := range w.cache.List() {
+			if !r.selected(obj.Namespace) {
 				continue
 			}
 			total++

@@ -4,6 +4,11 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/sharder-dev/sharder/pkg/assign"
+	"github.com/sharder-dev/sharder/pkg/leases"
+	"github.com/sharder-dev/sharder/pkg/webhook"
 )
 
 // APIVersion and Kind identify the configuration file format. Both are
@@ -13,17 +18,17 @@ const (
 	Kind       = "SharderConfiguration"
 )
 
-// Webhook certificate modes.
+// Webhook certificate modes (webhook.certMode), the webhook's own.
 const (
 	// CertModeSelfManaged: the sharder creates a CA and a serving
 	// certificate, keeps them in a Secret shared by its replicas, rotates them
 	// before they expire and writes the CA bundle into the webhook
 	// configuration. Nothing else to install.
-	CertModeSelfManaged = "self-managed"
+	CertModeSelfManaged = webhook.CertModeSelfManaged
 	// CertModeExternal: something else (cert-manager, a mounted Secret)
 	// writes tls.crt and tls.key into webhook.certDir and injects the CA
 	// bundle; the sharder only watches the files.
-	CertModeExternal = "external"
+	CertModeExternal = webhook.CertModeExternal
 )
 
 // Log formats.
@@ -214,7 +219,8 @@ type Logging struct {
 }
 
 // Default returns the configuration with every default filled in. This is
-// the only place defaults are set.
+// the only place defaults are set; those of a component's options are the
+// component's own Default constants.
 func Default() *Config {
 	return &Config{
 		APIVersion: APIVersion,
@@ -226,24 +232,24 @@ func Default() *Config {
 			RenewDeadline: metav1.Duration{Duration: 10 * time.Second},
 			RetryPeriod:   metav1.Duration{Duration: 2 * time.Second},
 		},
-		Client: Client{QPS: 5000, Burst: 10000},
+		Client: Client{QPS: assign.DefaultQPS, Burst: assign.DefaultBurst},
 		Controllers: Controllers{
 			Assignment: Assignment{
-				Workers:      16,
-				ResyncPeriod: metav1.Duration{Duration: 5 * time.Minute},
+				Workers:      assign.DefaultWorkers,
+				ResyncPeriod: metav1.Duration{Duration: assign.DefaultResyncPeriod},
 			},
-			Leases: Leases{Workers: 4},
+			Leases: Leases{Workers: leases.DefaultWorkers},
 		},
-		Webhook: Webhook{ //nolint:gosec // G101: a Secret's name, not a credential
+		Webhook: Webhook{
 			Enabled:           true,
-			Port:              9443,
+			Port:              ctrlwebhook.DefaultPort,
 			CertDir:           "/tmp/sharder/webhook-certs",
-			CertMode:          CertModeSelfManaged,
-			ServiceName:       "sharder-webhook",
-			ServicePort:       443,
-			ConfigurationName: "sharder",
-			TimeoutSeconds:    5,
-			SecretName:        "sharder-webhook-tls",
+			CertMode:          webhook.DefaultCertMode,
+			ServiceName:       webhook.DefaultServiceName,
+			ServicePort:       webhook.DefaultServicePort,
+			ConfigurationName: webhook.DefaultConfigurationName,
+			TimeoutSeconds:    webhook.DefaultTimeoutSeconds,
+			SecretName:        webhook.DefaultSecretName,
 		},
 		Metrics:         Metrics{BindAddress: ":8443", Secure: true},
 		Health:          Health{BindAddress: ":8081"},

@@ -11,6 +11,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/sharder-dev/sharder/pkg/webhook"
 )
 
 // jitterFactor is client-go's leader election jitter: renewDeadline must
@@ -133,8 +135,9 @@ func (w Webhook) validate(p *field.Path) field.ErrorList {
 	if w.ServicePort < 1 || w.ServicePort > 65535 {
 		errs = append(errs, field.Invalid(p.Child("servicePort"), w.ServicePort, "must be a TCP port (1-65535)"))
 	}
-	if w.TimeoutSeconds < 1 || w.TimeoutSeconds > 30 {
-		errs = append(errs, field.Invalid(p.Child("timeoutSeconds"), w.TimeoutSeconds, "must be between 1 and 30"))
+	if w.TimeoutSeconds < webhook.MinTimeoutSeconds || w.TimeoutSeconds > webhook.MaxTimeoutSeconds {
+		errs = append(errs, field.Invalid(p.Child("timeoutSeconds"), w.TimeoutSeconds,
+			fmt.Sprintf("must be between %d and %d", webhook.MinTimeoutSeconds, webhook.MaxTimeoutSeconds)))
 	}
 	for _, msg := range validation.IsDNS1123Subdomain(w.ConfigurationName) {
 		errs = append(errs, field.Invalid(p.Child("configurationName"), w.ConfigurationName, msg))

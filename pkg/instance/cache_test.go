@@ -93,13 +93,14 @@ func TestOptionsComplete(t *testing.T) {
 			g := NewWithT(t)
 			o := valid
 			tc.modify(&o)
-			got, err := o.complete()
+			got := o
+			err := got.setDefaults()
 			if tc.errSub != "" {
 				g.Expect(err).To(MatchError(ContainSubstring(tc.errSub)))
 				return
 			}
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(got.RetryPeriod).To(Equal(defaultRetryPeriod))
+			g.Expect(got.RetryPeriod).To(Equal(DefaultRetryPeriod))
 			g.Expect(got.Clock).NotTo(BeNil())
 		})
 	}

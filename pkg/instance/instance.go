@@ -71,8 +71,7 @@ var (
 // manager without leader election, since each instance reconciles only its
 // own objects.
 func Setup(mgr manager.Manager, opts Options) (*Instance, error) {
-	opts, err := opts.complete()
-	if err != nil {
+	if err := opts.setDefaults(); err != nil {
 		return nil, fmt.Errorf("instance options: %w", err)
 	}
 	// The Lease is read and written directly, and watched by name: the

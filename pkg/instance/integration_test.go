@@ -18,13 +18,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/sharder-dev/sharder/internal/testenv"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/assign"
 	"github.com/sharder-dev/sharder/pkg/leases"
@@ -35,17 +33,10 @@ import (
 // manager of their own until the test ends.
 func startSharder(t *testing.T) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 env.Scheme,
-		Cache:                  cache.Options{ByObject: leases.CacheByObject()},
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		Logger:                 ctrl.Log.WithName("sharder"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgrOpts := env.ManagerOptions()
+	mgrOpts.Cache = cache.Options{ByObject: leases.CacheByObject()}
+	mgrOpts.Logger = ctrl.Log.WithName("sharder")
+	mgr := env.NewManager(t, nil, mgrOpts)
 	registry := leases.NewRegistry()
 	if err := leases.NewController(leases.ControllerOptions{Registry: registry, Identity: "sharder:test"}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
@@ -57,15 +48,7 @@ func startSharder(t *testing.T) {
 	if err := engine.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("sharder: %v", err)
-		}
-	})
+	testenv.StartManager(t, mgr)
 }
 
 // assignments returns each ConfigMap's shard and drain label.

@@ -78,7 +78,11 @@ type Options struct {
 	Clock clock.Clock
 }
 
-const defaultRetryPeriod = time.Second
+// Defaults of Options. The Lease's timings and the shutdown timeout are the
+// lease holder's: lease.DefaultLeaseDuration and lease.DefaultShutdownTimeout.
+const (
+	DefaultRetryPeriod = time.Second
+)
 
 // DefaultIdentity returns the default instance ID: the POD_NAME environment
 // variable, else the hostname.
@@ -86,9 +90,10 @@ func DefaultIdentity() (string, error) {
 	return lease.DefaultIdentity()
 }
 
-// complete fills in defaults and checks the options. Durations the lease
-// holder owns (LeaseDuration, RenewPeriod, RenewDeadline) are checked by it.
-func (o Options) complete() (Options, error) {
+// setDefaults fills in defaults and checks the options. Durations the lease
+// holder owns (LeaseDuration, RenewPeriod, RenewDeadline) are defaulted and
+// checked by it.
+func (o *Options) setDefaults() error {
 	var errs []error
 	if msgs := validation.IsDNS1123Label(o.Ring); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("ring %q is not a valid ring name: %v", o.Ring, msgs))
@@ -121,10 +126,10 @@ func (o Options) complete() (Options, error) {
 		errs = append(errs, fmt.Errorf("retry period must not be negative, got %s", o.RetryPeriod))
 	}
 	if o.RetryPeriod == 0 {
-		o.RetryPeriod = defaultRetryPeriod
+		o.RetryPeriod = DefaultRetryPeriod
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	return o, errors.Join(errs...)
+	return errors.Join(errs...)
 }

@@ -13,14 +13,11 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/sharder-dev/sharder/internal/testenv"
@@ -235,17 +232,10 @@ func startInstance(t *testing.T, cfg instanceConfig) *testInstance {
 	}
 	cacheOpts := instance.CacheOptions(cfg.ring, cfg.id, &corev1.ConfigMap{})
 	cacheOpts.DefaultNamespaces = map[string]cache.Config{cfg.namespace: {}}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 env.Scheme,
-		Cache:                  cacheOpts,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		Logger:                 ctrl.Log.WithName(cfg.id),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgrOpts := env.ManagerOptions()
+	mgrOpts.Cache = cacheOpts
+	mgrOpts.Logger = ctrl.Log.WithName(cfg.id)
+	mgr := env.NewManager(t, nil, mgrOpts)
 	inst, err := instance.Setup(mgr, instance.Options{
 		Ring:           cfg.ring,
 		LeaseNamespace: cfg.namespace,

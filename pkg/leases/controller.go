@@ -55,6 +55,11 @@ func CacheByObject() map[client.Object]cache.ByObject {
 // holds; a colon cannot occur in a Lease name, so no instance ID has it.
 const sharderIdentityPrefix = "sharder:"
 
+// Defaults of ControllerOptions.
+const (
+	DefaultWorkers = 4
+)
+
 // ControllerOptions configures the sharder's lease controller.
 type ControllerOptions struct {
 	// Registry receives the membership of every ring. Required.
@@ -91,7 +96,7 @@ func (o *ControllerOptions) setDefaults() error {
 		o.Clock = clock.RealClock{}
 	}
 	if o.Workers <= 0 {
-		o.Workers = 4
+		o.Workers = DefaultWorkers
 	}
 	return nil
 }

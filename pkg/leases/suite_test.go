@@ -16,9 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/sharder-dev/sharder/internal/testenv"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
@@ -58,12 +56,9 @@ func run(m *testing.M) int {
 	}
 	defer func() { _ = env.Stop() }()
 
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:     scheme,
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Cache:      cache.Options{ByObject: leases.CacheByObject()},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	mgrOpts := env.ManagerOptions()
+	mgrOpts.Cache = cache.Options{ByObject: leases.CacheByObject()}
+	mgr, err := ctrl.NewManager(env.Config, mgrOpts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "creating the manager: %v\n", err)
 		return 1

@@ -139,8 +139,8 @@ func TestBuildConfiguration(t *testing.T) {
 
 func TestOptionsDefaults(t *testing.T) {
 	t.Setenv("POD_NAMESPACE", "ops")
-	o, err := Options{}.withDefaults()
-	if err != nil {
+	o := Options{}
+	if err := o.setDefaults(); err != nil {
 		t.Fatal(err)
 	}
 	if o.Namespace != "ops" || o.ServiceNamespace != "ops" || o.ConfigurationName != DefaultConfigurationName ||
@@ -150,8 +150,8 @@ func TestOptionsDefaults(t *testing.T) {
 	if h := o.hosts(); !slices.Contains(h, "sharder-webhook.ops.svc") {
 		t.Errorf("hosts %v", h)
 	}
-	u, err := Options{URL: "https://127.0.0.1:9443"}.withDefaults()
-	if err != nil || !slices.Contains(u.hosts(), "127.0.0.1") {
+	u := Options{URL: "https://127.0.0.1:9443"}
+	if err := u.setDefaults(); err != nil || !slices.Contains(u.hosts(), "127.0.0.1") {
 		t.Errorf("URL host not in hosts: %v %v", u.hosts(), err)
 	}
 	for name, o := range map[string]Options{
@@ -164,7 +164,7 @@ func TestOptionsDefaults(t *testing.T) {
 		"service port":   {ServicePort: 70000},
 		"renew too late": {CertRenewBefore: DefaultCertValidity},
 	} {
-		if _, err := o.withDefaults(); err == nil {
+		if err := o.setDefaults(); err == nil {
 			t.Errorf("%s: want an error", name)
 		}
 	}

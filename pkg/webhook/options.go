@@ -60,7 +60,8 @@ type Options struct {
 	URL string
 
 	// TimeoutSeconds is how long the API server waits for an answer before
-	// it applies the ring's failure policy. Between 1 and 30. Default: 5.
+	// it applies the ring's failure policy. Between MinTimeoutSeconds and
+	// MaxTimeoutSeconds (1 and 30, the API server's bounds). Default: 5.
 	TimeoutSeconds int32
 
 	// Identity is the user name of the sharder's own requests: they skip
@@ -129,6 +130,7 @@ const (
 	DefaultServiceName       = "sharder-webhook"
 	DefaultServicePort       = 443
 	DefaultTimeoutSeconds    = 5
+	DefaultCertMode          = CertModeSelfManaged
 	DefaultSecretName        = "sharder-webhook-tls" //nolint:gosec // a Secret's name, not a credential
 	DefaultCAValidity        = 2 * 365 * 24 * time.Hour
 	DefaultCARenewBefore     = 180 * 24 * time.Hour
@@ -138,11 +140,17 @@ const (
 	DefaultResyncPeriod      = time.Minute
 )
 
+// Bounds of Options.TimeoutSeconds, the API server's.
+const (
+	MinTimeoutSeconds = 1
+	MaxTimeoutSeconds = 30
+)
+
 const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
-// withDefaults returns o with every unset field defaulted, or an error
-// naming the field that is wrong.
-func (o Options) withDefaults() (Options, error) {
+// setDefaults fills every unset field with its default and checks the
+// rest; an error names the field that is wrong.
+func (o *Options) setDefaults() error {
 	if o.ConfigurationName == "" {
 		o.ConfigurationName = DefaultConfigurationName
 	}
@@ -170,7 +178,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.TimeoutSeconds = DefaultTimeoutSeconds
 	}
 	if o.CertMode == "" {
-		o.CertMode = CertModeSelfManaged
+		o.CertMode = DefaultCertMode
 	}
 	if o.SecretName == "" {
 		o.SecretName = DefaultSecretName
@@ -186,26 +194,26 @@ func (o Options) withDefaults() (Options, error) {
 	}
 
 	switch {
-	case o.TimeoutSeconds < 1 || o.TimeoutSeconds > 30:
-		return o, fmt.Errorf("webhook TimeoutSeconds %d: must be between 1 and 30", o.TimeoutSeconds)
+	case o.TimeoutSeconds < MinTimeoutSeconds || o.TimeoutSeconds > MaxTimeoutSeconds:
+		return fmt.Errorf("webhook TimeoutSeconds %d: must be between %d and %d", o.TimeoutSeconds, MinTimeoutSeconds, MaxTimeoutSeconds)
 	case o.ServicePort < 1 || o.ServicePort > 65535:
-		return o, fmt.Errorf("webhook ServicePort %d: must be between 1 and 65535", o.ServicePort)
+		return fmt.Errorf("webhook ServicePort %d: must be between 1 and 65535", o.ServicePort)
 	case o.CertMode != CertModeSelfManaged && o.CertMode != CertModeExternal:
-		return o, fmt.Errorf("webhook CertMode %q: must be %q or %q", o.CertMode, CertModeSelfManaged, CertModeExternal)
+		return fmt.Errorf("webhook CertMode %q: must be %q or %q", o.CertMode, CertModeSelfManaged, CertModeExternal)
 	case o.CAInjectFrom != "" && len(strings.Split(o.CAInjectFrom, "/")) != 2:
-		return o, fmt.Errorf("webhook CAInjectFrom %q: must be <namespace>/<name>", o.CAInjectFrom)
+		return fmt.Errorf("webhook CAInjectFrom %q: must be <namespace>/<name>", o.CAInjectFrom)
 	}
 	if o.URL != "" {
 		if _, err := o.urlHost(); err != nil {
-			return o, err
+			return err
 		}
 	}
 	if o.CertMode == CertModeSelfManaged {
 		if err := o.pkiConfig().Validate(); err != nil {
-			return o, fmt.Errorf("webhook certificate timings: %w", err)
+			return fmt.Errorf("webhook certificate timings: %w", err)
 		}
 	}
-	return o, nil
+	return nil
 }
 
 func defaultDuration(d *time.Duration, def time.Duration) {

@@ -43,8 +43,7 @@ import (
 // Self-managed mode needs controller-runtime's default webhook server
 // (webhook.NewServer); external mode works with any.
 func Setup(mgr ctrl.Manager, opts Options) error {
-	opts, err := opts.withDefaults()
-	if err != nil {
+	if err := opts.setDefaults(); err != nil {
 		return err
 	}
 	srv := mgr.GetWebhookServer()
@@ -150,7 +149,6 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: 1,
 			NeedLeaderElection:      ptr.To(true),
-			SkipNameValidation:      ptr.To(true),
 		}).
 		Watches(&v1alpha1.ControllerRing{}, toKey).
 		Watches(&admissionregistrationv1.ValidatingWebhookConfiguration{}, toKey,

@@ -23,12 +23,9 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -163,16 +160,10 @@ func startSharder(t testing.TB, opts webhook.Options, serverOpts ...func(*ctrlwe
 	for _, f := range serverOpts {
 		f(&so)
 	}
-	mgr, err := ctrl.NewManager(configAs(t, sharderUser), manager.Options{
-		Scheme:                 env.Scheme,
-		Logger:                 zap.New(zap.UseDevMode(true), zap.WriteTo(testWriter{t})),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		WebhookServer:          ctrlwebhook.NewServer(so),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgrOpts := env.ManagerOptions()
+	mgrOpts.Logger = zap.New(zap.UseDevMode(true), zap.WriteTo(testWriter{t}))
+	mgrOpts.WebhookServer = ctrlwebhook.NewServer(so)
+	mgr := env.NewManager(t, configAs(t, sharderUser), mgrOpts)
 	if err := webhook.Setup(mgr, opts); err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,6 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/config"
 	"github.com/sharder-dev/sharder/pkg/instance/lease"
-	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
 // agentOptions are the flags of `sharder agent`.
@@ -90,7 +89,7 @@ its health endpoint to tell.`,
 	fs.StringVar(&o.holder.Ring, "ring", "", "Name of the ControllerRing the instance belongs to. Required.")
 	fs.StringVar(&o.holder.Namespace, "lease-namespace", "", "The ring's spec.leaseNamespace, where the Lease is held. Required.")
 	fs.StringVar(&o.holder.Identity, "instance", "", "Instance ID: the Lease's name and holder. Default: $POD_NAME, else the hostname.")
-	fs.DurationVar(&o.holder.LeaseDuration, "lease-duration", membership.DefaultLeaseDuration, "How long the Lease is valid without renewal (whole seconds). The sharder moves the instance's objects about twice this long after the last renewal.")
+	fs.DurationVar(&o.holder.LeaseDuration, "lease-duration", lease.DefaultLeaseDuration, "How long the Lease is valid without renewal (whole seconds). The sharder moves the instance's objects about twice this long after the last renewal.")
 	fs.DurationVar(&o.holder.RenewPeriod, "renew-period", 0, "Time between renewals. Default: a third of --lease-duration.")
 	fs.IntVar(&o.holder.VirtualNodes, "virtual-nodes", 0, "Weight of the instance in the ring (sharder.dev/virtual-nodes). Default: 0, the ring's default.")
 	fs.StringVar(&o.healthURL, "health-url", "", "HTTP(S) URL of the controller's health endpoint; the Lease is acquired and renewed only while it answers 2xx, and after SIGTERM kept until it refuses connections. Default: none: renew unconditionally, and leave the Lease to expire after SIGTERM instead of releasing it.")

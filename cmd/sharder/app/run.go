@@ -24,7 +24,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	crzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -60,9 +59,9 @@ type runOptions struct {
 
 	// namespace is the namespace the sharder runs in (filled by complete).
 	namespace string
-	// skipNameValidation lets tests start several managers in one process:
-	// controller names must otherwise be unique per process.
-	skipNameValidation bool
+	// newManager creates the manager from the options `sharder run` built.
+	// Default: ctrl.NewManager.
+	newManager func(*rest.Config, manager.Options) (manager.Manager, error)
 
 	// logOutput is where logs go. Default: the command's stderr.
 	logOutput io.Writer
@@ -234,7 +233,11 @@ func (o *runOptions) run(ctx context.Context) error {
 	if err := metrics.Register(crmetrics.Registry); err != nil {
 		return err
 	}
-	mgr, err := newManager(restConfig, o.cfg, log, o.skipNameValidation)
+	newMgr := o.newManager
+	if newMgr == nil {
+		newMgr = ctrl.NewManager
+	}
+	mgr, err := newManager(newMgr, restConfig, o.cfg, log)
 	if err != nil {
 		return err
 	}
@@ -255,7 +258,8 @@ func (o *runOptions) run(ctx context.Context) error {
 
 // newManager builds the controller-runtime manager of cfg: leader election
 // (released on cancel), caches, webhook server, metrics, probes and pprof.
-func newManager(restConfig *rest.Config, cfg *config.Config, log logr.Logger, skipNameValidation bool) (manager.Manager, error) {
+func newManager(create func(*rest.Config, manager.Options) (manager.Manager, error),
+	restConfig *rest.Config, cfg *config.Config, log logr.Logger) (manager.Manager, error) {
 	le := cfg.LeaderElection
 	shutdown := cfg.ShutdownTimeout.Duration
 	opts := manager.Options{
@@ -276,7 +280,6 @@ func newManager(restConfig *rest.Config, cfg *config.Config, log logr.Logger, sk
 		HealthProbeBindAddress:  cfg.Health.BindAddress,
 		PprofBindAddress:        cfg.Pprof.BindAddress,
 		GracefulShutdownTimeout: &shutdown,
-		Controller:              crconfig.Controller{SkipNameValidation: &skipNameValidation},
 	}
 	if cfg.Webhook.Enabled {
 		opts.WebhookServer = ctrlwebhook.NewServer(ctrlwebhook.Options{
@@ -285,7 +288,7 @@ func newManager(restConfig *rest.Config, cfg *config.Config, log logr.Logger, sk
 			TLSOpts: []func(*tls.Config){hardenTLS},
 		})
 	}
-	mgr, err := ctrl.NewManager(restConfig, opts)
+	mgr, err := create(restConfig, opts)
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager: %w", err)
 	}

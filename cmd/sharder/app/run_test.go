@@ -29,7 +29,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
@@ -81,7 +84,12 @@ func (b *syncBuffer) String() string {
 func startRun(t *testing.T, args ...string) (stop func() error, logs *syncBuffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := newRunCommand(&runOptions{cfg: config.Default(), skipNameValidation: true})
+	// Each run registers the sharder's controllers again in this process.
+	create := func(cfg *rest.Config, opts manager.Options) (manager.Manager, error) {
+		opts.Controller = crconfig.Controller{SkipNameValidation: ptr.To(true)}
+		return ctrl.NewManager(cfg, opts)
+	}
+	cmd := newRunCommand(&runOptions{cfg: config.Default(), newManager: create})
 	logs = &syncBuffer{}
 	cmd.SetErr(logs)
 	cmd.SetOut(io.Discard)

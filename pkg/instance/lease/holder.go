@@ -35,8 +35,14 @@ import (
 // its Lease within the lease duration, or found it held by someone else.
 var ErrLeaseLost = errors.New("instance Lease lost")
 
-// DefaultShutdownTimeout bounds BeforeRelease and the release together.
-const DefaultShutdownTimeout = 30 * time.Second
+// Defaults of HolderOptions.
+const (
+	// DefaultLeaseDuration is the Lease's duration, the one the sharder
+	// assumes for instances it has not seen.
+	DefaultLeaseDuration = membership.DefaultLeaseDuration
+	// DefaultShutdownTimeout bounds BeforeRelease and the release together.
+	DefaultShutdownTimeout = 30 * time.Second
+)
 
 // DefaultIdentity returns the instance ID of this process: the POD_NAME
 // environment variable (set it from the downward API), else the hostname.
@@ -143,7 +149,7 @@ func (o *HolderOptions) setDefaults(c client.Client) error {
 		return fmt.Errorf("virtual nodes %d: must be from 1 to %d, or 0 for the ring's default", o.VirtualNodes, membership.MaxVirtualNodes)
 	}
 	if o.LeaseDuration == 0 {
-		o.LeaseDuration = membership.DefaultLeaseDuration
+		o.LeaseDuration = DefaultLeaseDuration
 	}
 	if o.LeaseDuration < time.Second || o.LeaseDuration%time.Second != 0 || o.LeaseDuration > membership.MaxLeaseDuration {
 		return fmt.Errorf("lease duration %v: must be a whole number of seconds from 1s to %v", o.LeaseDuration, membership.MaxLeaseDuration)

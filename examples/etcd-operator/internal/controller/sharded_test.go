@@ -15,12 +15,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/controller"
+	"github.com/sharder-dev/sharder/internal/testenv"
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/assign"
 	"github.com/sharder-dev/sharder/pkg/instance"
@@ -28,45 +27,13 @@ import (
 	"github.com/sharder-dev/sharder/pkg/ring"
 )
 
-// runManager starts mgr until the test ends or the returned stop is called.
-func runManager(t *testing.T, mgr ctrl.Manager) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("manager: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("manager did not stop")
-		}
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
 // startSharder runs the sharder's lease and assignment controllers, as
 // `sharder run` does on its leader.
 func startSharder(t *testing.T) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:     env.Scheme,
-		Cache:      cache.Options{ByObject: leases.CacheByObject()},
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatalf("creating sharder manager: %v", err)
-	}
+	mgrOpts := env.ManagerOptions()
+	mgrOpts.Cache = cache.Options{ByObject: leases.CacheByObject()}
+	mgr := env.NewManager(t, nil, mgrOpts)
 	registry := leases.NewRegistry()
 	if err := leases.NewController(leases.ControllerOptions{Registry: registry}).SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up lease controller: %v", err)
@@ -78,7 +45,7 @@ func startSharder(t *testing.T) {
 	if err := a.SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up assignment controller: %v", err)
 	}
-	runManager(t, mgr)
+	testenv.StartManager(t, mgr)
 }
 
 // startInstance runs one instance of the operator in ring, wired as its
@@ -89,15 +56,9 @@ func startInstance(t *testing.T, ring, ns, id string) (stop func()) {
 		&etcdv1alpha1.EtcdCluster{}, &corev1.ConfigMap{}, &corev1.Service{},
 		&appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &corev1.Pod{})
 	cacheOpts.DefaultNamespaces = map[string]cache.Config{ns: {}}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:     env.Scheme,
-		Cache:      cacheOpts,
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatalf("creating manager of %s: %v", id, err)
-	}
+	mgrOpts := env.ManagerOptions()
+	mgrOpts.Cache = cacheOpts
+	mgr := env.NewManager(t, nil, mgrOpts)
 	inst, err := instance.Setup(mgr, instance.Options{
 		Ring:           ring,
 		LeaseNamespace: ns,
@@ -121,7 +82,7 @@ func startInstance(t *testing.T, ring, ns, id string) (stop func()) {
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up controller of %s: %v", id, err)
 	}
-	return runManager(t, mgr)
+	return testenv.StartManager(t, mgr)
 }
 
 // newEtcdRing declares the operator's ring for the objects of namespace ns.

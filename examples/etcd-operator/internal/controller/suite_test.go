@@ -17,12 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/controller"
@@ -51,13 +48,9 @@ const (
 // startManager runs a manager with the reconciler until the test ends.
 func startManager(t *testing.T, opts controller.Options, mgrOpts ctrl.Options) ctrl.Manager {
 	t.Helper()
-	mgrOpts.Scheme = env.Scheme
-	mgrOpts.Metrics = metricsserver.Options{BindAddress: "0"}
-	mgrOpts.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
-	mgr, err := ctrl.NewManager(env.Config, mgrOpts)
-	if err != nil {
-		t.Fatalf("creating manager: %v", err)
-	}
+	testOpts := env.ManagerOptions()
+	mgrOpts.Scheme, mgrOpts.Metrics, mgrOpts.Controller = testOpts.Scheme, testOpts.Metrics, testOpts.Controller
+	mgr := env.NewManager(t, nil, mgrOpts)
 	if opts.APIReader == nil {
 		opts.APIReader = mgr.GetAPIReader()
 	}
@@ -71,15 +64,7 @@ func startManager(t *testing.T, opts controller.Options, mgrOpts ctrl.Options) c
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up the controller: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	testenv.StartManager(t, mgr)
 	return mgr
 }
 

@@ -1,20 +1,16 @@
-package assign
+package metacache
 
 import (
 	"reflect"
 	"testing"
-	"time"
 	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-
-	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
-	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
 func TestTransformKeepsOnlyWhatAssignmentNeeds(t *testing.T) {
-	r := &runner{shardLabel: v1alpha1.ShardLabel("web"), drainLabel: v1alpha1.DrainLabel("web")}
+	r := NewObjectTransform("web")
 	in := &metav1.PartialObjectMetadata{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -32,13 +28,13 @@ func TestTransformKeepsOnlyWhatAssignmentNeeds(t *testing.T) {
 			},
 		},
 	}
-	out, err := r.transformObject(in)
+	out, err := r.Transform(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, ok := out.(*object)
+	got, ok := out.(*Object)
 	if !ok {
-		t.Fatalf("transform returned %T, want *object", out)
+		t.Fatalf("transform returned %T, want *Object", out)
 	}
 	if got.Name != "a" || got.Namespace != "ns" || got.UID != "u1" || got.ResourceVersion != "7" {
 		t.Errorf("identity lost: %+v", got)
@@ -49,75 +45,28 @@ func TestTransformKeepsOnlyWhatAssignmentNeeds(t *testing.T) {
 	if len(got.OwnerReferences) != 1 || got.OwnerReferences[0].UID != "u3" {
 		t.Errorf("ownerReferences = %v, want only the controller", got.OwnerReferences)
 	}
-	again, _ := r.transformObject(got)
+	again, _ := r.Transform(got)
 	if again != got {
 		t.Error("transform is not idempotent")
 	}
 	// Anything else passes through untouched.
-	if v, _ := r.transformObject("tombstone"); v != "tombstone" {
+	if v, _ := r.Transform("tombstone"); v != "tombstone" {
 		t.Errorf("non-metadata object changed: %v", v)
 	}
 }
 
-func TestDescribeMembershipChange(t *testing.T) {
-	ready := func(id string) membership.Member { return membership.Member{ID: id, State: membership.StateReady} }
-	for _, tc := range []struct {
-		name      string
-		prev, cur []membership.Member
-		want      string
-	}{
-		{"none", []membership.Member{ready("a")}, []membership.Member{ready("a")}, ""},
-		{"join", []membership.Member{ready("a")}, []membership.Member{ready("a"), ready("b")}, "b joined (ready); 2 of 2 instances ready"},
-		{"leave", []membership.Member{ready("a"), ready("b")}, []membership.Member{ready("a")}, "b left; 1 of 1 instances ready"},
-		{"state", []membership.Member{ready("a"), ready("b")}, []membership.Member{ready("a"), {ID: "b", State: membership.StateDead}}, "b ready -> dead; 1 of 2 instances ready"},
-		{"weight", []membership.Member{ready("a")}, []membership.Member{{ID: "a", State: membership.StateReady, VirtualNodes: 5}}, "a virtual nodes 0 -> 5; 1 of 1 instances ready"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := describeMembershipChange(tc.prev, tc.cur); got != tc.want {
-				t.Errorf("got %q, want %q", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestBuildViewReusesRingWhenReadySetUnchanged(t *testing.T) {
-	cfg := &ringConfig{name: "r", algorithm: v1alpha1.AlgorithmConsistentHash, virtualNodes: 16}
-	rings := &membership.Rings{}
-	m := []membership.Member{{ID: "a", State: membership.StateReady}, {ID: "b", State: membership.StateExpired}}
-	_, built, err := buildView(rings, cfg, m, time.Time{})
-	if err != nil || !built {
-		t.Fatalf("first build: %v, built=%v", err, built)
-	}
-	// b goes from expired to uncertain: the ready set is the same.
-	m2 := []membership.Member{{ID: "a", State: membership.StateReady}, {ID: "b", State: membership.StateUncertain}}
-	v2, built, err := buildView(rings, cfg, m2, time.Time{})
-	if err != nil || built {
-		t.Fatalf("second build: %v, built=%v; want the ring reused", err, built)
-	}
-	if v2.states["b"] != membership.StateUncertain {
-		t.Errorf("state of b = %s, want uncertain", v2.states["b"])
-	}
-	if id, err := v2.ring.Lookup("k"); err != nil || id != "a" {
-		t.Errorf("Lookup = %q, %v; want a (the only ready instance)", id, err)
-	}
-	m3 := []membership.Member{{ID: "a", State: membership.StateReady}, {ID: "b", State: membership.StateReady}}
-	if _, built, _ := buildView(rings, cfg, m3, time.Time{}); !built {
-		t.Error("ring not rebuilt when b became ready")
-	}
-}
-
 func TestTransformSharesLabelSets(t *testing.T) {
-	r := &runner{shardLabel: v1alpha1.ShardLabel("web"), drainLabel: v1alpha1.DrainLabel("web")}
-	obj := func(name string, labels map[string]string) *object {
+	r := NewObjectTransform("web")
+	obj := func(name string, labels map[string]string) *Object {
 		in := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: string([]byte("ns")), Labels: labels,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: string([]byte("apps/v1")), Kind: string([]byte("Deployment")), Name: "d", UID: "u", Controller: ptr.To(true)}},
 		}}
-		out, err := r.transformObject(in)
+		out, err := r.Transform(in)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return out.(*object)
+		return out.(*Object)
 	}
 	a := obj("a", map[string]string{"shard.sharder.dev/web": "i1", "app": "x"})
 	b := obj("b", map[string]string{"shard.sharder.dev/web": "i1", "app": "y"})

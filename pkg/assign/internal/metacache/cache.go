@@ -1,0 +1,212 @@
+package metacache
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+)
+
+// indexController maps an object to the UID of its controller.
+const indexController = "controller"
+
+// Cache is the metadata cache of one resource of a ring: a metadata-only
+// informer over every namespace, keeping what its transform leaves of each
+// object, and what keeps the sharder from using the resource (a list or
+// watch the API server refuses, a patch it forbids).
+type Cache struct {
+	resource schema.GroupResource
+	informer toolscache.SharedIndexInformer
+
+	mu       sync.Mutex
+	watchErr error // last list or watch error; a resource that never synced reports it
+	patchErr error // last Forbidden answer to a patch; cleared by a successful patch
+}
+
+// Options configures a Cache.
+type Options struct {
+	// IndexByController lets ByController find objects by their
+	// controller's UID. Every index costs memory per object: only the
+	// controlled resources of a ring need it. Default: false.
+	IndexByController bool
+
+	// OnWatchError is called with the resource and the error after the
+	// Cache recorded a failed list or watch, from the informer's goroutine.
+	// Default: nothing.
+	OnWatchError func(schema.GroupVersionResource, error)
+}
+
+// NewObjects returns the cache of resource gvr, keeping Objects made by
+// transform (the ring's, shared by all its caches). It watches nothing
+// until Run.
+func NewObjects(client metadata.Interface, gvr schema.GroupVersionResource, transform *ObjectTransform, opts Options) *Cache {
+	indexers := toolscache.Indexers{}
+	if opts.IndexByController {
+		indexers[indexController] = indexByController
+	}
+	return newCache(client, gvr, indexers, transform.Transform, opts.OnWatchError)
+}
+
+// NewNamespaces returns the cache of Namespaces, keeping their names and
+// labels for a ring's namespaceSelector (see GetNamespace). It watches
+// nothing until Run.
+func NewNamespaces(client metadata.Interface, onWatchError func(schema.GroupVersionResource, error)) *Cache {
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	return newCache(client, gvr, toolscache.Indexers{}, transformNamespace, onWatchError)
+}
+
+func newCache(client metadata.Interface, gvr schema.GroupVersionResource, indexers toolscache.Indexers,
+	transform toolscache.TransformFunc, onWatchError func(schema.GroupVersionResource, error)) *Cache {
+	inf := metadatainformer.NewFilteredMetadataInformer(client, gvr, metav1.NamespaceAll, 0, indexers, nil).Informer()
+	c := &Cache{resource: gvr.GroupResource(), informer: inf}
+	// Errors only come from calls made after the informer started; none is made yet.
+	_ = inf.SetTransform(transform)
+	_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *toolscache.Reflector, err error) {
+		c.mu.Lock()
+		c.watchErr = err
+		c.mu.Unlock()
+		if onWatchError != nil {
+			onWatchError(gvr, err)
+		}
+	})
+	return c
+}
+
+// AddEventHandler adds handler to the informer. Handlers are called one at
+// a time, in the order of the cache's events; add them before Run.
+func (c *Cache) AddEventHandler(handler toolscache.ResourceEventHandler) {
+	// An error only comes from an informer that was stopped.
+	_, _ = c.informer.AddEventHandler(handler)
+}
+
+// Run lists and watches the resource until ctx is done.
+func (c *Cache) Run(ctx context.Context) { c.informer.RunWithContext(ctx) }
+
+// HasSynced reports whether the cache holds every object of its first list.
+func (c *Cache) HasSynced() bool { return c.informer.HasSynced() }
+
+// Get returns the object namespace/name (namespace empty for a
+// cluster-scoped resource).
+func (c *Cache) Get(namespace, name string) (*Object, bool) {
+	obj, ok := c.get(namespace, name)
+	m, isObject := obj.(*Object)
+	return m, ok && isObject
+}
+
+// GetNamespace returns a Namespace of a cache made by NewNamespaces.
+func (c *Cache) GetNamespace(name string) (*metav1.PartialObjectMetadata, bool) {
+	obj, ok := c.get("", name)
+	m, isNamespace := obj.(*metav1.PartialObjectMetadata)
+	return m, ok && isNamespace
+}
+
+func (c *Cache) get(namespace, name string) (any, bool) {
+	key := name
+	if namespace != "" {
+		key = namespace + "/" + name
+	}
+	obj, ok, err := c.informer.GetIndexer().GetByKey(key)
+	if err != nil || !ok {
+		return nil, false
+	}
+	return obj, true
+}
+
+// List yields every object of the cache, in no particular order.
+func (c *Cache) List() iter.Seq[*Object] {
+	return objects(c.informer.GetStore().List())
+}
+
+// ByController yields the objects whose controller has uid. It yields
+// nothing unless the cache was made with Options.IndexByController.
+func (c *Cache) ByController(uid types.UID) iter.Seq[*Object] {
+	objs, err := c.informer.GetIndexer().ByIndex(indexController, string(uid))
+	if err != nil {
+		return objects(nil)
+	}
+	return objects(objs)
+}
+
+func objects(objs []any) iter.Seq[*Object] {
+	return func(yield func(*Object) bool) {
+		for _, obj := range objs {
+			if m, ok := obj.(*Object); ok && !yield(m) {
+				return
+			}
+		}
+	}
+}
+
+// NotePatch records the outcome of a patch of one of the cache's objects: a
+// Forbidden answer becomes a problem of the resource until a patch
+// succeeds. It reports whether Problem may have changed.
+func (c *Cache) NotePatch(err error) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case err == nil:
+		if c.patchErr == nil {
+			return false
+		}
+		c.patchErr = nil
+		return true
+	case apierrors.IsForbidden(err):
+		c.patchErr = err
+		return true
+	}
+	return false
+}
+
+// Problem is a resource of a ring the sharder cannot use, as the ring's
+// Ready condition reports it.
+type Problem struct {
+	Resource schema.GroupResource
+	Reason   string // v1alpha1.ReasonResourceNotServed or ReasonResourceForbidden
+	Message  string
+}
+
+// NotServed is the problem of a resource the API server does not serve.
+func NotServed(gr schema.GroupResource, err error) *Problem {
+	return &Problem{Resource: gr, Reason: v1alpha1.ReasonResourceNotServed, Message: fmt.Sprintf(
+		"resource %q is not served by the API server (%v): install its CustomResourceDefinition or correct spec.resources", gr.String(), err)}
+}
+
+// Problem returns what keeps the sharder from using the resource, nil when
+// nothing does.
+func (c *Cache) Problem() *Problem {
+	c.mu.Lock()
+	watchErr, patchErr := c.watchErr, c.patchErr
+	c.mu.Unlock()
+	gr := c.resource
+	switch {
+	case patchErr != nil:
+		return &Problem{Resource: gr, Reason: v1alpha1.ReasonResourceForbidden, Message: fmt.Sprintf(
+			"the sharder may not patch %q (%v): grant its ServiceAccount patch on this resource", gr.String(), patchErr)}
+	case watchErr == nil || c.informer.HasSynced():
+		return nil
+	case apierrors.IsForbidden(watchErr):
+		return &Problem{Resource: gr, Reason: v1alpha1.ReasonResourceForbidden, Message: fmt.Sprintf(
+			"the sharder may not list and watch %q (%v): grant its ServiceAccount get, list, watch and patch on this resource", gr.String(), watchErr)}
+	case apierrors.IsNotFound(watchErr):
+		return NotServed(gr, watchErr)
+	default:
+		return nil // transient: still syncing
+	}
+}
+
+// Failed reports whether the cache cannot sync: nobody should wait for it.
+func (c *Cache) Failed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.watchErr != nil && (apierrors.IsForbidden(c.watchErr) || apierrors.IsNotFound(c.watchErr))
+}

@@ -1,0 +1,14 @@
+// Package metacache keeps the metadata the assignment controller reads of a
+// ring's objects: one metadata-only informer per resource, whose transform
+// reduces every object to an Object (name, namespace, uid,
+// resourceVersion, the ring's shard and drain labels, the controller
+// ownerReference) and shares equal values between the objects of a ring, so
+// that the sharder's memory grows by little more than a hundred bytes per
+// object.
+//
+// A ring builds one ObjectTransform, a Cache per main and controlled
+// resource with NewObjects (controlled ones indexed by controller) and a
+// Namespace cache with NewNamespaces, then runs them. Each Cache also
+// records what keeps the sharder from using its resource (Problem), for the
+// ring's Ready condition.
+package metacache
