@@ -158,7 +158,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 
 	if msg := unknownAlgorithm(ring.Spec.EffectiveAlgorithm()); msg != "" {
-		c.stopRunner(ring.Name)
+		c.stopRing(ring.Name)
 		logger.Info("Ring names an algorithm this sharder does not know", "algorithm", ring.Spec.EffectiveAlgorithm())
 		return reconcile.Result{}, c.writeNotReadyStatus(ctx, ring, v1alpha1.ReasonUnknownAlgorithm, msg)
 	}
