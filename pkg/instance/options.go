@@ -57,9 +57,12 @@ type Options struct {
 	Pod *metav1.OwnerReference
 
 	// OnLost is called once the instance has lost its Lease (it could not
-	// renew it within RenewDeadline, or another party took it). By then the instance has
-	// stopped admitting reconciles for good; the usual answer is to exit and
-	// let the process restart, as after lost leader election.
+	// renew it within RenewDeadline, another party took it, or it was
+	// deleted or left the ring). By then the instance has stopped admitting
+	// reconciles for good and cancelled those in flight (cause ErrLeaseLost);
+	// the usual answer is to exit and let the process restart, as after lost
+	// leader election. The Lease holder stops, and with it the manager, right
+	// after OnLost returns.
 	// Default: log and exit the process with status 1.
 	OnLost func()
 
