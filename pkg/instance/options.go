@@ -107,11 +107,8 @@ func (o Options) complete() (Options, error) {
 		o.Identity = id
 	}
 	if o.Identity != "" {
-		if msgs := validation.IsValidLabelValue(o.Identity); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("identity %q cannot be a label value: %v", o.Identity, msgs))
-		}
-		if msgs := validation.IsDNS1123Subdomain(o.Identity); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("identity %q cannot be a Lease name: %v", o.Identity, msgs))
+		if err := lease.ValidateIdentity(o.Identity); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if o.VirtualNodes < 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -52,15 +53,37 @@ func DefaultIdentity() (string, error) {
 	return name, nil
 }
 
+// ValidateIdentity checks that id can be an instance ID: the name of a Lease
+// (a DNS subdomain) and the value of the shard label on the instance's
+// objects (at most 63 characters). An ID that is only a valid Lease name
+// would let the instance join the ring while every label write naming it
+// fails, leaving its objects unassigned.
+func ValidateIdentity(id string) error {
+	var problems []string
+	if id == "" {
+		problems = append(problems, "it is empty")
+	}
+	problems = append(problems, validation.IsDNS1123Subdomain(id)...)
+	problems = append(problems, validation.IsValidLabelValue(id)...)
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("instance ID %q cannot name both a Lease and a shard label value: %s; "+
+		"choose an ID of at most 63 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit "+
+		"(set it explicitly, or set POD_NAME from the downward API, rather than rely on the hostname)",
+		id, strings.Join(slices.Compact(problems), "; "))
+}
+
 // HolderOptions configures a Holder.
 type HolderOptions struct {
 	// Ring is the ring the instance belongs to (sharder.dev/ring). Required.
 	Ring string
 	// Namespace is the ring's spec.leaseNamespace. Required.
 	Namespace string
-	// Identity is the instance ID: the Lease's name and holderIdentity. It
-	// must stay the same across restarts of the instance, or a restart moves
-	// its objects. Default: DefaultIdentity().
+	// Identity is the instance ID: the Lease's name and holderIdentity, and
+	// the shard label's value on the instance's objects (ValidateIdentity).
+	// It must stay the same across restarts of the instance, or a restart
+	// moves its objects. Default: DefaultIdentity().
 	Identity string
 
 	// VirtualNodes is the instance's weight, written into the
@@ -136,8 +159,8 @@ func (o *HolderOptions) setDefaults(c client.Client) error {
 		}
 		o.Identity = id
 	}
-	if errs := validation.IsDNS1123Subdomain(o.Identity); len(errs) > 0 {
-		return fmt.Errorf("instance ID %q cannot name a Lease: %s", o.Identity, strings.Join(errs, "; "))
+	if err := ValidateIdentity(o.Identity); err != nil {
+		return err
 	}
 	if o.VirtualNodes < 0 || o.VirtualNodes > membership.MaxVirtualNodes {
 		return fmt.Errorf("virtual nodes %d: must be from 1 to %d, or 0 for the ring's default", o.VirtualNodes, membership.MaxVirtualNodes)
@@ -688,7 +711,12 @@ func (h *Holder) desired(base *coordinationv1.Lease, now time.Time, acquire bool
 	stamp := ptr.To(metav1.NewMicroTime(now))
 	if acquire || l.Spec.AcquireTime == nil {
 		if previous := ptr.Deref(l.Spec.HolderIdentity, ""); previous != "" && previous != h.opts.Identity {
-			l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+			// Counted up to the largest value the field holds, then kept
+			// there: an overflow would be a negative count, which the API
+			// server rejects, and the Lease could never be acquired.
+			if n := ptr.Deref(l.Spec.LeaseTransitions, 0); n < math.MaxInt32 {
+				l.Spec.LeaseTransitions = ptr.To(n + 1)
+			}
 		}
 		l.Spec.AcquireTime = stamp
 	}
