@@ -113,8 +113,10 @@ type HolderOptions struct {
 	Pod *metav1.OwnerReference
 
 	// OnLost is called once when the holder could not renew the Lease within
-	// RenewDeadline of its last renewal, or found it taken. The instance must
-	// stop reconciling at once: the sharder may move its objects. Default:
+	// RenewDeadline of its last renewal, or found it taken, deleted, or
+	// without its ring label (removed or changed). The instance must stop
+	// reconciling at once: the sharder may move its objects. Start returns
+	// after OnLost. Default:
 	// log and exit the process with status 1, as controller-runtime does on
 	// lost leader election.
 	OnLost func()
@@ -137,7 +139,8 @@ type HolderOptions struct {
 	Check func(ctx context.Context) error
 
 	// Reader reads the Lease. Pass an uncached reader (mgr.GetAPIReader())
-	// when the client reads from a cache. Default: the client.
+	// when the client reads from a cache: the holder decides on what it
+	// reads. Default: the client.
 	Reader client.Reader
 
 	// Clock tells the time and runs the timers. Default: the real clock.
@@ -214,6 +217,14 @@ func (o *HolderOptions) setDefaults(c client.Client) error {
 //     hang: LeaseDuration - RenewDeadline before a successor with the same
 //     instance ID could acquire the Lease (renewTime + LeaseDuration), and
 //     well before the sharder moves objects (twice LeaseDuration).
+//   - A Lease deleted, taken, or moved out of the ring while held is lost
+//     as soon as the watch on it (when the client is a client.WithWatch)
+//     delivers the change and a direct read confirms it, at the latest at
+//     the next renewal; the holder never writes such a Lease back.
+//   - A missing Lease is created only LeaseDuration after the holder first
+//     found it missing: any previous holder of the same instance ID whose
+//     Lease vanished has given up by then (RenewDeadline < LeaseDuration),
+//     provided it used the same lease duration.
 //   - It renews nothing while Check fails.
 //
 // It assumes that the clocks of the instance and the sharder agree to well
@@ -253,7 +264,10 @@ const maxUnconfirmed = 16
 var _ manager.LeaderElectionRunnable = &Holder{}
 
 // NewHolder checks the options, fills in their defaults and returns a holder
-// writing with c.
+// writing with c. When c is also a client.WithWatch (client.NewWithWatch),
+// the holder watches its own Lease by name, which needs list and watch on
+// Leases in the namespace besides get, create and update; otherwise it finds
+// a vanished Lease at its next renewal.
 func NewHolder(c client.Client, opts HolderOptions) (*Holder, error) {
 	if c == nil {
 		return nil, errors.New("lease holder: a client is required")
