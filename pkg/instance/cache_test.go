@@ -1,6 +1,7 @@
 package instance
 
 import (
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -85,7 +86,8 @@ func TestOptionsComplete(t *testing.T) {
 		{"no ring", func(o *Options) { o.Ring = "" }, "ring"},
 		{"ring not a DNS label", func(o *Options) { o.Ring = "Web_1" }, "ring"},
 		{"no lease namespace", func(o *Options) { o.LeaseNamespace = "" }, "lease namespace"},
-		{"identity not a label value", func(o *Options) { o.Identity = "a/b" }, "identity"},
+		{"identity not a label value", func(o *Options) { o.Identity = "a/b" }, `instance ID "a/b"`},
+		{"identity too long for a label value", func(o *Options) { o.Identity = "web-" + strings.Repeat("0", 60) }, "63"},
 		{"negative virtual nodes", func(o *Options) { o.VirtualNodes = -1 }, "virtual nodes"},
 		{"negative retry period", func(o *Options) { o.RetryPeriod = -1 }, "retry period"},
 	} {

@@ -8,8 +8,10 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -28,6 +30,18 @@ import (
 // sharder's own role). The controller's service account needs get, list,
 // watch, create and update on Leases in the ring's lease namespace, and patch on the ring's
 // main resources for drain acknowledgements (docs/instance.md).
+
+// ErrMoved is the cause (context.Cause) of the cancellation of a reconcile
+// whose object was assigned away from this instance while it ran.
+var ErrMoved = errors.New("the object was assigned to another instance")
+
+// ErrLeaseLost is the cause (context.Cause) of the cancellation of the
+// reconciles running when the instance lost its Lease.
+var ErrLeaseLost = lease.ErrLeaseLost
+
+// moveCheckTimeout bounds the read that tells a moved object from a deleted
+// one when it leaves the cache while a reconcile of it runs.
+const moveCheckTimeout = 10 * time.Second
 
 // Instance is one instance of a ring on a controller-runtime manager: it holds
 // the instance's Lease, admits reconciles only while it holds it, tracks the
@@ -213,7 +227,7 @@ func (i *Instance) watch(ctx context.Context, proto client.Object) error {
 	if err != nil {
 		return fmt.Errorf("getting the informer for %s: %w", gvk.Kind, err)
 	}
-	if _, err := informer.AddEventHandler(eventHandler{inst: i, gk: gvk.GroupKind()}); err != nil {
+	if _, err := informer.AddEventHandler(eventHandler{inst: i, gvk: gvk}); err != nil {
 		return fmt.Errorf("adding the notification handler for %s: %w", gvk.Kind, err)
 	}
 	return nil
@@ -253,19 +267,60 @@ func (i *Instance) notify(call func(Notifier)) {
 	}
 }
 
-// left reports that obj is no longer this instance's.
-func (i *Instance) left(gk schema.GroupKind, obj client.Object) {
-	key := inflight.Key{GroupKind: gk, NamespacedName: client.ObjectKeyFromObject(obj)}
+// left reports that obj is no longer this instance's: assigned elsewhere
+// (moved), or gone from the instance's label-selected cache, moved or
+// deleted.
+func (i *Instance) left(gvk schema.GroupVersionKind, obj client.Object, moved bool) {
+	key := inflight.Key{GroupKind: gvk.GroupKind(), NamespacedName: client.ObjectKeyFromObject(obj)}
 	if _, drained := i.acked.LoadAndDelete(key); drained {
 		i.notify(func(n Notifier) { n.OnDrained(obj) })
 		return
 	}
+	i.cancelMoved(gvk, key, moved)
 	i.notify(func(n Notifier) { n.OnLost(obj) })
 }
 
-// lost is the Lease holder's OnLost: stop at once, then the user's answer.
+// cancelMoved cancels the reconciles in flight of an object that left
+// without this instance's acknowledgement, once it is known to be assigned
+// elsewhere: at once when the cache saw the new label (moved), else after a
+// read from the API server, since a label-selected cache shows a move and a
+// deletion alike. Reconciles of a deleted object run on: they may be
+// finishing its deletion.
+func (i *Instance) cancelMoved(gvk schema.GroupVersionKind, key inflight.Key, moved bool) {
+	if i.tracker.RunningOf(key) == 0 {
+		return
+	}
+	cancel := func() {
+		if n := i.tracker.Cancel(key, ErrMoved); n > 0 {
+			i.log.Info("Cancelled reconciles of an object assigned elsewhere", "kind", gvk.Kind, "object", key.NamespacedName, "reconciles", n)
+		}
+	}
+	if moved {
+		cancel()
+		return
+	}
+	go func() {
+		ctx, stop := context.WithTimeout(context.Background(), moveCheckTimeout)
+		defer stop()
+		live := &metav1.PartialObjectMetadata{}
+		live.SetGroupVersionKind(gvk)
+		if err := i.apiReader.Get(ctx, key.NamespacedName, live); err != nil {
+			if !apierrors.IsNotFound(err) {
+				i.log.Error(err, "Could not tell whether an object left by a move; its reconciles in flight run on", "kind", gvk.Kind, "object", key.NamespacedName)
+			}
+			return
+		}
+		if !i.assigned(live) {
+			cancel()
+		}
+	}()
+}
+
+// lost is the Lease holder's OnLost: stop at once (no new reconcile, those
+// in flight cancelled), then the user's answer.
 func (i *Instance) lost() {
 	i.tracker.Close()
+	i.tracker.CancelAll(ErrLeaseLost)
 	i.log.Info("Instance lost its Lease, no longer reconciling")
 	if i.opts.OnLost != nil {
 		i.opts.OnLost()

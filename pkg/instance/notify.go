@@ -64,7 +64,7 @@ func (f NotifierFuncs) OnLost(obj client.Object) {
 // eventHandler turns the cache's events for one kind into notifications.
 type eventHandler struct {
 	inst *Instance
-	gk   schema.GroupKind
+	gvk  schema.GroupVersionKind
 }
 
 var _ toolscache.ResourceEventHandler = eventHandler{}
@@ -89,7 +89,7 @@ func (h eventHandler) OnUpdate(oldObj, newObj any) {
 	case !was && is:
 		h.inst.notify(func(nt Notifier) { nt.OnGained(n) })
 	case was && !is:
-		h.inst.left(h.gk, n)
+		h.inst.left(h.gvk, n, true)
 	}
 }
 
@@ -98,6 +98,6 @@ func (h eventHandler) OnDelete(obj any) {
 		obj = tombstone.Obj
 	}
 	if o, ok := obj.(client.Object); ok && h.inst.assigned(o) {
-		h.inst.left(h.gk, o)
+		h.inst.left(h.gvk, o, false)
 	}
 }

@@ -57,9 +57,12 @@ type Options struct {
 	Pod *metav1.OwnerReference
 
 	// OnLost is called once the instance has lost its Lease (it could not
-	// renew it within RenewDeadline, or another party took it). By then the instance has
-	// stopped admitting reconciles for good; the usual answer is to exit and
-	// let the process restart, as after lost leader election.
+	// renew it within RenewDeadline, another party took it, or it was
+	// deleted or left the ring). By then the instance has stopped admitting
+	// reconciles for good and cancelled those in flight (cause ErrLeaseLost);
+	// the usual answer is to exit and let the process restart, as after lost
+	// leader election. The Lease holder stops, and with it the manager, right
+	// after OnLost returns.
 	// Default: log and exit the process with status 1.
 	OnLost func()
 
@@ -109,11 +112,8 @@ func (o *Options) setDefaults() error {
 		o.Identity = id
 	}
 	if o.Identity != "" {
-		if msgs := validation.IsValidLabelValue(o.Identity); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("identity %q cannot be a label value: %v", o.Identity, msgs))
-		}
-		if msgs := validation.IsDNS1123Subdomain(o.Identity); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("identity %q cannot be a Lease name: %v", o.Identity, msgs))
+		if err := lease.ValidateIdentity(o.Identity); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if o.VirtualNodes < 0 {

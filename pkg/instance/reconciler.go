@@ -38,6 +38,14 @@ const acknowledgeAttempts = 3
 //     calls next so that it can finish its deletion handling, otherwise (it
 //     moved away) drops the request.
 //
+// The context passed to next is cancelled, its cause ErrMoved, as soon as
+// the instance sees the object assigned elsewhere (a move the instance did
+// not acknowledge: a forced move after the ring's drainTimeout, or a move
+// away from an instance the sharder counted dead), and, its cause
+// ErrLeaseLost, when the instance loses its Lease. A reconciler that
+// respects its context thus stops when it may no longer act on the object;
+// the cancellation is as prompt as the instance's watches, not a fence.
+//
 // Wrapping every controller of the kind with the same Instance is what makes
 // the drain wait for all of them. No reconcile is admitted before the
 // instance holds its Lease (requests are retried after Options.RetryPeriod),
@@ -67,7 +75,10 @@ var _ reconcile.Reconciler = &reconciler{}
 func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := inflight.Key{GroupKind: r.gvk.GroupKind(), NamespacedName: req.NamespacedName}
 	log := logf.FromContext(ctx)
-	switch admission := r.inst.tracker.Begin(key); admission {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	admission, end := r.inst.tracker.BeginCancellable(key, cancel)
+	switch admission {
 	case inflight.Admitted:
 	case inflight.NotOpen:
 		return reconcile.Result{RequeueAfter: r.inst.opts.RetryPeriod}, nil
@@ -81,7 +92,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		log.V(1).Info("Request dropped", "reason", admission.String())
 		return reconcile.Result{}, nil
 	}
-	defer r.inst.tracker.End(key)
+	defer end()
 
 	obj, ok := r.proto.DeepCopyObject().(client.Object)
 	if !ok {

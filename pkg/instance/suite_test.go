@@ -194,6 +194,9 @@ type instanceConfig struct {
 	hook func(ctx context.Context, controller string, req reconcile.Request)
 	// leaseDuration and renewPeriod of the instance's Lease.
 	leaseDuration, renewPeriod time.Duration
+	// onLost is the instance's OnLost; when set, the manager stopping on the
+	// lost Lease is not an error. Default: the test fails.
+	onLost func()
 }
 
 type testInstance struct {
@@ -230,6 +233,10 @@ func startInstance(t *testing.T, cfg instanceConfig) *testInstance {
 	if cfg.renewPeriod == 0 {
 		cfg.renewPeriod = 300 * time.Millisecond
 	}
+	expectLoss := cfg.onLost != nil
+	if !expectLoss {
+		cfg.onLost = func() { t.Errorf("instance %s lost its Lease", cfg.id) }
+	}
 	cacheOpts := instance.CacheOptions(cfg.ring, cfg.id, &corev1.ConfigMap{})
 	cacheOpts.DefaultNamespaces = map[string]cache.Config{cfg.namespace: {}}
 	mgrOpts := env.ManagerOptions()
@@ -243,7 +250,7 @@ func startInstance(t *testing.T, cfg instanceConfig) *testInstance {
 		LeaseDuration:  cfg.leaseDuration,
 		RenewPeriod:    cfg.renewPeriod,
 		RetryPeriod:    100 * time.Millisecond,
-		OnLost:         func() { t.Errorf("instance %s lost its Lease", cfg.id) },
+		OnLost:         cfg.onLost,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -296,7 +303,11 @@ func startInstance(t *testing.T, cfg instanceConfig) *testInstance {
 	ti := &testInstance{id: cfg.id, inst: inst, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(ti.done)
-		if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		err := mgr.Start(ctx)
+		if expectLoss && errors.Is(err, instance.ErrLeaseLost) {
+			return // the holder stops the manager after OnLost
+		}
+		if err != nil && !errors.Is(err, context.Canceled) {
 			ti.err = err
 		}
 	}()

@@ -105,6 +105,13 @@ func TestDrainWaitsForReconcileInFlight(t *testing.T) {
 
 	cm := createConfigMap(t, ns, "busy", map[string]string{v1alpha1.ShardLabel(ring): id})
 	g.Eventually(gt.entered["busy"], 20*time.Second).Should(BeClosed(), "controller a reconciles the object")
+	// Controller b has reconciled it too: no request of its own from before
+	// the drain is left (requests that arrived before the instance held its
+	// Lease are retried later), so every run after the drain request would
+	// be one the wrapper should not have let through.
+	g.Eventually(func() bool {
+		return slices.ContainsFunc(rec.runsOf("busy", id), func(iv interval) bool { return iv.controller == "b" })
+	}, 10*time.Second).Should(BeTrue(), "controller b reconciles the object")
 
 	// The sharder asks for the object back while controller a still works on
 	// it; controller b sees the drain label first.

@@ -128,6 +128,9 @@ func (o *agentOptions) complete(logOutput io.Writer) error {
 		}
 		o.holder.Identity = id
 	}
+	if err := lease.ValidateIdentity(o.holder.Identity); err != nil {
+		return fmt.Errorf("--instance (default $POD_NAME, else the hostname): %w", err)
+	}
 	if pod, uid := os.Getenv("POD_NAME"), os.Getenv("POD_UID"); pod != "" && uid != "" {
 		o.holder.Pod = &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: pod, UID: types.UID(uid)}
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -257,6 +258,7 @@ func TestAgentFlagErrors(t *testing.T) {
 		{"negative weight", []string{"--ring", "r", "--lease-namespace", "ns", "--virtual-nodes", "-2"}, "virtual nodes"},
 		{"relative health URL", []string{"--ring", "r", "--lease-namespace", "ns", "--health-url", "/healthz"}, "--health-url"},
 		{"bad instance ID", []string{"--ring", "r", "--lease-namespace", "ns", "--instance", "Not_A_Name"}, "instance ID"},
+		{"instance ID too long for a label", []string{"--ring", "r", "--lease-namespace", "ns", "--instance", strings.Repeat("i", 64)}, "--instance"},
 		{"bad log level", []string{"--ring", "r", "--lease-namespace", "ns", "--log-level", "loud"}, "--log-level"},
 		{"arguments", []string{"--ring", "r", "--lease-namespace", "ns", "extra"}, "unknown command"},
 	} {
@@ -309,4 +311,21 @@ func TestControllerGone(t *testing.T) {
 			NewWithT(t).Expect(o.controllerGone(context.Background())).To(Equal(tc.want))
 		})
 	}
+}
+
+// TestAgentDefaultIDTooLong checks that a pod name that cannot be a label
+// value is refused with advice, before anything runs.
+func TestAgentDefaultIDTooLong(t *testing.T) {
+	g := NewWithT(t)
+	long := "worker." + strings.Repeat("w", 60)
+	t.Setenv("POD_NAME", long)
+	cmd := NewAgentCommand()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs([]string{"--kubeconfig", agentKubeconfig(t), "--ring", "r", "--lease-namespace", "ns"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := cmd.ExecuteContext(ctx)
+	g.Expect(err).To(MatchError(And(ContainSubstring("--instance"), ContainSubstring(long), ContainSubstring("63"))))
 }

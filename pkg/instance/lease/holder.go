@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -58,15 +59,37 @@ func DefaultIdentity() (string, error) {
 	return name, nil
 }
 
+// ValidateIdentity checks that id can be an instance ID: the name of a Lease
+// (a DNS subdomain) and the value of the shard label on the instance's
+// objects (at most 63 characters). An ID that is only a valid Lease name
+// would let the instance join the ring while every label write naming it
+// fails, leaving its objects unassigned.
+func ValidateIdentity(id string) error {
+	var problems []string
+	if id == "" {
+		problems = append(problems, "it is empty")
+	}
+	problems = append(problems, validation.IsDNS1123Subdomain(id)...)
+	problems = append(problems, validation.IsValidLabelValue(id)...)
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("instance ID %q cannot name both a Lease and a shard label value: %s; "+
+		"choose an ID of at most 63 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit "+
+		"(set it explicitly, or set POD_NAME from the downward API, rather than rely on the hostname)",
+		id, strings.Join(slices.Compact(problems), "; "))
+}
+
 // HolderOptions configures a Holder.
 type HolderOptions struct {
 	// Ring is the ring the instance belongs to (sharder.dev/ring). Required.
 	Ring string
 	// Namespace is the ring's spec.leaseNamespace. Required.
 	Namespace string
-	// Identity is the instance ID: the Lease's name and holderIdentity. It
-	// must stay the same across restarts of the instance, or a restart moves
-	// its objects. Default: DefaultIdentity().
+	// Identity is the instance ID: the Lease's name and holderIdentity, and
+	// the shard label's value on the instance's objects (ValidateIdentity).
+	// It must stay the same across restarts of the instance, or a restart
+	// moves its objects. Default: DefaultIdentity().
 	Identity string
 
 	// VirtualNodes is the instance's weight, written into the
@@ -96,8 +119,10 @@ type HolderOptions struct {
 	Pod *metav1.OwnerReference
 
 	// OnLost is called once when the holder could not renew the Lease within
-	// RenewDeadline of its last renewal, or found it taken. The instance must
-	// stop reconciling at once: the sharder may move its objects. Default:
+	// RenewDeadline of its last renewal, or found it taken, deleted, or
+	// without its ring label (removed or changed). The instance must stop
+	// reconciling at once: the sharder may move its objects. Start returns
+	// after OnLost. Default:
 	// log and exit the process with status 1, as controller-runtime does on
 	// lost leader election.
 	OnLost func()
@@ -120,7 +145,8 @@ type HolderOptions struct {
 	Check func(ctx context.Context) error
 
 	// Reader reads the Lease. Pass an uncached reader (mgr.GetAPIReader())
-	// when the client reads from a cache. Default: the client.
+	// when the client reads from a cache: the holder decides on what it
+	// reads. Default: the client.
 	Reader client.Reader
 
 	// Clock tells the time and runs the timers. Default: the real clock.
@@ -142,8 +168,8 @@ func (o *HolderOptions) setDefaults(c client.Client) error {
 		}
 		o.Identity = id
 	}
-	if errs := validation.IsDNS1123Subdomain(o.Identity); len(errs) > 0 {
-		return fmt.Errorf("instance ID %q cannot name a Lease: %s", o.Identity, strings.Join(errs, "; "))
+	if err := ValidateIdentity(o.Identity); err != nil {
+		return err
 	}
 	if o.VirtualNodes < 0 || o.VirtualNodes > membership.MaxVirtualNodes {
 		return fmt.Errorf("virtual nodes %d: must be from 1 to %d, or 0 for the ring's default", o.VirtualNodes, membership.MaxVirtualNodes)
@@ -197,6 +223,14 @@ func (o *HolderOptions) setDefaults(c client.Client) error {
 //     hang: LeaseDuration - RenewDeadline before a successor with the same
 //     instance ID could acquire the Lease (renewTime + LeaseDuration), and
 //     well before the sharder moves objects (twice LeaseDuration).
+//   - A Lease deleted, taken, or moved out of the ring while held is lost
+//     as soon as the watch on it (when the client is a client.WithWatch)
+//     delivers the change and a direct read confirms it, at the latest at
+//     the next renewal; the holder never writes such a Lease back.
+//   - A missing Lease is created only LeaseDuration after the holder first
+//     found it missing: any previous holder of the same instance ID whose
+//     Lease vanished has given up by then (RenewDeadline < LeaseDuration),
+//     provided it used the same lease duration.
 //   - It renews nothing while Check fails.
 //
 // It assumes that the clocks of the instance and the sharder agree to well
@@ -236,7 +270,10 @@ const maxUnconfirmed = 16
 var _ manager.LeaderElectionRunnable = &Holder{}
 
 // NewHolder checks the options, fills in their defaults and returns a holder
-// writing with c.
+// writing with c. When c is also a client.WithWatch (client.NewWithWatch),
+// the holder watches its own Lease by name, which needs list and watch on
+// Leases in the namespace besides get, create and update; otherwise it finds
+// a vanished Lease at its next renewal.
 func NewHolder(c client.Client, opts HolderOptions) (*Holder, error) {
 	if c == nil {
 		return nil, errors.New("lease holder: a client is required")
@@ -694,7 +731,12 @@ func (h *Holder) desired(base *coordinationv1.Lease, now time.Time, acquire bool
 	stamp := ptr.To(metav1.NewMicroTime(now))
 	if acquire || l.Spec.AcquireTime == nil {
 		if previous := ptr.Deref(l.Spec.HolderIdentity, ""); previous != "" && previous != h.opts.Identity {
-			l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+			// Counted up to the largest value the field holds, then kept
+			// there: an overflow would be a negative count, which the API
+			// server rejects, and the Lease could never be acquired.
+			if n := ptr.Deref(l.Spec.LeaseTransitions, 0); n < math.MaxInt32 {
+				l.Spec.LeaseTransitions = ptr.To(n + 1)
+			}
 		}
 		l.Spec.AcquireTime = stamp
 	}

@@ -3,6 +3,8 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -79,6 +81,11 @@ func TestHolderOptions(t *testing.T) {
 		{"ring not a DNS label", func(o *lease.HolderOptions) { o.Ring = "Ring.One" }},
 		{"no namespace", func(o *lease.HolderOptions) { o.Namespace = "" }},
 		{"identity not a Lease name", func(o *lease.HolderOptions) { o.Identity = "Instance_0" }},
+		{"identity too long for a label value", func(o *lease.HolderOptions) { o.Identity = strings.Repeat("i", 64) }},
+		{"default identity too long for a label value", func(o *lease.HolderOptions) {
+			o.Identity = ""
+			t.Setenv("POD_NAME", "pod."+strings.Repeat("p", 60))
+		}},
 		{"negative weight", func(o *lease.HolderOptions) { o.VirtualNodes = -1 }},
 		{"weight above the maximum", func(o *lease.HolderOptions) { o.VirtualNodes = membership.MaxVirtualNodes + 1 }},
 		{"fractional duration", func(o *lease.HolderOptions) { o.LeaseDuration = 1500 * time.Millisecond }},
@@ -233,7 +240,9 @@ func TestHolderKeepsLeaseAcrossLabelPatches(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ns := env.Namespace(t)
-	r := startHolder(t, lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-2", LeaseDuration: time.Second, RenewPeriod: 100 * time.Millisecond})
+	// A renew deadline of 2s leaves room for a slow API server: the test is
+	// about conflicts, not timing.
+	r := startHolder(t, lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-2", LeaseDuration: 3 * time.Second, RenewPeriod: 100 * time.Millisecond})
 	g.Eventually(r.Held).Should(BeTrue())
 	for i := range 10 {
 		got, err := getLease(ns, "pod-2")()
@@ -282,7 +291,7 @@ func TestHolderLostWhenRenewalFails(t *testing.T) {
 	ns := env.Namespace(t)
 	var failing atomic.Bool
 	r := startHolder(t, lease.HolderOptions{
-		Ring: holderRing, Namespace: ns, Identity: "pod-4", LeaseDuration: time.Second, RenewPeriod: 200 * time.Millisecond,
+		Ring: holderRing, Namespace: ns, Identity: "pod-4", LeaseDuration: 2 * time.Second, RenewPeriod: 400 * time.Millisecond,
 		Check: func(context.Context) error {
 			if failing.Load() {
 				return errors.New("unhealthy")
@@ -299,8 +308,8 @@ func TestHolderLostWhenRenewalFails(t *testing.T) {
 	last, err := getLease(ns, "pod-4")()
 	g.Expect(err).NotTo(HaveOccurred())
 	lostAt := *r.lostAt.Load()
-	g.Expect(lostAt).To(BeTemporally(">=", last.Spec.RenewTime.Add(time.Second*2/3)), "not lost before the renew deadline")
-	g.Expect(lostAt).To(BeTemporally("<", last.Spec.RenewTime.Add(2*time.Second)), "lost before the Lease could be taken")
+	g.Expect(lostAt).To(BeTemporally(">=", last.Spec.RenewTime.Add(2*time.Second*2/3)), "not lost before the renew deadline")
+	g.Expect(lostAt).To(BeTemporally("<", last.Spec.RenewTime.Add(4*time.Second)), "lost before the Lease could be taken")
 	g.Expect(r.Held()).To(BeFalse())
 }
 
@@ -615,4 +624,47 @@ func TestHolderLeavesRingAtRenewal(t *testing.T) {
 	r.done <- stopped // for the cleanup
 	g.Expect(r.lost.Load()).To(BeEquivalentTo(1))
 	g.Expect(getLease(ns, "unwatched")()).To(HaveField("Labels", Not(HaveKey(v1alpha1.LabelRing))))
+}
+
+func TestValidateIdentity(t *testing.T) {
+	for _, id := range []string{"pod-0", "etcd-operator.2", strings.Repeat("i", 63)} {
+		t.Run("valid "+id, func(t *testing.T) {
+			NewWithT(t).Expect(lease.ValidateIdentity(id)).To(Succeed())
+		})
+	}
+	for name, id := range map[string]string{
+		"empty":                  "",
+		"64 characters":          strings.Repeat("i", 64),
+		"upper case":             "Pod-0",
+		"underscore":             "pod_0",
+		"leading dash":           "-pod",
+		"trailing dot":           "pod.",
+		"a Lease name only":      "pod-0." + strings.Repeat("x", 60),
+		"a label value only":     "Pod_0",
+		"slash (neither of two)": "ns/pod",
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := lease.ValidateIdentity(id)
+			NewWithT(t).Expect(err).To(MatchError(And(ContainSubstring("instance ID %q", id), ContainSubstring("POD_NAME"))))
+		})
+	}
+}
+
+// TestHolderAcquiresAtTransitionLimit checks that taking over a Lease whose
+// leaseTransitions reached the largest int32 keeps the count there instead of
+// overflowing into a negative value the API server rejects.
+func TestHolderAcquiresAtTransitionLimit(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	createLease(t, holderRing, ns, "pod-9", time.Now().Add(-time.Hour), 1, func(l *coordinationv1.Lease) {
+		l.Spec.HolderIdentity = ptr.To(sharderIdentity) // taken by the sharder, its hold long over
+		l.Spec.LeaseTransitions = ptr.To(int32(math.MaxInt32))
+	})
+	r := startHolder(t, lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-9", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
+	g.Eventually(r.Held).Should(BeTrue())
+	got, err := getLease(ns, "pod-9")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.Spec.HolderIdentity).To(HaveValue(Equal("pod-9")))
+	g.Expect(got.Spec.LeaseTransitions).To(HaveValue(BeEquivalentTo(math.MaxInt32)))
 }

@@ -1,6 +1,7 @@
 // Package inflight tracks the reconciles an instance has in flight, per
 // object, so that a drain is acknowledged only once no reconcile of the
-// object is running and so that shutdown can wait for all of them.
+// object is running, so that shutdown can wait for all of them, and so that
+// they can be cancelled when their object leaves or the Lease is lost.
 package inflight
 
 import (
@@ -52,6 +53,9 @@ type entry struct {
 	draining bool
 	// changed is closed and replaced whenever running drops.
 	changed chan struct{}
+	// cancels cancel the running reconciles begun with a cancel function,
+	// by the number BeginCancellable gave them.
+	cancels map[uint64]context.CancelCauseFunc
 }
 
 // Tracker counts running reconciles per object. The zero value is not
@@ -64,6 +68,8 @@ type Tracker struct {
 	objects map[Key]*entry
 	// idle is closed and replaced whenever total drops.
 	idle chan struct{}
+	// lastCancel numbers the cancel functions.
+	lastCancel uint64
 }
 
 // New returns a tracker that admits nothing until Open is called.
@@ -116,6 +122,68 @@ func (t *Tracker) Begin(key Key) Admission {
 	e.running++
 	t.total++
 	return Admitted
+}
+
+// BeginCancellable is Begin for a reconcile that Cancel and CancelAll may
+// cancel: while it runs, they call cancel with their cause. When admitted,
+// the caller must call the returned end function, in place of End, once
+// the reconcile has finished; otherwise end is nil.
+func (t *Tracker) BeginCancellable(key Key, cancel context.CancelCauseFunc) (Admission, func()) {
+	if admission := t.Begin(key); admission != Admitted {
+		return admission, nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.objects[key]
+	if e.cancels == nil {
+		e.cancels = map[uint64]context.CancelCauseFunc{}
+	}
+	t.lastCancel++
+	id := t.lastCancel
+	e.cancels[id] = cancel
+	return Admitted, func() {
+		t.mu.Lock()
+		delete(e.cancels, id)
+		t.mu.Unlock()
+		t.End(key)
+	}
+}
+
+// Cancel cancels the running reconciles of key begun with
+// BeginCancellable, with cause, and reports how many it cancelled.
+func (t *Tracker) Cancel(key Key, cause error) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.objects[key]
+	if e == nil {
+		return 0
+	}
+	for _, cancel := range e.cancels {
+		cancel(cause)
+	}
+	return len(e.cancels)
+}
+
+// CancelAll cancels every running reconcile begun with BeginCancellable, with
+// cause. Call Close first so that none is admitted after it.
+func (t *Tracker) CancelAll(cause error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range t.objects {
+		for _, cancel := range e.cancels {
+			cancel(cause)
+		}
+	}
+}
+
+// RunningOf returns the number of reconciles of key in flight.
+func (t *Tracker) RunningOf(key Key) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.objects[key]; e != nil {
+		return e.running
+	}
+	return 0
 }
 
 // End ends a reconcile admitted by Begin (or the drain begun by Drain).

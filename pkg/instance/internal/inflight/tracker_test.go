@@ -2,6 +2,7 @@ package inflight
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -141,4 +142,42 @@ func TestConcurrentUse(t *testing.T) {
 	if n := tr.Running(); n != 0 {
 		t.Fatalf("running = %d after all reconciles ended", n)
 	}
+}
+
+func TestCancel(t *testing.T) {
+	g := NewWithT(t)
+	tr := New()
+	tr.Open()
+	errMoved, errLost := errors.New("moved"), errors.New("lost")
+	begin := func(k Key) (context.Context, func()) {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		admission, end := tr.BeginCancellable(k, cancel)
+		g.Expect(admission).To(Equal(Admitted))
+		return ctx, end
+	}
+	a1, endA1 := begin(key("a"))
+	a2, endA2 := begin(key("a"))
+	b, endB := begin(key("b"))
+	g.Expect(tr.RunningOf(key("a"))).To(Equal(2))
+
+	g.Expect(tr.Cancel(key("a"), errMoved)).To(Equal(2))
+	g.Expect(context.Cause(a1)).To(MatchError(errMoved))
+	g.Expect(context.Cause(a2)).To(MatchError(errMoved))
+	g.Expect(b.Err()).NotTo(HaveOccurred(), "other objects run on")
+	endA1()
+	endA2()
+	g.Expect(tr.RunningOf(key("a"))).To(BeZero())
+	g.Expect(tr.Cancel(key("a"), errMoved)).To(BeZero(), "ended reconciles are not cancelled again")
+
+	a3, endA3 := begin(key("a"))
+	tr.Close()
+	tr.CancelAll(errLost)
+	g.Expect(context.Cause(a3)).To(MatchError(errLost))
+	g.Expect(context.Cause(b)).To(MatchError(errLost))
+	endA3()
+	endB()
+	g.Expect(tr.Running()).To(BeZero())
+	admission, end := tr.BeginCancellable(key("c"), func(error) {})
+	g.Expect(admission).To(Equal(Closed))
+	g.Expect(end).To(BeNil())
 }

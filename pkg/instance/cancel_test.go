@@ -1,0 +1,101 @@
+package instance_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/instance"
+)
+
+// cancellation records how the first reconcile of an object by controller
+// "a" ended: it waits for its context to be cancelled (at most a minute).
+type cancellation struct {
+	name    string
+	entered chan struct{}
+	done    chan struct{}
+	at      atomic.Pointer[time.Time]
+	cause   atomic.Pointer[error]
+	taken   atomic.Bool
+}
+
+func newCancellation(name string) *cancellation {
+	return &cancellation{name: name, entered: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (c *cancellation) hook(ctx context.Context, controller string, req reconcile.Request) {
+	if controller != "a" || req.Name != c.name || !c.taken.CompareAndSwap(false, true) {
+		return
+	}
+	close(c.entered)
+	defer close(c.done)
+	select {
+	case <-ctx.Done():
+		now, cause := time.Now(), context.Cause(ctx)
+		c.at.Store(&now)
+		c.cause.Store(&cause)
+	case <-time.After(time.Minute):
+	}
+}
+
+// TestReconcileCancelledWhenObjectMoves plays a forced move: the sharder asks
+// for an object back while a reconcile of it runs longer than the ring's
+// drainTimeout, then relabels it to another instance without an
+// acknowledgement. The running reconcile's context is cancelled at once.
+func TestReconcileCancelledWhenObjectMoves(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	const ring, id = "cancel-move", "i1"
+	rec := newRecorder()
+	c := newCancellation("long")
+	startInstance(t, instanceConfig{ring: ring, namespace: ns, id: id, rec: rec, hook: c.hook})
+
+	cm := createConfigMap(t, ns, "long", map[string]string{v1alpha1.ShardLabel(ring): id})
+	g.Eventually(c.entered, 20*time.Second).Should(BeClosed())
+	patchLabels(g, cm, map[string]*string{v1alpha1.DrainLabel(ring): ptr.To("true")})
+	g.Consistently(c.done, 500*time.Millisecond).ShouldNot(BeClosed(), "a drain request alone cancels nothing")
+
+	// The drain times out: the sharder moves the object.
+	moved := time.Now()
+	patchLabels(g, cm, map[string]*string{v1alpha1.ShardLabel(ring): ptr.To("i2"), v1alpha1.DrainLabel(ring): nil})
+	g.Eventually(c.done, 5*time.Second).Should(BeClosed(), "the reconcile's context is cancelled")
+	g.Expect(c.at.Load()).NotTo(BeNil(), "ended by the cancellation")
+	g.Expect(c.at.Load().Sub(moved)).To(BeNumerically("<", 5*time.Second))
+	g.Expect(errors.Is(*c.cause.Load(), instance.ErrMoved)).To(BeTrue(), "cause: %v", *c.cause.Load())
+	g.Eventually(func() int { return rec.lostOf(id, "long") }, 10*time.Second).Should(Equal(1))
+}
+
+// TestReconcileCancelledWhenLeaseLost checks that the reconciles running when
+// the instance loses its Lease (here: the Lease is deleted) are cancelled,
+// whatever OnLost does next.
+func TestReconcileCancelledWhenLeaseLost(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	const ring, id = "cancel-lost", "i1"
+	rec := newRecorder()
+	c := newCancellation("busy")
+	var lost atomic.Int32
+	startInstance(t, instanceConfig{ring: ring, namespace: ns, id: id, rec: rec, hook: c.hook,
+		onLost: func() { lost.Add(1) }, // carries on: the process does not exit
+	})
+	createConfigMap(t, ns, "busy", map[string]string{v1alpha1.ShardLabel(ring): id})
+	g.Eventually(c.entered, 20*time.Second).Should(BeClosed())
+
+	held := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: id}}
+	deleted := time.Now()
+	g.Expect(env.Client.Delete(context.Background(), held)).To(Succeed())
+	g.Eventually(c.done, 5*time.Second).Should(BeClosed(), "the reconcile's context is cancelled")
+	g.Expect(c.at.Load()).NotTo(BeNil(), "ended by the cancellation")
+	g.Expect(c.at.Load().Sub(deleted)).To(BeNumerically("<", 5*time.Second))
+	g.Expect(errors.Is(*c.cause.Load(), instance.ErrLeaseLost)).To(BeTrue(), "cause: %v", *c.cause.Load())
+	g.Expect(lost.Load()).To(BeEquivalentTo(1))
+}
