@@ -228,7 +228,10 @@ func controllerOptions() controller.Options {
 func startInstance(t *testing.T, cfg instanceConfig) *testInstance {
 	t.Helper()
 	if cfg.leaseDuration == 0 {
-		cfg.leaseDuration = 2 * time.Second
+		// Renew deadline 2 s (2/3 of it) with renewals every 300 ms: room
+		// for a few slow round trips on a loaded machine before an instance
+		// that nobody wants to lose gives its Lease up.
+		cfg.leaseDuration = 3 * time.Second
 	}
 	if cfg.renewPeriod == 0 {
 		cfg.renewPeriod = 300 * time.Millisecond
