@@ -227,9 +227,17 @@ func (e *ringEnv) liveSharders() []*framework.Sharder {
 // until it holds its Lease.
 func (e *ringEnv) startInstance(id string) *framework.Process {
 	e.t.Helper()
+	return e.startInstanceWithLease(id, e.opts.LeaseDuration)
+}
+
+// startInstanceWithLease is startInstance with a lease duration of the
+// instance's own. A new instance creates its Lease one lease duration after
+// it starts, so this also bounds how long the start takes.
+func (e *ringEnv) startInstanceWithLease(id string, leaseDuration time.Duration) *framework.Process {
+	e.t.Helper()
 	p, err := cluster.Start(framework.ProcessOptions{
 		Name: e.ring + "-" + id, Path: cluster.Binaries.Operator,
-		Args: operatorArgs(e, id),
+		Args: operatorArgs(e, id, leaseDuration),
 		Env:  []string{"POD_NAME=" + id, "POD_NAMESPACE=" + e.leaseNamespace},
 	})
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
@@ -479,13 +487,13 @@ func metav1ControllerOf(obj client.Object) string {
 }
 
 // operatorArgs is the example operator's command line for instance id.
-func operatorArgs(e *ringEnv, id string) []string {
+func operatorArgs(e *ringEnv, id string, leaseDuration time.Duration) []string {
 	return []string{
 		"--kubeconfig", e.instanceUser.Kubeconfig,
 		"--ring", e.ring,
 		"--lease-namespace", e.leaseNamespace,
 		"--instance", id,
-		"--lease-duration", e.opts.LeaseDuration.String(),
+		"--lease-duration", leaseDuration.String(),
 		"--reconcile-log", e.reconcileLog(id),
 		"--metrics-bind-address", "0",
 		"--health-probe-bind-address", "0",

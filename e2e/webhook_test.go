@@ -121,7 +121,7 @@ func DrainIdentitySpec(t *testing.T, in DrainIdentityInput) {
 	// pending for the whole check.
 	e := newRingEnv(t, ringOptions{LeaseDuration: 30 * time.Second, DrainTimeout: 60 * time.Second})
 	e.startInstance("instance-0")
-	e.startInstance("instance-1")
+	e.startInstanceWithLease("instance-1", 3*time.Second)
 	e.startSharders()
 	e.createClusters("obj", in.Objects)
 	e.waitSettled(in.Objects, in.Timeout)
@@ -132,7 +132,10 @@ func DrainIdentitySpec(t *testing.T, in DrainIdentityInput) {
 	frozen := e.instance("instance-0")
 	e.g.Expect(frozen.Signal(syscall.SIGSTOP)).To(gomega.Succeed())
 	defer func() { _ = frozen.Signal(syscall.SIGCONT) }()
-	e.startInstance("instance-2")
+	// A short Lease for the newcomer: it becomes ready (and the drains begin)
+	// a few seconds after it starts, well before the frozen instance's
+	// Lease expires.
+	e.startInstanceWithLease("instance-2", 3*time.Second)
 	// Pick a draining object the frozen instance is not in the middle of
 	// reconciling: acknowledging for it then is what the instance itself
 	// would do once idle (acknowledging mid-reconcile would let two

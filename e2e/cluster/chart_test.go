@@ -179,8 +179,8 @@ func testInstall(t *testing.T) {
 
 // testLeaseCollectedWithPod: the garbage collector deletes a Lease owned by
 // a deleted pod, and the ring follows: the instance is no longer available,
-// held as vanished (its objects wait: nothing proves that the process is
-// gone) until twice its lease duration after its last renewal, then dead.
+// and held as vanished (its objects wait: nothing proves that the process
+// is gone) until twice its lease duration after its last renewal.
 func testLeaseCollectedWithPod(t *testing.T) {
 	g := NewWithT(t)
 	ctx := t.Context()
@@ -196,14 +196,14 @@ func testLeaseCollectedWithPod(t *testing.T) {
 		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: ring}, &r)).To(Succeed())
 		return r.Status
 	}
+	// The instance's Lease lasts an hour, so it stays vanished for the rest
+	// of the test (the move to dead after two lease durations is tested
+	// against a bare API server with short Leases).
 	g.Eventually(func(g Gomega) {
 		status := member(g)
 		g.Expect(status.AvailableInstances).To(BeZero())
-		g.Expect(status.Members).To(ConsistOf(And(HaveField("Name", instance), HaveField("State", BeElementOf("vanished", "dead")))))
+		g.Expect(status.Members).To(ConsistOf(And(HaveField("Name", instance), HaveField("State", "vanished"))))
 	}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
-	g.Eventually(func(g Gomega) {
-		g.Expect(member(g).Members).To(ConsistOf(And(HaveField("Name", instance), HaveField("State", "dead"))))
-	}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed(), "held no longer than twice the lease duration")
 }
 
 // testUninstall: after helm uninstall, objects of the ring (which the user

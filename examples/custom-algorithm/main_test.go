@@ -146,6 +146,11 @@ func TestRingUsesTheRegisteredAlgorithm(t *testing.T) {
 		}
 	})
 
+	// The command sets the process-wide klog logger first thing: wait until
+	// it has, so that this test's own API requests, which log through klog,
+	// do not race with that write.
+	g.Eventually(logs.String, 30*time.Second, 20*time.Millisecond).Should(ContainSubstring("Starting sharder"))
+
 	g.Eventually(func(g Gomega) {
 		r := &v1alpha1.ControllerRing{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: ringName}, r)).To(Succeed())

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +17,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/assign"
 	"github.com/sharder-dev/sharder/pkg/leases"
 	"github.com/sharder-dev/sharder/pkg/membership"
+	"github.com/sharder-dev/sharder/pkg/metrics"
 )
 
 const (
@@ -199,6 +201,10 @@ func TestUnacknowledgedDrainIsForcedAfterTimeout(t *testing.T) {
 		}
 	}
 	g.Eventually(onAWithDrain, timeout, poll).Should(Succeed())
+	// The drains' timeouts start when the sharder records them, just after
+	// its writes: wait for that before moving the clock.
+	g.Eventually(func() float64 { return testutil.ToFloat64(metrics.DrainsTotal.WithLabelValues(ns)) }, timeout, poll).
+		Should(BeEquivalentTo(len(toB)))
 	clk.Step(drainTimeout - time.Second)
 	g.Consistently(onAWithDrain, time.Second, poll).Should(Succeed(), "forced before the drain timed out")
 
