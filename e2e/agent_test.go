@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sharder-dev/sharder/e2e/framework"
+	"github.com/sharder-dev/sharder/internal/localrun"
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
 
@@ -88,7 +88,7 @@ func AgentShutdownSpec(t *testing.T, in AgentShutdownInput) {
 	controller, agent := e.instance(victim), e.agent(victim)
 	var wg sync.WaitGroup
 	stopErrs := make([]error, 2)
-	for i, p := range []*framework.Process{controller, agent} {
+	for i, p := range []*localrun.Process{controller, agent} {
 		wg.Add(1)
 		go func() { defer wg.Done(); stopErrs[i] = p.Stop(in.ShutdownTimeout + in.Timeout) }()
 	}
@@ -136,9 +136,9 @@ func TestAgentShutdown(t *testing.T) {
 // agent holds the instance's Lease.
 func (e *ringEnv) startPlainInstance(id string, agentArgs ...string) {
 	e.t.Helper()
-	health, err := framework.FreeAddress()
+	health, err := localrun.FreeAddress()
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
-	controller, err := cluster.Start(framework.ProcessOptions{
+	controller, err := cluster.Start(localrun.ProcessOptions{
 		Name: e.ring + "-" + id, Path: cluster.Binaries.PlainController,
 		Args: []string{
 			"--kubeconfig", e.instanceUser.Kubeconfig,
@@ -151,7 +151,7 @@ func (e *ringEnv) startPlainInstance(id string, agentArgs ...string) {
 	})
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
 	e.procs.Add(controller)
-	agent, err := cluster.Start(framework.ProcessOptions{
+	agent, err := cluster.Start(localrun.ProcessOptions{
 		Name: e.ring + "-" + id + "-agent", Path: cluster.Binaries.Sharder,
 		Args: append([]string{"agent",
 			"--kubeconfig", e.instanceUser.Kubeconfig,
@@ -173,7 +173,7 @@ func (e *ringEnv) startPlainInstance(id string, agentArgs ...string) {
 }
 
 // agent returns the agent beside instance id.
-func (e *ringEnv) agent(id string) *framework.Process {
+func (e *ringEnv) agent(id string) *localrun.Process {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	p, ok := e.agents[id]

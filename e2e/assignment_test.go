@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sharder-dev/sharder/e2e/framework"
+	"github.com/sharder-dev/sharder/internal/localrun"
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
 
@@ -179,7 +179,7 @@ func ScaleInSpec(t *testing.T, in ScaleInInput) {
 	}
 	e.expectReconciledByOwner(in.Timeout)
 	e.expectNoOverlap()
-	e.g.Expect(framework.Moved(before, after)).To(gomega.Equal(before.Counts()[stopped]))
+	e.g.Expect(localrun.Moved(before, after)).To(gomega.Equal(before.Counts()[stopped]))
 }
 
 func TestScaleIn(t *testing.T) {

@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sharder-dev/sharder/e2e/framework"
+	"github.com/sharder-dev/sharder/internal/localrun"
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
@@ -70,15 +70,15 @@ type ringEnv struct {
 	leaseNamespace   string
 	sharderNamespace string
 	reconcileLogs    string
-	instanceUser     *framework.User
-	tracker          *framework.Tracker
+	instanceUser     *localrun.User
+	tracker          *localrun.Tracker
 
 	mu        sync.Mutex
-	sharders  []*framework.Sharder
-	instances map[string]*framework.Process
+	sharders  []*localrun.Sharder
+	instances map[string]*localrun.Process
 	// agents are the `sharder agent` sidecars, by instance ID.
-	agents map[string]*framework.Process
-	procs  framework.Processes
+	agents map[string]*localrun.Process
+	procs  localrun.Processes
 }
 
 // newRingEnv creates the namespaces and the ring and starts the sharder
@@ -120,8 +120,8 @@ func newRingEnv(t *testing.T, opts ringOptions) *ringEnv {
 		t: t, g: gomega.NewWithT(t), ctx: ctx, opts: opts, c: cluster.Client(),
 		ring: name, namespace: name, leaseNamespace: name + "-instances", sharderNamespace: name + "-sharder",
 		reconcileLogs: filepath.Join(cluster.Dir, name, "reconciles"),
-		instances:     map[string]*framework.Process{},
-		agents:        map[string]*framework.Process{},
+		instances:     map[string]*localrun.Process{},
+		agents:        map[string]*localrun.Process{},
 	}
 	t.Cleanup(func() {
 		e.stopAll()
@@ -139,7 +139,7 @@ func newRingEnv(t *testing.T, opts ringOptions) *ringEnv {
 	g.Expect(os.MkdirAll(e.reconcileLogs, 0o750)).To(gomega.Succeed())
 	g.Expect(e.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.namespace,
 		Labels: map[string]string{"e2e.sharder.dev/ring": e.ring}}})).To(gomega.Succeed())
-	g.Expect(framework.EnsureNamespace(ctx, e.c, e.leaseNamespace)).To(gomega.Succeed())
+	g.Expect(localrun.EnsureNamespace(ctx, e.c, e.leaseNamespace)).To(gomega.Succeed())
 
 	var err error
 	e.instanceUser, err = cluster.ControlPlane.AddServiceAccountUser(e.ring+"-instance", e.leaseNamespace, instanceAccount)
@@ -161,7 +161,7 @@ func newRingEnv(t *testing.T, opts ringOptions) *ringEnv {
 	}
 	g.Expect(e.c.Create(ctx, r)).To(gomega.Succeed())
 
-	e.tracker, err = framework.NewTracker(cluster.ControlPlane.Config, opts.Tracked, e.namespace, e.ring)
+	e.tracker, err = localrun.NewTracker(cluster.ControlPlane.Config, opts.Tracked, e.namespace, e.ring)
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	g.Expect(e.tracker.Start(ctx)).To(gomega.Succeed())
 	return e
@@ -177,9 +177,9 @@ func (e *ringEnv) startSharders() {
 	e.leader()
 }
 
-func (e *ringEnv) startSharder(name string) *framework.Sharder {
+func (e *ringEnv) startSharder(name string) *localrun.Sharder {
 	e.t.Helper()
-	s, err := cluster.StartSharder(e.ctx, framework.SharderOptions{Name: name, Namespace: e.sharderNamespace})
+	s, err := cluster.StartSharder(e.ctx, localrun.SharderOptions{Name: name, Namespace: e.sharderNamespace})
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
 	e.procs.Add(s.Process)
 	e.mu.Lock()
@@ -190,13 +190,13 @@ func (e *ringEnv) startSharder(name string) *framework.Sharder {
 
 // leader waits until exactly one running replica says it leads and
 // returns it.
-func (e *ringEnv) leader() *framework.Sharder {
+func (e *ringEnv) leader() *localrun.Sharder {
 	e.t.Helper()
-	var leader *framework.Sharder
+	var leader *localrun.Sharder
 	e.g.Eventually(func() error {
 		leader = nil
 		for _, s := range e.liveSharders() {
-			if framework.IsLeader(s) {
+			if localrun.IsLeader(s) {
 				if leader != nil {
 					return fmt.Errorf("both %s and %s lead", leader.Name, s.Name)
 				}
@@ -211,10 +211,10 @@ func (e *ringEnv) leader() *framework.Sharder {
 	return leader
 }
 
-func (e *ringEnv) liveSharders() []*framework.Sharder {
+func (e *ringEnv) liveSharders() []*localrun.Sharder {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var out []*framework.Sharder
+	var out []*localrun.Sharder
 	for _, s := range e.sharders {
 		if !s.Exited() {
 			out = append(out, s)
@@ -225,7 +225,7 @@ func (e *ringEnv) liveSharders() []*framework.Sharder {
 
 // startInstance starts an operator instance with identity id and waits
 // until it holds its Lease.
-func (e *ringEnv) startInstance(id string) *framework.Process {
+func (e *ringEnv) startInstance(id string) *localrun.Process {
 	e.t.Helper()
 	return e.startInstanceWithLease(id, e.opts.LeaseDuration)
 }
@@ -233,9 +233,9 @@ func (e *ringEnv) startInstance(id string) *framework.Process {
 // startInstanceWithLease is startInstance with a lease duration of the
 // instance's own. A new instance creates its Lease one lease duration after
 // it starts, so this also bounds how long the start takes.
-func (e *ringEnv) startInstanceWithLease(id string, leaseDuration time.Duration) *framework.Process {
+func (e *ringEnv) startInstanceWithLease(id string, leaseDuration time.Duration) *localrun.Process {
 	e.t.Helper()
-	p, err := cluster.Start(framework.ProcessOptions{
+	p, err := cluster.Start(localrun.ProcessOptions{
 		Name: e.ring + "-" + id, Path: cluster.Binaries.Operator,
 		Args: operatorArgs(e, id, leaseDuration),
 		Env:  []string{"POD_NAME=" + id, "POD_NAMESPACE=" + e.leaseNamespace},
@@ -251,7 +251,7 @@ func (e *ringEnv) startInstanceWithLease(id string, leaseDuration time.Duration)
 
 // waitHeld waits until instance id holds its Lease; the processes holding
 // it must not exit meanwhile.
-func (e *ringEnv) waitHeld(id string, procs ...*framework.Process) {
+func (e *ringEnv) waitHeld(id string, procs ...*localrun.Process) {
 	e.t.Helper()
 	e.g.Eventually(func() error {
 		for _, p := range procs {
@@ -288,7 +288,7 @@ func (e *ringEnv) killInstance(id string) {
 	e.g.Expect(e.instance(id).Kill()).To(gomega.Succeed())
 }
 
-func (e *ringEnv) instance(id string) *framework.Process {
+func (e *ringEnv) instance(id string) *localrun.Process {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	p, ok := e.instances[id]
@@ -316,14 +316,14 @@ func (e *ringEnv) liveInstances() []string {
 // while the sharder still runs), then the sharders.
 func (e *ringEnv) stopAll() {
 	e.mu.Lock()
-	instances := make([]*framework.Process, 0, len(e.instances)+len(e.agents))
+	instances := make([]*localrun.Process, 0, len(e.instances)+len(e.agents))
 	for _, p := range e.instances {
 		instances = append(instances, p)
 	}
 	for _, p := range e.agents {
 		instances = append(instances, p)
 	}
-	sharders := append([]*framework.Sharder(nil), e.sharders...)
+	sharders := append([]*localrun.Sharder(nil), e.sharders...)
 	e.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, p := range instances {
@@ -361,27 +361,27 @@ func (e *ringEnv) createClusters(prefix string, n int) []string {
 // waitSettled waits until n tracked objects (EtcdClusters unless the
 // scenario says otherwise) sit on the instances the ring of the given
 // instances (default: the running ones) chooses, none draining.
-func (e *ringEnv) waitSettled(n int, timeout time.Duration, instances ...string) framework.Assignment {
+func (e *ringEnv) waitSettled(n int, timeout time.Duration, instances ...string) localrun.Assignment {
 	e.t.Helper()
 	if len(instances) == 0 {
 		instances = e.liveInstances()
 	}
 	ctx, cancel := context.WithTimeout(e.ctx, timeout)
 	defer cancel()
-	if err := e.tracker.Wait(ctx, framework.SettledOn(e.opts.TrackedKind, n, instances...)); err != nil {
+	if err := e.tracker.Wait(ctx, localrun.SettledOn(e.opts.TrackedKind, n, instances...)); err != nil {
 		e.t.Fatalf("%s of ring %s did not settle on %v within %s: %v", e.opts.Tracked.Resource, e.ring, instances, timeout, err)
 	}
 	return e.tracker.Assignment()
 }
 
 // records reads every instance's reconcile log.
-func (e *ringEnv) records() []framework.ReconcileRecord {
+func (e *ringEnv) records() []localrun.ReconcileRecord {
 	e.t.Helper()
-	var all []framework.ReconcileRecord
+	var all []localrun.ReconcileRecord
 	entries, err := os.ReadDir(e.reconcileLogs)
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
 	for _, entry := range entries {
-		recs, err := framework.ReadReconcileLog(filepath.Join(e.reconcileLogs, entry.Name()))
+		recs, err := localrun.ReadReconcileLog(filepath.Join(e.reconcileLogs, entry.Name()))
 		e.g.Expect(err).NotTo(gomega.HaveOccurred())
 		all = append(all, recs...)
 	}
@@ -390,7 +390,7 @@ func (e *ringEnv) records() []framework.ReconcileRecord {
 
 // intervals pairs the reconcile records; a reconcile left open by a killed
 // instance lasts until the instance's exit.
-func (e *ringEnv) intervals() []framework.Interval {
+func (e *ringEnv) intervals() []localrun.Interval {
 	exited := map[string]time.Time{}
 	e.mu.Lock()
 	for id, p := range e.instances {
@@ -399,15 +399,15 @@ func (e *ringEnv) intervals() []framework.Interval {
 		}
 	}
 	e.mu.Unlock()
-	return framework.Intervals(e.records(), exited, time.Now())
+	return localrun.Intervals(e.records(), exited, time.Now())
 }
 
 // expectNoOverlap fails the test if two instances ever reconciled one
 // object at the same time.
-func (e *ringEnv) expectNoOverlap() []framework.Interval {
+func (e *ringEnv) expectNoOverlap() []localrun.Interval {
 	e.t.Helper()
 	ivs := e.intervals()
-	overlaps := framework.Overlaps(ivs)
+	overlaps := localrun.Overlaps(ivs)
 	if len(overlaps) > 0 {
 		msgs := make([]string, 0, len(overlaps))
 		for _, o := range overlaps {
@@ -424,7 +424,7 @@ func (e *ringEnv) expectNoOverlap() []framework.Interval {
 func (e *ringEnv) expectReconciledByOwner(timeout time.Duration) {
 	e.t.Helper()
 	e.g.Eventually(func() error {
-		last := framework.LastReconcile(e.intervals())
+		last := localrun.LastReconcile(e.intervals())
 		var bad []string
 		for _, o := range e.tracker.Snapshot() {
 			iv, ok := last[o.Key]

@@ -9,11 +9,11 @@ import (
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 
-	"github.com/sharder-dev/sharder/e2e/framework"
+	"github.com/sharder-dev/sharder/internal/localrun"
 )
 
 // cluster is the control plane and binaries every scenario shares.
-var cluster *framework.Cluster
+var cluster *localrun.Cluster
 
 func TestMain(m *testing.M) { os.Exit(runSuite(m)) }
 
@@ -23,9 +23,9 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		return 1
 	}
-	scheme := framework.Scheme()
+	scheme := localrun.Scheme()
 	utilruntime.Must(etcdv1alpha1.AddToScheme(scheme))
-	cluster, err = framework.NewCluster(framework.ClusterOptions{Dir: dir, Operator: true, PlainController: true, Scheme: scheme})
+	cluster, err = localrun.NewCluster(localrun.ClusterOptions{Dir: dir, Operator: true, PlainController: true, Scheme: scheme})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		return 1

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sharder-dev/sharder/e2e/framework"
+	"github.com/sharder-dev/sharder/internal/localrun"
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
 
@@ -81,7 +81,7 @@ func ForbiddenEditsSpec(t *testing.T, in ForbiddenEditsInput) {
 	// Creating an object with a wrong shard label is denied; with the
 	// sharder's choice it is allowed.
 	key := e.namespace + "/labelled"
-	want, err := framework.Desired(etcdClusterKind, []string{key}, e.liveInstances())
+	want, err := localrun.Desired(etcdClusterKind, []string{key}, e.liveInstances())
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
 	wrong := e.newCluster("labelled")
 	for _, id := range e.liveInstances() {
@@ -140,7 +140,7 @@ func DrainIdentitySpec(t *testing.T, in DrainIdentityInput) {
 	// reconciling: acknowledging for it then is what the instance itself
 	// would do once idle (acknowledging mid-reconcile would let two
 	// instances overlap, which the final check would catch).
-	var pending framework.Tracked
+	var pending localrun.Tracked
 	e.g.Eventually(func() error {
 		busy := map[string]bool{}
 		for _, iv := range e.intervals() {

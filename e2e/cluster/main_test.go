@@ -17,7 +17,7 @@ import (
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 
-	"github.com/sharder-dev/sharder/e2e/framework"
+	"github.com/sharder-dev/sharder/internal/localrun"
 	"github.com/sharder-dev/sharder/internal/testenv"
 )
 
@@ -63,7 +63,7 @@ func runSuite(m *testing.M) int {
 			fmt.Fprintf(os.Stderr, "e2e/cluster: %v\n", err)
 			return 1
 		}
-		scheme := framework.Scheme()
+		scheme := localrun.Scheme()
 		utilruntime.Must(etcdv1alpha1.AddToScheme(scheme))
 		k8sClient, err = client.New(restConfig, client.Options{Scheme: scheme})
 		if err != nil {

@@ -25,7 +25,7 @@ import (
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 
-	"github.com/sharder-dev/sharder/e2e/framework"
+	"github.com/sharder-dev/sharder/internal/localrun"
 	"github.com/sharder-dev/sharder/internal/testenv"
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
@@ -59,7 +59,7 @@ func testEtcdOperator(t *testing.T) {
 	installOperator(ctx, t, g, logs)
 	waitReadyReplicas(ctx, g, 3)
 
-	tracker, err := framework.NewTracker(restConfig, etcdClusterGVR, clustersNamespace, operatorRing)
+	tracker, err := localrun.NewTracker(restConfig, etcdClusterGVR, clustersNamespace, operatorRing)
 	g.Expect(err).NotTo(HaveOccurred())
 	drained := newDrainRecorder(ctx, t)
 	g.Expect(tracker.Start(ctx)).To(Succeed())
@@ -95,14 +95,14 @@ func testEtcdOperator(t *testing.T) {
 	}
 	g.Expect(moved).NotTo(BeEmpty(), "the new instance got no EtcdClusters")
 	t.Logf("%d of %d EtcdClusters moved to %s; before:\n%safter:\n%s", len(moved), clusters, added,
-		framework.FormatCounts(before.Counts()), framework.FormatCounts(after.Counts()))
+		localrun.FormatCounts(before.Counts()), localrun.FormatCounts(after.Counts()))
 	for _, key := range moved {
 		g.Expect(drained.seen(key)).To(BeTrue(), "%s moved without its old instance being asked to drain it", key)
 	}
 	expectReconciledByOwner(g, logs, after)
 
-	intervals := framework.Intervals(readReconcileLogs(g, logs), nil, time.Now())
-	overlaps := framework.Overlaps(intervals)
+	intervals := localrun.Intervals(readReconcileLogs(g, logs), nil, time.Now())
+	overlaps := localrun.Overlaps(intervals)
 	msgs := make([]string, 0, len(overlaps))
 	for _, o := range overlaps {
 		msgs = append(msgs, o.String())
@@ -181,21 +181,21 @@ func waitReadyReplicas(ctx context.Context, g Gomega, n int32) {
 
 // waitSettled waits until every EtcdCluster sits on the instance the ring
 // of ids chooses, none draining.
-func waitSettled(ctx context.Context, t *testing.T, tracker *framework.Tracker, ids []string) framework.Assignment {
+func waitSettled(ctx context.Context, t *testing.T, tracker *localrun.Tracker, ids []string) localrun.Assignment {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := tracker.Wait(ctx, framework.SettledOn(etcdClusterKind, clusters, ids...)); err != nil {
-		t.Fatalf("EtcdClusters did not settle on %v: %v\n%s", ids, err, framework.FormatCounts(tracker.Assignment().Counts()))
+	if err := tracker.Wait(ctx, localrun.SettledOn(etcdClusterKind, clusters, ids...)); err != nil {
+		t.Fatalf("EtcdClusters did not settle on %v: %v\n%s", ids, err, localrun.FormatCounts(tracker.Assignment().Counts()))
 	}
 	return tracker.Assignment()
 }
 
 // expectReconciledByOwner waits until every EtcdCluster has last been
 // reconciled, to the end, by the instance it is assigned to.
-func expectReconciledByOwner(g Gomega, logs string, a framework.Assignment) {
+func expectReconciledByOwner(g Gomega, logs string, a localrun.Assignment) {
 	g.Eventually(func(g Gomega) {
-		last := framework.LastReconcile(framework.Intervals(readReconcileLogs(g, logs), nil, time.Now()))
+		last := localrun.LastReconcile(localrun.Intervals(readReconcileLogs(g, logs), nil, time.Now()))
 		for _, o := range a {
 			iv, ok := last[o.Key]
 			g.Expect(ok).To(BeTrue(), "%s never reconciled", o.Key)
@@ -205,12 +205,12 @@ func expectReconciledByOwner(g Gomega, logs string, a framework.Assignment) {
 	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 }
 
-func readReconcileLogs(g Gomega, dir string) []framework.ReconcileRecord {
+func readReconcileLogs(g Gomega, dir string) []localrun.ReconcileRecord {
 	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	g.Expect(err).NotTo(HaveOccurred())
-	var all []framework.ReconcileRecord
+	var all []localrun.ReconcileRecord
 	for _, f := range files {
-		recs, err := framework.ReadReconcileLog(f)
+		recs, err := localrun.ReadReconcileLog(f)
 		g.Expect(err).NotTo(HaveOccurred())
 		all = append(all, recs...)
 	}

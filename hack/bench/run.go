@@ -21,7 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sharder-dev/sharder/e2e/framework"
+	"github.com/sharder-dev/sharder/internal/localrun"
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
 
@@ -61,18 +61,18 @@ type row struct {
 // bench is one run: the cluster, its instances and what was measured.
 type bench struct {
 	p         params
-	cl        *framework.Cluster
+	cl        *localrun.Cluster
 	c         client.Client
 	self      string
-	instUser  *framework.User
-	instances map[string]*framework.Process
-	tracker   *framework.Tracker
-	sharder   *framework.Sharder
+	instUser  *localrun.User
+	instances map[string]*localrun.Process
+	tracker   *localrun.Tracker
+	sharder   *localrun.Sharder
 	rows      []row
 }
 
 func run(ctx context.Context, p params) (err error) {
-	dir, err := framework.TempDir(p.dir, "sharder-bench-")
+	dir, err := localrun.TempDir(p.dir, "sharder-bench-")
 	if err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func run(ctx context.Context, p params) (err error) {
 	start := time.Now()
 	p.loadBefore = loadAverage()
 	fmt.Println("building the sharder and starting the local control plane ...")
-	cl, err := framework.NewCluster(framework.ClusterOptions{Dir: dir, CRDs: []string{"config/crd/bases"}})
+	cl, err := localrun.NewCluster(localrun.ClusterOptions{Dir: dir, CRDs: []string{"config/crd/bases"}})
 	if err != nil {
 		return err
 	}
@@ -100,7 +100,7 @@ func run(ctx context.Context, p params) (err error) {
 		}
 		_ = cl.Stop()
 	}()
-	b := &bench{p: p, cl: cl, c: cl.Client(), self: self, instances: map[string]*framework.Process{}}
+	b := &bench{p: p, cl: cl, c: cl.Client(), self: self, instances: map[string]*localrun.Process{}}
 	if err := b.setUp(ctx); err != nil {
 		return err
 	}
@@ -137,7 +137,7 @@ func (b *bench) setUp(ctx context.Context) error {
 	if err := b.c.Create(ctx, ns); err != nil {
 		return err
 	}
-	if err := framework.EnsureNamespace(ctx, b.c, leaseNamespace); err != nil {
+	if err := localrun.EnsureNamespace(ctx, b.c, leaseNamespace); err != nil {
 		return err
 	}
 	drainTimeout := metav1.Duration{Duration: 30 * time.Second}
@@ -159,7 +159,7 @@ func (b *bench) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.tracker, err = framework.NewTracker(b.cl.ControlPlane.Config, configMaps, objectNamespace, ringName)
+	b.tracker, err = localrun.NewTracker(b.cl.ControlPlane.Config, configMaps, objectNamespace, ringName)
 	if err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ func (b *bench) setUp(ctx context.Context) error {
 // startInstance starts a simulated instance process and waits until it
 // holds its Lease.
 func (b *bench) startInstance(ctx context.Context, id string) (*coordinationv1.Lease, error) {
-	p, err := b.cl.Start(framework.ProcessOptions{Name: id, Path: b.self, Args: []string{instanceCommand,
+	p, err := b.cl.Start(localrun.ProcessOptions{Name: id, Path: b.self, Args: []string{instanceCommand,
 		"--kubeconfig", b.instUser.Kubeconfig, "--ring", ringName, "--lease-namespace", leaseNamespace,
 		"--id", id, "--lease-duration", b.p.leaseDuration.String()}})
 	if err != nil {
@@ -177,7 +177,7 @@ func (b *bench) startInstance(ctx context.Context, id string) (*coordinationv1.L
 	}
 	b.instances[id] = p
 	var lease coordinationv1.Lease
-	err = framework.Poll(ctx, time.Minute, 100*time.Millisecond, func() error {
+	err = localrun.Poll(ctx, time.Minute, 100*time.Millisecond, func() error {
 		if p.Exited() {
 			return fmt.Errorf("instance %s exited: %w\n%s", id, p.ExitError(), p.Logs())
 		}
@@ -203,7 +203,7 @@ func (b *bench) liveInstances() []string {
 	return ids
 }
 
-func (b *bench) wait(ctx context.Context, timeout time.Duration, cond func([]framework.Tracked) error) error {
+func (b *bench) wait(ctx context.Context, timeout time.Duration, cond func([]localrun.Tracked) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return b.tracker.Wait(ctx, cond)
@@ -223,7 +223,7 @@ func (b *bench) initialAssignment(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := b.wait(ctx, time.Minute, func(objs []framework.Tracked) error {
+	if err := b.wait(ctx, time.Minute, func(objs []localrun.Tracked) error {
 		if len(objs) != b.p.objects {
 			return fmt.Errorf("%d objects tracked", len(objs))
 		}
@@ -233,11 +233,11 @@ func (b *bench) initialAssignment(ctx context.Context) error {
 	}
 	t0 := time.Now()
 	var err error
-	b.sharder, err = b.cl.StartSharder(ctx, framework.SharderOptions{Name: "sharder", Args: b.p.sharderArgs, Env: b.p.sharderEnv})
+	b.sharder, err = b.cl.StartSharder(ctx, localrun.SharderOptions{Name: "sharder", Args: b.p.sharderArgs, Env: b.p.sharderEnv})
 	if err != nil {
 		return err
 	}
-	if err := b.wait(ctx, 5*time.Minute, framework.SettledOn(configMapKind, b.p.objects, b.liveInstances()...)); err != nil {
+	if err := b.wait(ctx, 5*time.Minute, localrun.SettledOn(configMapKind, b.p.objects, b.liveInstances()...)); err != nil {
 		return err
 	}
 	last := lastChange(b.tracker.Snapshot())
@@ -272,7 +272,7 @@ func (b *bench) latency(ctx context.Context) error {
 		return fmt.Errorf("%d creations failed", f)
 	}
 	total := b.p.objects + n
-	if err := b.wait(ctx, time.Minute, framework.AllAssigned(total)); err != nil {
+	if err := b.wait(ctx, time.Minute, localrun.AllAssigned(total)); err != nil {
 		return err
 	}
 	lat := make([]time.Duration, n)
@@ -291,7 +291,7 @@ func (b *bench) latency(ctx context.Context) error {
 	if err := deleteObjects(ctx, b.c, "rate", 0, n, b.p.workers); err != nil {
 		return err
 	}
-	return b.wait(ctx, time.Minute, framework.AllAssigned(b.p.objects))
+	return b.wait(ctx, time.Minute, localrun.AllAssigned(b.p.objects))
 }
 
 // rebalance adds a fourth instance and measures from its Lease's
@@ -302,7 +302,7 @@ func (b *bench) rebalance(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := b.wait(ctx, 5*time.Minute, framework.SettledOn(configMapKind, b.p.objects, b.liveInstances()...)); err != nil {
+	if err := b.wait(ctx, 5*time.Minute, localrun.SettledOn(configMapKind, b.p.objects, b.liveInstances()...)); err != nil {
 		return err
 	}
 	after := b.tracker.Assignment()
@@ -314,7 +314,7 @@ func (b *bench) rebalance(ctx context.Context) error {
 			first = o.Changed
 		}
 	}
-	moved := float64(framework.Moved(before, after)) / float64(len(after))
+	moved := float64(localrun.Moved(before, after)) / float64(len(after))
 	b.add(fmt.Sprintf("3 → 4 rebalance of %d objects (from the 4th Lease's acquisition)", b.p.objects),
 		fmt.Sprintf("%s (first object arrived at %s)", seconds(took), seconds(first.Sub(acquired))), "≤ 4 s", took <= 4*time.Second)
 	b.add("3 → 4 moved fraction (ideal 0.250)", fmt.Sprintf("%.3f (%.2f × ideal)", moved, moved/0.25), "≤ 1.10 × ideal", moved/0.25 <= 1.10)
@@ -339,7 +339,7 @@ func (b *bench) failover(ctx context.Context) error {
 		return err
 	}
 	lastRenewal := lease.Spec.RenewTime.Time
-	if err := b.wait(ctx, 2*time.Minute, framework.SettledOn(configMapKind, b.p.objects, b.liveInstances()...)); err != nil {
+	if err := b.wait(ctx, 2*time.Minute, localrun.SettledOn(configMapKind, b.p.objects, b.liveInstances()...)); err != nil {
 		return err
 	}
 	var first, last time.Time
@@ -381,7 +381,7 @@ func (b *bench) memory(ctx context.Context) error {
 		return err
 	}
 	created := time.Since(start)
-	if err := b.wait(ctx, 10*time.Minute, framework.AllAssigned(b.p.largeObjects, b.liveInstances()...)); err != nil {
+	if err := b.wait(ctx, 10*time.Minute, localrun.AllAssigned(b.p.largeObjects, b.liveInstances()...)); err != nil {
 		return err
 	}
 	fmt.Printf("  created and assigned %d more objects in %s (creation alone %s)\n", extra, time.Since(start).Round(time.Millisecond), created.Round(time.Millisecond))
@@ -431,8 +431,8 @@ func heapInUse(ctx context.Context, addr string) (float64, error) {
 }
 
 // steadyMemory waits until the sharder's RSS stops growing and returns it.
-func (b *bench) steadyMemory(ctx context.Context) (framework.Memory, error) {
-	var prev framework.Memory
+func (b *bench) steadyMemory(ctx context.Context) (localrun.Memory, error) {
+	var prev localrun.Memory
 	for i := 0; ; i++ {
 		m, err := b.sharder.Memory()
 		if err != nil {
@@ -481,7 +481,7 @@ func (b *bench) add(measure, value, target string, ok bool) {
 	fmt.Printf("  %s: %s\n", measure, value)
 }
 
-func lastChange(objs []framework.Tracked) time.Time {
+func lastChange(objs []localrun.Tracked) time.Time {
 	var last time.Time
 	for _, o := range objs {
 		if o.Changed.After(last) {

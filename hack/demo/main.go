@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sharder-dev/sharder/e2e/framework"
+	"github.com/sharder-dev/sharder/internal/localrun"
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 	"github.com/sharder-dev/sharder/internal/testenv"
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
@@ -53,13 +53,13 @@ func main() {
 
 // demo is one run of the demo.
 type demo struct {
-	cl            *framework.Cluster
+	cl            *localrun.Cluster
 	c             client.Client
 	ring          *sharderv1alpha1.ControllerRing
-	instanceUser  *framework.User
+	instanceUser  *localrun.User
 	leaseDuration time.Duration
-	instances     []*framework.Process
-	tracker       *framework.Tracker
+	instances     []*localrun.Process
+	tracker       *localrun.Tracker
 	kubectl       string
 }
 
@@ -87,10 +87,10 @@ func run(ctx context.Context, dir string, clusters int, leaseDuration time.Durat
 	}
 
 	step("Building the sharder and the example etcd operator")
-	scheme := framework.Scheme()
+	scheme := localrun.Scheme()
 	utilruntime.Must(etcdv1alpha1.AddToScheme(scheme))
 	fmt.Println("    and starting a local control plane (etcd and kube-apiserver)")
-	cl, err := framework.NewCluster(framework.ClusterOptions{Dir: dir, Operator: true, Scheme: scheme})
+	cl, err := localrun.NewCluster(localrun.ClusterOptions{Dir: dir, Operator: true, Scheme: scheme})
 	if err != nil {
 		return fmt.Errorf("the demo needs the sharder and the example operator to build and the control plane to start: %w", err)
 	}
@@ -140,7 +140,7 @@ func run(ctx context.Context, dir string, clusters int, leaseDuration time.Durat
 	}
 	after := d.tracker.Assignment()
 	d.show(ctx, after)
-	moved := framework.Moved(before, after)
+	moved := localrun.Moved(before, after)
 	fmt.Printf("\n    %d of %d clusters moved (ideal: a quarter, %d), each drained by its old instance first\n",
 		moved, len(after), len(after)/4)
 
@@ -163,7 +163,7 @@ func (d *demo) setUp(ctx context.Context) error {
 		return fmt.Errorf("reading %s: %w", ringManifest, err)
 	}
 	for _, ns := range []string{d.ring.Spec.LeaseNamespace, demoNamespace} {
-		if err := framework.EnsureNamespace(ctx, d.c, ns); err != nil {
+		if err := localrun.EnsureNamespace(ctx, d.c, ns); err != nil {
 			return err
 		}
 	}
@@ -178,7 +178,7 @@ func (d *demo) setUp(ctx context.Context) error {
 	if d.instanceUser, err = d.cl.ControlPlane.AddServiceAccountUser("etcd-operator", sa[0].Namespace, sa[0].Name); err != nil {
 		return err
 	}
-	d.tracker, err = framework.NewTracker(d.cl.ControlPlane.Config, etcdv1alpha1.GroupVersion.WithResource("etcdclusters"), demoNamespace, d.ring.Name)
+	d.tracker, err = localrun.NewTracker(d.cl.ControlPlane.Config, etcdv1alpha1.GroupVersion.WithResource("etcdclusters"), demoNamespace, d.ring.Name)
 	if err != nil {
 		return err
 	}
@@ -187,20 +187,20 @@ func (d *demo) setUp(ctx context.Context) error {
 
 func (d *demo) startSharders(ctx context.Context) error {
 	step("Starting the sharder: two replicas, leader election, webhook at https://%s", d.cl.Webhook.Address())
-	var sharders []*framework.Sharder
+	var sharders []*localrun.Sharder
 	for i := range 2 {
-		s, err := d.cl.StartSharder(ctx, framework.SharderOptions{Name: fmt.Sprintf("sharder-%d", i)})
+		s, err := d.cl.StartSharder(ctx, localrun.SharderOptions{Name: fmt.Sprintf("sharder-%d", i)})
 		if err != nil {
 			return err
 		}
 		sharders = append(sharders, s)
 	}
-	return framework.Poll(ctx, time.Minute, 200*time.Millisecond, func() error {
+	return localrun.Poll(ctx, time.Minute, 200*time.Millisecond, func() error {
 		for _, s := range sharders {
 			if s.Exited() {
 				return fmt.Errorf("%s exited: %w\n%s", s.Name, s.ExitError(), tail(s.Logs(), 20))
 			}
-			if framework.IsLeader(s) {
+			if localrun.IsLeader(s) {
 				fmt.Printf("    %s leads (pid %d); the other replica serves the webhook and stands by\n", s.Name, s.Pid())
 				return nil
 			}
@@ -211,7 +211,7 @@ func (d *demo) startSharders(ctx context.Context) error {
 
 func (d *demo) startInstance(ctx context.Context, i int) error {
 	id := fmt.Sprintf("etcd-operator-%d", i)
-	p, err := d.cl.Start(framework.ProcessOptions{
+	p, err := d.cl.Start(localrun.ProcessOptions{
 		Name: id, Path: d.cl.Binaries.Operator,
 		Args: []string{
 			"--kubeconfig", d.instanceUser.Kubeconfig,
@@ -227,7 +227,7 @@ func (d *demo) startInstance(ctx context.Context, i int) error {
 		return err
 	}
 	d.instances = append(d.instances, p)
-	err = framework.Poll(ctx, time.Minute, 200*time.Millisecond, func() error {
+	err = localrun.Poll(ctx, time.Minute, 200*time.Millisecond, func() error {
 		if p.Exited() {
 			return fmt.Errorf("instance %s exited: %w\n%s", id, p.ExitError(), tail(p.Logs(), 20))
 		}
@@ -257,7 +257,7 @@ func (d *demo) waitSettled(ctx context.Context, n int) error {
 	defer cancel()
 	start := time.Now()
 	kind := etcdv1alpha1.GroupVersion.WithKind("EtcdCluster").GroupKind()
-	if err := d.tracker.Wait(ctx, framework.SettledOn(kind, n, ids...)); err != nil {
+	if err := d.tracker.Wait(ctx, localrun.SettledOn(kind, n, ids...)); err != nil {
 		return fmt.Errorf("waiting for the assignment: %w", err)
 	}
 	fmt.Printf("    all %d EtcdClusters assigned to their instances (%s)\n", n, time.Since(start).Round(time.Millisecond))
@@ -265,14 +265,14 @@ func (d *demo) waitSettled(ctx context.Context, n int) error {
 }
 
 // show prints the membership view and the distribution.
-func (d *demo) show(ctx context.Context, a framework.Assignment) {
+func (d *demo) show(ctx context.Context, a localrun.Assignment) {
 	step("Membership: kubectl get leases -A -l sharder.dev/ring -L sharder.dev/ring,sharder.dev/state,sharder.dev/virtual-nodes")
 	d.run(ctx, "get", "leases", "-A", "-l", sharderv1alpha1.LabelRing,
 		"-L", strings.Join([]string{sharderv1alpha1.LabelRing, sharderv1alpha1.LabelState, sharderv1alpha1.LabelVirtualNodes}, ","))
 	step("The ring: kubectl get controllerrings")
 	d.run(ctx, "get", "controllerrings")
 	step("Distribution: EtcdClusters per instance")
-	fmt.Print(framework.FormatCounts(a.Counts()))
+	fmt.Print(localrun.FormatCounts(a.Counts()))
 }
 
 func (d *demo) run(ctx context.Context, args ...string) {

@@ -1,4 +1,4 @@
-// Package framework runs the sharder as users run it, for the end-to-end
+// Package localrun runs the sharder as users run it, for the end-to-end
 // suite, the demo and the benchmarks: a local control plane (real etcd and
 // kube-apiserver), the sharder and instance binaries built from this
 // repository and started as processes, users with their own identities, and
@@ -6,11 +6,11 @@
 //
 // Most callers need:
 //
-//	cp, err := framework.StartControlPlane(framework.ControlPlaneOptions{Dir: dir, CRDs: framework.DefaultCRDs()})
-//	bins, err := framework.Build(framework.BuildOptions{Dir: dir})
-//	p, err := framework.StartProcess(framework.ProcessOptions{Name: "sharder-0", Path: bins.Sharder, Args: ...})
+//	cp, err := localrun.StartControlPlane(localrun.ControlPlaneOptions{Dir: dir, CRDs: localrun.DefaultCRDs()})
+//	bins, err := localrun.Build(localrun.BuildOptions{Dir: dir})
+//	p, err := localrun.StartProcess(localrun.ProcessOptions{Name: "sharder-0", Path: bins.Sharder, Args: ...})
 //
 // Every process writes its output into a log file under the run's folder;
 // Processes.DumpLogs prints them when a test fails. Processes are killed when
 // the process that started them exits, so nothing outlives a run.
-package framework
+package localrun
