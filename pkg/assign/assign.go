@@ -90,8 +90,10 @@ func (r *ringAssigner) situation(view *ringView, cfg *ringConfig, gk schema.Grou
 func (r *ringAssigner) act(ctx context.Context, w *resourceCache, obj *metacache.Object, s situation, d decision) error {
 	children := r.descendants(obj)
 	switch d.action {
-	case actionAssign, actionRelabelGone, actionForce:
+	case actionAssign, actionRelabelGone, actionAssignForced:
 		return r.move(ctx, w, obj, children, s.target)
+	case actionForce:
+		return r.patchMain(ctx, w, obj, map[string]*string{r.shardLabel: nil})
 	case actionRequestDrain:
 		if err := r.labelChildren(ctx, children, s.current); err != nil {
 			return err
@@ -138,11 +140,13 @@ func (r *ringAssigner) record(obj *metacache.Object, s situation, d decision) {
 	case actionWait:
 		r.drains.Begin(obj.UID)
 	case actionForce:
+		r.logger.V(1).Info("Drain not acknowledged in time: released the object from its instance", "namespace", obj.Namespace, "name", obj.Name, "from", s.current)
+	case actionAssignForced:
 		if took, ok := r.drains.End(obj.UID); ok {
 			metrics.DrainDuration.WithLabelValues(r.name, metrics.DrainForced).Observe(took.Seconds())
 		}
 		metrics.MovesTotal.WithLabelValues(r.name, metrics.MoveForced).Inc()
-		r.logger.V(1).Info("Drain not acknowledged in time: moved", "namespace", obj.Namespace, "name", obj.Name, "from", s.current, "to", s.target)
+		r.logger.V(1).Info("Assigned an object released by a forced move", "namespace", obj.Namespace, "name", obj.Name, "to", s.target)
 	case actionWithdraw:
 		r.drains.End(obj.UID)
 	}

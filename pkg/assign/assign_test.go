@@ -208,7 +208,22 @@ func TestUnacknowledgedDrainIsForcedAfterTimeout(t *testing.T) {
 	clk.Step(drainTimeout - time.Second)
 	g.Consistently(onAWithDrain, time.Second, poll).Should(Succeed(), "forced before the drain timed out")
 
+	// The drain times out: the objects are released from a (no shard label,
+	// the drain label stays) so that a drops them and cancels its
+	// reconciles, and stay with nobody for the grace.
 	clk.Step(time.Second)
+	released := func(g Gomega) {
+		got := labelsOf(g, ns)
+		for _, name := range toB {
+			g.Expect(got[name]).NotTo(HaveKey(v1alpha1.ShardLabel(ns)), name)
+			g.Expect(got[name]).To(HaveKey(v1alpha1.DrainLabel(ns)), name)
+		}
+	}
+	g.Eventually(released, timeout, poll).Should(Succeed())
+	clk.Step(assign.ForceGrace - time.Millisecond)
+	g.Consistently(released, time.Second, poll).Should(Succeed(), "assigned before the grace ended")
+
+	clk.Step(time.Millisecond)
 	g.Eventually(func(g Gomega) {
 		got := labelsOf(g, ns)
 		for _, name := range toB {

@@ -23,7 +23,9 @@ const (
 	actionRequestDrain
 	// actionWait: a drain is in flight; decide again at the deadline.
 	actionWait
-	// actionForce: the drain was not acknowledged in time: relabel it.
+	// actionForce: the drain was not acknowledged in time: release the
+	// object from its instance (remove the shard label, keep the drain
+	// label), so that the instance drops it and cancels its reconciles.
 	actionForce
 	// actionWithdraw: the object belongs to its instance again while a
 	// drain is requested: remove the drain label.
@@ -31,18 +33,31 @@ const (
 	// actionHold: its instance may still be working (expired, uncertain,
 	// vanished) or no instance is ready: nothing moves.
 	actionHold
+	// actionAssignForced: the object was released by a forced move at
+	// least ForceGrace ago: label it for the target.
+	actionAssignForced
 )
 
-var actionNames = [...]string{"keep", "assign", "relabel-gone", "request-drain", "wait", "force", "withdraw", "hold"}
+// ForceGrace is how long a forced move leaves an object with no instance
+// between releasing it from the instance that did not acknowledge its drain
+// and assigning it to the next one. The released instance sees the object
+// leave its cache and cancels its reconciles of it meanwhile, so they end
+// before the next instance starts on it (as long as its watch is not
+// further behind than this).
+const ForceGrace = 2 * time.Second
+
+var actionNames = [...]string{"keep", "assign", "relabel-gone", "request-drain", "wait", "force", "withdraw", "hold", "assign-forced"}
 
 func (a action) String() string { return actionNames[a] }
 
 // urgent reports whether the action waits for nothing but the sharder.
-func (a action) urgent() bool { return a == actionAssign || a == actionRelabelGone }
+func (a action) urgent() bool {
+	return a == actionAssign || a == actionRelabelGone || a == actionAssignForced
+}
 
 // move reports whether the action relabels the object to the target.
 func (a action) move() bool {
-	return a == actionAssign || a == actionRelabelGone || a == actionForce
+	return a == actionAssign || a == actionRelabelGone || a == actionAssignForced
 }
 
 // situation is what the decision about one main object depends on.
@@ -82,6 +97,18 @@ func decide(s situation) decision {
 	switch {
 	case s.target == "":
 		return decision{action: actionHold} // no ready instance: nothing is assigned, nothing moves
+	case s.current == "" && s.draining:
+		// Released by a forced move: assigned once its old instance had
+		// ForceGrace to let go. Without a recorded start (a sharder that
+		// started since), the drain timeout and the grace count from now.
+		started := s.drainStarted
+		if started.IsZero() {
+			started = s.now
+		}
+		if at := started.Add(s.drainTimeout + ForceGrace); s.now.Before(at) {
+			return decision{action: actionWait, at: at}
+		}
+		return decision{action: actionAssignForced}
 	case s.current == "":
 		return decision{action: actionAssign}
 	case s.current == s.target && s.draining:

@@ -134,6 +134,14 @@ func TestAssignmentMetrics(t *testing.T) {
 		}
 	}, timeout, poll).Should(Succeed())
 	clk.Step(drainTimeout)
+	g.Eventually(func(g Gomega) { // released from a, the drain label kept
+		for name, l := range labelsOf(g, ns) {
+			if expected(t, two, ns, name) == "b" {
+				g.Expect(l).NotTo(HaveKey(v1alpha1.ShardLabel(ns)), name)
+			}
+		}
+	}, timeout, poll).Should(Succeed())
+	clk.Step(assign.ForceGrace)
 	waitAssigned(g, t, ns, names, two)
 	want.forced += len(toB)
 	g.Eventually(read, timeout, poll).Should(Equal(want))

@@ -3,6 +3,7 @@ package instance_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance"
+	ringpkg "github.com/sharder-dev/sharder/pkg/ring"
 )
 
 // cancellation records how the first reconcile of an object by controller
@@ -98,4 +100,66 @@ func TestReconcileCancelledWhenLeaseLost(t *testing.T) {
 	g.Expect(c.at.Load().Sub(deleted)).To(BeNumerically("<", 5*time.Second))
 	g.Expect(errors.Is(*c.cause.Load(), instance.ErrLeaseLost)).To(BeTrue(), "cause: %v", *c.cause.Load())
 	g.Expect(lost.Load()).To(BeEquivalentTo(1))
+}
+
+// TestForcedMoveCancelsBeforeTheNextInstanceStarts runs the sharder: an
+// instance's reconcile of an object runs longer than the ring's
+// drainTimeout, so it cannot acknowledge the drain when a new instance
+// joins, and the sharder forces the move. The reconcile's context is
+// cancelled before the next instance starts on the object: the sharder
+// releases the object first and assigns it only after a grace.
+func TestForcedMoveCancelsBeforeTheNextInstanceStarts(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	ring := ns
+	ctx := context.Background()
+	startSharder(t)
+	ringObj := &v1alpha1.ControllerRing{
+		ObjectMeta: metav1.ObjectMeta{Name: ring},
+		Spec: v1alpha1.ControllerRingSpec{
+			LeaseNamespace: ns,
+			Resources:      []v1alpha1.RingResource{{Resource: "configmaps"}},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
+				v1alpha1.LabelNamespaceName: ns,
+			}},
+			DrainTimeout: &metav1.Duration{Duration: 2 * time.Second},
+		},
+	}
+	g.Expect(env.Client.Create(ctx, ringObj)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ringObj) })
+
+	// An object that i2 takes over from i1 when it joins.
+	both, err := ringpkg.New(ringpkg.ConsistentHash, []ringpkg.Member{
+		{ID: "i1", VirtualNodes: v1alpha1.DefaultVirtualNodes}, {ID: "i2", VirtualNodes: v1alpha1.DefaultVirtualNodes}})
+	g.Expect(err).NotTo(HaveOccurred())
+	name := ""
+	for i := 0; name == ""; i++ {
+		candidate := fmt.Sprintf("long-%d", i)
+		if id, _ := both.Lookup(ringpkg.ObjectKey("", "ConfigMap", ns, candidate)); id == "i2" {
+			name = candidate
+		}
+	}
+
+	rec := newRecorder()
+	c := newCancellation(name)
+	startInstance(t, instanceConfig{ring: ring, namespace: ns, id: "i1", rec: rec, hook: c.hook})
+	createConfigMap(t, ns, name, nil)
+	g.Eventually(c.entered, 30*time.Second).Should(BeClosed(), "i1 starts its long reconcile")
+
+	startInstance(t, instanceConfig{ring: ring, namespace: ns, id: "i2", rec: rec})
+	g.Eventually(c.done, 30*time.Second).Should(BeClosed(), "i1's reconcile ends")
+	g.Expect(c.at.Load()).NotTo(BeNil(), "ended by the cancellation")
+	g.Expect(errors.Is(*c.cause.Load(), instance.ErrMoved)).To(BeTrue(), "cause: %v", *c.cause.Load())
+	var first time.Time
+	g.Eventually(func() bool {
+		runs := rec.runsOf(name, "i2")
+		if len(runs) == 0 {
+			return false
+		}
+		first = runs[0].start
+		return true
+	}, 30*time.Second).Should(BeTrue(), "i2 reconciles the object")
+	g.Expect(c.at.Load().Before(first)).To(BeTrue(),
+		"i1's reconcile was cancelled at %v, after i2 started at %v", c.at.Load().Format(time.StampMicro), first.Format(time.StampMicro))
+	g.Expect(rec.overlaps()).To(BeEmpty())
 }
