@@ -70,7 +70,7 @@ The instance ID (the Lease's name) defaults to $POD_NAME, else the hostname.
 With $POD_NAME and $POD_UID set from the downward API, the Lease is owned by
 the pod and garbage collected with it.
 
-When the agent cannot renew within the lease duration (the API server is out
+When the agent cannot renew within its renew deadline (the API server is out
 of reach, or the health endpoint fails), it logs that the Lease is lost and
 tries to acquire it again. The controller next to it keeps running: it is up to
 its health endpoint to tell.`,
@@ -91,6 +91,7 @@ its health endpoint to tell.`,
 	fs.StringVar(&o.holder.Identity, "instance", "", "Instance ID: the Lease's name and holder. Default: $POD_NAME, else the hostname.")
 	fs.DurationVar(&o.holder.LeaseDuration, "lease-duration", lease.DefaultLeaseDuration, "How long the Lease is valid without renewal (whole seconds). The sharder moves the instance's objects about twice this long after the last renewal.")
 	fs.DurationVar(&o.holder.RenewPeriod, "renew-period", 0, "Time between renewals. Default: a third of --lease-duration.")
+	fs.DurationVar(&o.holder.RenewDeadline, "renew-deadline", 0, "How long after the start of its last successful renewal the agent gives the Lease up when it cannot renew; between --renew-period and --lease-duration. Default: two thirds of --lease-duration.")
 	fs.IntVar(&o.holder.VirtualNodes, "virtual-nodes", 0, "Weight of the instance in the ring (sharder.dev/virtual-nodes). Default: 0, the ring's default.")
 	fs.StringVar(&o.healthURL, "health-url", "", "HTTP(S) URL of the controller's health endpoint; the Lease is acquired and renewed only while it answers 2xx, and after SIGTERM kept until it refuses connections. Default: none: renew unconditionally, and leave the Lease to expire after SIGTERM instead of releasing it.")
 	fs.DurationVar(&o.holder.ShutdownTimeout, "shutdown-timeout", lease.DefaultShutdownTimeout, "How long after SIGTERM the agent keeps the Lease while the controller still runs; if it still runs then, the Lease is left to expire instead of released.")

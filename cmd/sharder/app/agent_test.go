@@ -255,6 +255,7 @@ func TestAgentFlagErrors(t *testing.T) {
 		{"no lease namespace", []string{"--ring", "r"}, "--lease-namespace is required"},
 		{"fractional lease duration", []string{"--ring", "r", "--lease-namespace", "ns", "--lease-duration", "1500ms"}, "whole number of seconds"},
 		{"renew period too long", []string{"--ring", "r", "--lease-namespace", "ns", "--lease-duration", "2s", "--renew-period", "3s"}, "renew period"},
+		{"renew deadline past the lease duration", []string{"--ring", "r", "--lease-namespace", "ns", "--lease-duration", "3s", "--renew-deadline", "4s"}, "renew deadline"},
 		{"negative weight", []string{"--ring", "r", "--lease-namespace", "ns", "--virtual-nodes", "-2"}, "virtual nodes"},
 		{"relative health URL", []string{"--ring", "r", "--lease-namespace", "ns", "--health-url", "/healthz"}, "--health-url"},
 		{"bad instance ID", []string{"--ring", "r", "--lease-namespace", "ns", "--instance", "Not_A_Name"}, "instance ID"},
