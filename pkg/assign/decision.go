@@ -55,11 +55,6 @@ func (a action) urgent() bool {
 	return a == actionAssign || a == actionRelabelGone || a == actionAssignForced
 }
 
-// move reports whether the action relabels the object to the target.
-func (a action) move() bool {
-	return a == actionAssign || a == actionRelabelGone || a == actionAssignForced
-}
-
 // situation is what the decision about one main object depends on.
 type situation struct {
 	// current is the instance the shard label names; empty when unassigned.

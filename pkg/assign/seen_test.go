@@ -40,7 +40,9 @@ func TestFirstSeenOnlyForSelectedObjects(t *testing.T) {
 		})
 	}
 	scheme := metadatafake.NewTestScheme()
-	metav1.AddMetaToScheme(scheme)
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
 	r.namespaces = metacache.NewNamespaces(metadatafake.NewSimpleMetadataClient(scheme, namespaces...), nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

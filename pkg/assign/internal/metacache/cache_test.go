@@ -4,29 +4,41 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"os"
 	"slices"
 	"testing"
 
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	metadatafake "k8s.io/client-go/metadata/fake"
+	"k8s.io/client-go/metadata"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"github.com/sharder-dev/sharder/internal/testenv"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
 
 var configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 
-// startCache runs a cache of ConfigMaps holding objs until the test ends.
-func startCache(t *testing.T, opts Options, objs ...runtime.Object) *Cache {
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.Run(m, &env, testenv.Options{}))
+}
+
+// startCache runs a cache of ConfigMaps against the test API server until
+// the test ends.
+func startCache(t *testing.T, opts Options) *Cache {
 	t.Helper()
-	scheme := metadatafake.NewTestScheme()
-	metav1.AddMetaToScheme(scheme)
-	c := NewObjects(metadatafake.NewSimpleMetadataClient(scheme, objs...), configMaps, NewObjectTransform("web"), opts)
+	client, err := metadata.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewObjects(client, configMaps, NewObjectTransform("web"), opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go c.Run(ctx)
@@ -36,46 +48,53 @@ func startCache(t *testing.T, opts Options, objs ...runtime.Object) *Cache {
 	return c
 }
 
-// configMap is a ConfigMap of namespace ns, controlled by the object with
-// UID controller unless it is empty.
-func configMap(name string, controller types.UID) *metav1.PartialObjectMetadata {
-	m := &metav1.PartialObjectMetadata{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("u-" + name)},
+// createConfigMap creates a ConfigMap in ns, controlled by owner unless it
+// is nil, and returns its UID.
+func createConfigMap(t *testing.T, ns, name string, owner *corev1.ConfigMap) types.UID {
+	t.Helper()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if owner != nil {
+		cm.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}
 	}
-	if controller != "" {
-		m.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "d", UID: controller, Controller: ptr.To(true)}}
+	if err := env.Client.Create(context.Background(), cm); err != nil {
+		t.Fatal(err)
 	}
-	return m
+	return cm.UID
 }
 
-func names(seq iter.Seq[*Object]) []string {
+// names returns the names of the objects of namespace ns in seq, sorted.
+func names(seq iter.Seq[*Object], ns string) []string {
 	var out []string
 	for o := range seq {
-		out = append(out, o.Name)
+		if o.Namespace == ns {
+			out = append(out, o.Name)
+		}
 	}
 	slices.Sort(out)
 	return out
 }
 
 func TestCacheGetListAndByController(t *testing.T) {
-	c := startCache(t, Options{IndexByController: true}, configMap("a", "d1"), configMap("b", "d1"), configMap("c", ""))
-	if o, ok := c.Get("ns", "a"); !ok || o.UID != "u-a" || o.ControllerUID() != "d1" {
-		t.Errorf("Get(ns, a) = %+v, %v", o, ok)
-	}
-	if _, ok := c.Get("", "a"); ok {
-		t.Error("Get found a namespaced object without its namespace")
-	}
-	if got := names(c.List()); !slices.Equal(got, []string{"a", "b", "c"}) {
-		t.Errorf("List = %v", got)
-	}
-	if got := names(c.ByController("d1")); !slices.Equal(got, []string{"a", "b"}) {
-		t.Errorf("ByController(d1) = %v", got)
-	}
-	unindexed := startCache(t, Options{}, configMap("a", "d1"))
-	if got := names(unindexed.ByController("d1")); got != nil {
-		t.Errorf("ByController without the index = %v, want nothing", got)
-	}
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "owner"}}
+	g.Expect(env.Client.Create(context.Background(), owner)).To(Succeed())
+	a := createConfigMap(t, ns, "a", owner)
+	createConfigMap(t, ns, "b", owner)
+	createConfigMap(t, ns, "c", nil)
+
+	c := startCache(t, Options{IndexByController: true})
+	g.Eventually(func() []string { return names(c.List(), ns) }).Should(Equal([]string{"a", "b", "c", "owner"}))
+	o, ok := c.Get(ns, "a")
+	g.Expect(ok).To(BeTrue())
+	g.Expect(o.UID).To(Equal(a))
+	g.Expect(o.ControllerUID()).To(Equal(owner.UID))
+	_, ok = c.Get("", "a")
+	g.Expect(ok).To(BeFalse(), "Get found a namespaced object without its namespace")
+	g.Expect(names(c.ByController(owner.UID), ns)).To(Equal([]string{"a", "b"}))
+
+	unindexed := startCache(t, Options{})
+	g.Expect(names(unindexed.ByController(owner.UID), ns)).To(BeEmpty(), "ByController without the index")
 }
 
 func TestCacheProblemOfForbiddenPatch(t *testing.T) {
