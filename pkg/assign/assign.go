@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -161,20 +162,34 @@ func (r *ringAssigner) move(ctx context.Context, w *resourceCache, obj *metacach
 	return r.patchMain(ctx, w, obj, map[string]*string{r.shardLabel: &instance, r.drainLabel: nil})
 }
 
+// childWrites bounds the concurrent label writes to one main object's
+// controlled objects.
+const childWrites = 8
+
 // labelChildren gives every controlled object the shard label instance and
-// no drain label. Controlled objects follow their main object, so these
-// patches carry no lock.
+// no drain label, writing up to childWrites of them at once, and returns
+// once all are written (they are relabelled before their main object).
+// Controlled objects follow their main object, so these patches carry no
+// lock.
 func (r *ringAssigner) labelChildren(ctx context.Context, children []child, instance string) error {
+	var patch []byte
+	var g errgroup.Group
+	g.SetLimit(childWrites)
 	for _, c := range children {
 		if c.obj.Labels[r.shardLabel] == instance && !drain.Requested(c.obj, r.name) {
 			continue
 		}
-		patch := drain.LabelPatch("", map[string]*string{r.shardLabel: &instance, r.drainLabel: nil})
-		if _, err := r.patchBytes(ctx, c.w, c.obj, patch); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("labelling controlled %s %s/%s: %w", c.w.res.gk.Kind, c.obj.Namespace, c.obj.Name, err)
+		if patch == nil {
+			patch = drain.LabelPatch("", map[string]*string{r.shardLabel: &instance, r.drainLabel: nil})
 		}
+		g.Go(func() error {
+			if _, err := r.patchBytes(ctx, c.w, c.obj, patch); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("labelling controlled %s %s/%s: %w", c.w.res.gk.Kind, c.obj.Namespace, c.obj.Name, err)
+			}
+			return nil
+		})
 	}
-	return nil
+	return g.Wait()
 }
 
 // patchMain writes labels on a main object, locked on the cached

@@ -3,13 +3,18 @@ package assign_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -163,4 +168,53 @@ func TestNamespacedChildrenOfClusterScopedOwner(t *testing.T) {
 	// Instance c dies: its owners move, and their children with them.
 	reg.Set(ns, append(members(membership.StateReady, "a", "b"), members(membership.StateDead, "c")...))
 	g.Eventually(func(g Gomega) { sameInstance(g, "a", "b") }, timeout, poll).Should(Succeed())
+}
+
+// TestControlledObjectsAreLabelledConcurrently: the controlled objects of
+// one main object are written at the same time, not one after another (a
+// main object with many children would otherwise move at the speed of one
+// round trip per child). One worker, so only one main object is in hand.
+func TestControlledObjectsAreLabelledConcurrently(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	reg := leases.NewRegistry()
+	reg.Set(ns, members(membership.StateReady, "a"))
+	newRing(t, ns, func(s *v1alpha1.ControllerRingSpec) {
+		s.Resources[0].ControlledResources = []metav1.GroupResource{{Resource: "secrets"}}
+	})
+	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "owner"}}
+	g.Expect(env.Client.Create(ctx, owner)).To(Succeed())
+	for i := range 8 {
+		g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
+			Namespace: ns, Name: fmt.Sprintf("child-%d", i),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}},
+		}})).To(Succeed())
+	}
+
+	// Each write of a Secret takes 100 ms; record how many overlap.
+	var inFlight, most atomic.Int32
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodPatch && strings.Contains(req.URL.Path, "/secrets/") {
+				n := inFlight.Add(1)
+				defer inFlight.Add(-1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	startSharderWith(t, cfg, reg, assign.Options{Workers: 1}, nil)
+	g.Eventually(func(g Gomega) {
+		list := &corev1.SecretList{}
+		g.Expect(env.Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		g.Expect(list.Items).To(HaveLen(8))
+		for _, s := range list.Items {
+			g.Expect(s.Labels).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "a"), s.Name)
+		}
+	}, timeout, poll).Should(Succeed())
+	g.Expect(most.Load()).To(BeNumerically(">", 1), "the children were written one after another")
 }
