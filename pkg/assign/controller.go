@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/sharder-dev/sharder/internal/eventrecorder"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/metrics"
 )
@@ -34,7 +35,7 @@ const unresolvedRetry = 30 * time.Second
 
 // +kubebuilder:rbac:groups=sharder.dev,resources=controllerrings,verbs=get;list;watch
 // +kubebuilder:rbac:groups=sharder.dev,resources=controllerrings/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch;update
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 // Controller is the assignment controller. It is a leader-only Runnable that
@@ -45,7 +46,7 @@ type Controller struct {
 	client   client.Client
 	meta     metadata.Interface
 	mapper   meta.RESTMapper
-	recorder events.EventRecorder
+	recorder record.EventRecorder
 
 	started chan struct{} // closed once Start stored ctx
 	ctx     context.Context
@@ -94,7 +95,12 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	c.meta = metaClient
 	c.client = mgr.GetClient()
 	c.mapper = mgr.GetRESTMapper()
-	c.recorder = mgr.GetEventRecorder("sharder")
+	c.recorder = c.opts.EventRecorder
+	if c.recorder == nil {
+		if c.recorder, err = eventrecorder.New(mgr, "sharder"); err != nil {
+			return err
+		}
+	}
 	c.opts.Registry.Subscribe(c.membershipChanged)
 	if err := mgr.Add(c); err != nil {
 		return fmt.Errorf("adding assignment controller: %w", err)

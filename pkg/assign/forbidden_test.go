@@ -30,7 +30,7 @@ func TestForbiddenResourceIsReported(t *testing.T) {
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{"sharder.dev"}, Resources: []string{"controllerrings"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{"sharder.dev"}, Resources: []string{"controllerrings/status"}, Verbs: []string{"get", "patch", "update"}},
-			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 			{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "patch"}},
 		},

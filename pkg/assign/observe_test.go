@@ -89,6 +89,36 @@ func TestRingEventsOnDeath(t *testing.T) {
 	waitAssigned(g, t, ns, names, two)
 }
 
+// eventsWithin is how soon an event's text must reach the API server.
+const eventsWithin = 5 * time.Second
+
+// TestRingEventsTwoMembershipChanges: two successive membership changes of
+// one ring are two events, each with its own text, written within seconds:
+// the second is neither folded into the first (which would keep the first
+// text) nor held back until a periodic refresh.
+func TestRingEventsTwoMembershipChanges(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	two, three := []string{"a", "b"}, []string{"a", "b", "c"}
+	reg := leases.NewRegistry()
+	reg.Set(ns, members(membership.StateReady, two...))
+	newRing(t, ns, nil)
+	names := createConfigMaps(t, ns, "cm", 30)
+	acknowledger(t, ns, ns, func(string) bool { return true })
+	startSharder(t, reg, assign.Options{})
+	waitAssigned(g, t, ns, names, two)
+
+	reg.Set(ns, members(membership.StateReady, three...))
+	joined := "MembershipChanged: c joined (ready); 3 of 3 instances ready"
+	g.Eventually(func(g Gomega) []string { return ringEvents(g, ns) }, eventsWithin, poll).Should(ContainElement(joined))
+	waitAssigned(g, t, ns, names, three)
+
+	reg.Set(ns, append(members(membership.StateReady, two...), members(membership.StateDead, "c")...))
+	died := "MembershipChanged: c ready -> dead; 2 of 3 instances ready"
+	g.Eventually(func(g Gomega) []string { return ringEvents(g, ns) }, eventsWithin, poll).Should(ContainElements(joined, died))
+	waitAssigned(g, t, ns, names, two)
+}
+
 // TestAssignmentMetrics follows the assignment counters of one ring through
 // first assignment, a drain that times out, drains that are acknowledged
 // and an instance that dies. An object is counted once per step: its first

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
 	"github.com/sharder-dev/sharder/pkg/leases"
@@ -55,6 +56,12 @@ type Options struct {
 	// Clock is used for drain timeouts, latencies and periodic work.
 	// Default: the real clock.
 	Clock clock.WithTicker
+
+	// EventRecorder records the events on the rings. It should write core/v1
+	// Events (client-go tools/record), which keep every distinct message.
+	// Default: a recorder of its own, component "sharder", stopped with the
+	// manager.
+	EventRecorder record.EventRecorder
 }
 
 // setDefaults fills unset fields and checks the rest.

@@ -67,7 +67,7 @@ func (r *ringAssigner) rebuild(ctx context.Context, all bool) {
 	v, rebuilt, err := buildView(&r.rings, cfg, members, r.unknownUntil)
 	if err != nil {
 		r.logger.Error(err, "Cannot build ring", "algorithm", cfg.algorithm)
-		r.event(corev1.EventTypeWarning, "RingBuildFailed", "Rebuild", "Cannot build the %s ring: %v", cfg.algorithm, err)
+		r.event(corev1.EventTypeWarning, "RingBuildFailed", "Cannot build the %s ring: %v", cfg.algorithm, err)
 		return
 	}
 	r.view.Store(v)
@@ -77,7 +77,7 @@ func (r *ringAssigner) rebuild(ctx context.Context, all bool) {
 	if prev != nil {
 		if change := describeMembershipChange(prev.members, members); change != "" {
 			r.logger.Info("Membership changed", "change", change)
-			r.event(corev1.EventTypeNormal, "MembershipChanged", "Membership", "%s", change)
+			r.event(corev1.EventTypeNormal, "MembershipChanged", "%s", change)
 		}
 	}
 	r.triggerStatus()
@@ -112,7 +112,7 @@ func (r *ringAssigner) rebuild(ctx context.Context, all bool) {
 	}
 	if moves := drains + dead; moves > 0 && ctx.Err() == nil {
 		r.logger.Info("Rebalancing", "objects", total, "drains", drains, "dead", dead, "held", held)
-		r.event(corev1.EventTypeNormal, "Rebalancing", "Rebalance",
+		r.event(corev1.EventTypeNormal, "Rebalancing",
 			"Moving %d of %d objects: %d drained from ready instances, %d relabelled from instances that are gone, %d held on instances that may still be working",
 			moves, total, drains, dead, held)
 	}

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/sharder-dev/sharder/internal/eventrecorder"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/metrics"
@@ -34,7 +35,7 @@ import (
 
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;update;patch;delete
 // +kubebuilder:rbac:groups=sharder.dev,resources=controllerrings,verbs=get;list;watch
-// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // CacheByObject returns the cache setting that limits the manager's Lease
 // cache to Leases carrying the sharder.dev/ring label. Merge it into the
@@ -78,6 +79,12 @@ type ControllerOptions struct {
 	// Workers is the number of Leases reconciled concurrently.
 	// Default: 4.
 	Workers int
+
+	// EventRecorder records the events on Leases and rings. It should write
+	// core/v1 Events (client-go tools/record), which keep every distinct
+	// message. Default: a recorder of its own, component "sharder", stopped
+	// with the manager.
+	EventRecorder record.EventRecorder
 }
 
 // setDefaults fills in the defaults of unset fields.
@@ -123,7 +130,7 @@ func (o *ControllerOptions) setDefaults() error {
 type Controller struct {
 	opts     ControllerOptions
 	client   client.Client
-	recorder events.EventRecorder
+	recorder record.EventRecorder
 
 	// tracker computes states from the Leases as this sharder observed them,
 	// and remembers instances whose Lease vanished.
@@ -149,7 +156,14 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	c.client = mgr.GetClient()
-	c.recorder = mgr.GetEventRecorder("sharder")
+	c.recorder = c.opts.EventRecorder
+	if c.recorder == nil {
+		rec, err := eventrecorder.New(mgr, "sharder")
+		if err != nil {
+			return err
+		}
+		c.recorder = rec
+	}
 
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("lease").
@@ -255,7 +269,7 @@ func (c *Controller) reconcileLease(ctx context.Context, req reconcile.Request) 
 		}
 		metrics.LeaseTakeoversTotal.WithLabelValues(ring.Name).Inc()
 		log.Info("Took the Lease of an instance that stopped renewing: it is dead", "lease", klog.KObj(lease), "ring", ring.Name)
-		c.recorder.Eventf(taken, ring, corev1.EventTypeWarning, "InstanceDead", "Take",
+		c.recorder.Eventf(taken, corev1.EventTypeWarning, "InstanceDead",
 			"Instance %s of ring %s did not renew its Lease for twice its duration; the sharder took the Lease and moves its objects", lease.Name, ring.Name)
 		lease = taken
 		member, next = c.tracker.Observe(ring.Name, lease, now)
@@ -320,7 +334,7 @@ func (c *Controller) deleteOrphan(ctx context.Context, ring *v1alpha1.Controller
 	}
 	metrics.LeasesDeletedTotal.WithLabelValues(ring.Name).Inc()
 	ctrl.LoggerFrom(ctx).Info("Deleted an orphaned Lease", "lease", klog.KObj(lease), "ring", ring.Name)
-	c.recorder.Eventf(ring, nil, corev1.EventTypeNormal, "LeaseDeleted", "Delete",
+	c.recorder.Eventf(ring, corev1.EventTypeNormal, "LeaseDeleted",
 		"Deleted Lease %s/%s of instance %s: dead for ten lease durations", lease.Namespace, lease.Name, lease.Name)
 	return nil
 }
@@ -359,7 +373,7 @@ func (c *Controller) patchState(ctx context.Context, lease *coordinationv1.Lease
 		if state == membership.StateExpired || state == membership.StateUncertain {
 			eventType = corev1.EventTypeWarning
 		}
-		c.recorder.Eventf(patched, nil, eventType, "StateChanged", "UpdateState", "Instance %s is %s (was %q)", lease.Name, state, old)
+		c.recorder.Eventf(patched, eventType, "StateChanged", "Instance %s is %s (was %q)", lease.Name, state, old)
 	}
 	return patched, nil
 }
@@ -380,7 +394,7 @@ func (c *Controller) reportVirtualNodes(ctx context.Context, ring *v1alpha1.Cont
 	c.reported.Store(key, value)
 	ctrl.LoggerFrom(ctx).Info("Ignoring a malformed weight label: the instance keeps the ring's default weight",
 		"lease", klog.KObj(lease), "ring", ring.Name, "error", err.Error())
-	c.recorder.Eventf(lease, ring, corev1.EventTypeWarning, "InvalidVirtualNodes", "Validate",
+	c.recorder.Eventf(lease, corev1.EventTypeWarning, "InvalidVirtualNodes",
 		"Instance %s keeps ring %s's default weight: %v", lease.Name, ring.Name, err)
 }
 
@@ -441,7 +455,7 @@ func (c *Controller) reportInvalid(ctx context.Context, ring *v1alpha1.Controlle
 	err := membership.InvalidID(lease.Name)
 	ctrl.LoggerFrom(ctx).Info("Ignoring a Lease whose name cannot be an instance ID: it never receives objects",
 		"lease", klog.KObj(lease), "ring", ring.Name, "error", fmt.Sprint(err))
-	c.recorder.Eventf(lease, ring, corev1.EventTypeWarning, "InvalidInstanceID", "Validate",
+	c.recorder.Eventf(lease, corev1.EventTypeWarning, "InvalidInstanceID",
 		"Lease %s/%s never receives objects of ring %s: %v; give the instance a shorter ID (its pod name or --id)", lease.Namespace, lease.Name, ring.Name, err)
 }
 

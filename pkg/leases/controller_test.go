@@ -256,6 +256,80 @@ func TestLeaseNamespace(t *testing.T) {
 	g.Expect(registry.Rings()).NotTo(ContainElement(ring))
 }
 
+// TestStateChangeEventsKeepTheirNotes: every state change of one Lease is
+// an event with its own note, written within seconds of the change, also
+// when the same reason and type recur (ready, then dead, are both Normal
+// StateChanged events on the Lease).
+func TestStateChangeEventsKeepTheirNotes(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ring, ns := newRing(t)
+	createLease(t, ring, ns, "flaky", time.Now(), 1)
+
+	notes := eventNotes(ns, "flaky")
+	g.Eventually(getLease(ns, "flaky"), 10*time.Second, 50*time.Millisecond).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "ready")))
+	g.Eventually(notes, 5*time.Second, 50*time.Millisecond).Should(ContainElement(`StateChanged: Instance flaky is ready (was "")`))
+	g.Eventually(getLease(ns, "flaky"), 10*time.Second, 50*time.Millisecond).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "dead")))
+	g.Eventually(notes, 5*time.Second, 50*time.Millisecond).Should(ContainElements(
+		`StateChanged: Instance flaky is ready (was "")`,
+		`StateChanged: Instance flaky is expired (was "ready")`,
+		MatchRegexp(`^StateChanged: Instance flaky is dead \(was "(expired|uncertain)"\)$`),
+		"InstanceDead: Instance flaky of ring "+ring+" did not renew its Lease for twice its duration; the sharder took the Lease and moves its objects",
+	))
+}
+
+// TestLeaseDeletedEventsKeepTheirNotes: two orphaned Leases of one ring are
+// deleted at about the same time; the ring gets one LeaseDeleted event per
+// Lease, each naming its own, within seconds (events.k8s.io series folded
+// the second into the first, whose note it kept).
+func TestLeaseDeletedEventsKeepTheirNotes(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ring, ns := newRing(t)
+	createLease(t, ring, ns, "first", time.Now(), 1)
+	createLease(t, ring, ns, "second", time.Now(), 1)
+
+	for _, name := range []string{"first", "second"} {
+		g.Eventually(func() bool {
+			_, err := getLease(ns, name)()
+			return apierrors.IsNotFound(err)
+		}, 40*time.Second, 100*time.Millisecond).Should(BeTrue(), name)
+	}
+	g.Eventually(func() ([]string, error) {
+		list := &eventsv1.EventList{}
+		if err := env.Client.List(context.Background(), list); err != nil {
+			return nil, err
+		}
+		var notes []string
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "ControllerRing" && e.Regarding.Name == ring {
+				notes = append(notes, e.Reason+": "+e.Note)
+			}
+		}
+		return notes, nil
+	}, 5*time.Second, 50*time.Millisecond).Should(ContainElements(
+		"LeaseDeleted: Deleted Lease "+ns+"/first of instance first: dead for ten lease durations",
+		"LeaseDeleted: Deleted Lease "+ns+"/second of instance second: dead for ten lease durations",
+	))
+}
+
+// eventNotes returns "<reason>: <note>" of every event about a Lease.
+func eventNotes(namespace, lease string) func() ([]string, error) {
+	return func() ([]string, error) {
+		list := &eventsv1.EventList{}
+		if err := env.Client.List(context.Background(), list, client.InNamespace(namespace)); err != nil {
+			return nil, err
+		}
+		var notes []string
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "Lease" && e.Regarding.Name == lease {
+				notes = append(notes, e.Reason+": "+e.Note)
+			}
+		}
+		return notes, nil
+	}
+}
+
 // eventReasons returns the reasons of the events about a Lease.
 func eventReasons(namespace, lease string) func() ([]string, error) {
 	return func() ([]string, error) {

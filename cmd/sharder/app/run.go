@@ -32,6 +32,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/sharder-dev/sharder/internal/eventrecorder"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/assign"
 	"github.com/sharder-dev/sharder/pkg/config"
@@ -359,10 +360,18 @@ func cacheByObject() map[client.Object]cache.ByObject {
 // assignment controller (leader only) and the webhook (every replica).
 // namespace is the namespace the sharder runs in.
 func setupParts(mgr manager.Manager, cfg *config.Config, namespace string) error {
+	// One broadcaster of core/v1 Events for both controllers: unlike
+	// events.k8s.io series, it writes every distinct message (see
+	// internal/eventrecorder).
+	recorder, err := eventrecorder.New(mgr, "sharder")
+	if err != nil {
+		return err
+	}
 	registry := leases.NewRegistry()
 	lc := leases.NewController(leases.ControllerOptions{
-		Registry: registry,
-		Workers:  cfg.Controllers.Leases.Workers,
+		Registry:      registry,
+		Workers:       cfg.Controllers.Leases.Workers,
+		EventRecorder: recorder,
 	})
 	if err := lc.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the lease controller: %w", err)
@@ -370,11 +379,12 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string) error
 
 	resync := cfg.Controllers.Assignment.ResyncPeriod.Duration
 	ac, err := assign.New(assign.Options{
-		Registry:     registry,
-		Workers:      cfg.Controllers.Assignment.Workers,
-		ResyncPeriod: &resync,
-		QPS:          cfg.Client.QPS,
-		Burst:        cfg.Client.Burst,
+		Registry:      registry,
+		Workers:       cfg.Controllers.Assignment.Workers,
+		ResyncPeriod:  &resync,
+		QPS:           cfg.Client.QPS,
+		Burst:         cfg.Client.Burst,
+		EventRecorder: recorder,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the assignment controller: %w", err)

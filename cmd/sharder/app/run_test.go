@@ -429,6 +429,20 @@ func TestRunWiresTheParts(t *testing.T) {
 		return cm.Labels[v1alpha1.ShardLabel(ringName)], err
 	}, 30*time.Second, 100*time.Millisecond).Should(Equal("instance-a"))
 
+	// The lease controller records through the command's event broadcaster:
+	// core/v1 Events from the source "sharder".
+	g.Eventually(func(g Gomega) []string {
+		list := &corev1.EventList{}
+		g.Expect(env.Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		var out []string
+		for _, e := range list.Items {
+			if e.InvolvedObject.Kind == "Lease" && e.InvolvedObject.Name == "instance-a" {
+				out = append(out, e.Source.Component+" "+e.Reason+": "+e.Message)
+			}
+		}
+		return out
+	}, 30*time.Second, 100*time.Millisecond).Should(ContainElement(`sharder StateChanged: Instance instance-a is ready (was "")`))
+
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	g.Eventually(func() ([]byte, error) {
 		err := env.Client.Get(ctx, client.ObjectKey{Name: configuration}, vwc)
