@@ -112,21 +112,8 @@ func TestForcedMoveCancelsBeforeTheNextInstanceStarts(t *testing.T) {
 	g := NewWithT(t)
 	ns := env.Namespace(t)
 	ring := ns
-	ctx := context.Background()
 	startSharder(t)
-	ringObj := &v1alpha1.ControllerRing{
-		ObjectMeta: metav1.ObjectMeta{Name: ring},
-		Spec: v1alpha1.ControllerRingSpec{
-			LeaseNamespace: ns,
-			Resources:      []v1alpha1.RingResource{{Resource: "configmaps"}},
-			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
-				v1alpha1.LabelNamespaceName: ns,
-			}},
-			DrainTimeout: &metav1.Duration{Duration: 2 * time.Second},
-		},
-	}
-	g.Expect(env.Client.Create(ctx, ringObj)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ringObj) })
+	createRing(t, ns, 2*time.Second)
 
 	// An object that i2 takes over from i1 when it joins.
 	both, err := ringpkg.New(ringpkg.ConsistentHash, []ringpkg.Member{

@@ -51,6 +51,27 @@ func startSharder(t *testing.T) {
 	testenv.StartManager(t, mgr)
 }
 
+// createRing creates the ring named ns that shards the ConfigMaps of ns,
+// with its instances' Leases in ns, until the test ends.
+func createRing(t *testing.T, ns string, drainTimeout time.Duration) {
+	t.Helper()
+	ring := &v1alpha1.ControllerRing{
+		ObjectMeta: metav1.ObjectMeta{Name: ns},
+		Spec: v1alpha1.ControllerRingSpec{
+			LeaseNamespace: ns,
+			Resources:      []v1alpha1.RingResource{{Resource: "configmaps"}},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
+				v1alpha1.LabelNamespaceName: ns,
+			}},
+			DrainTimeout: &metav1.Duration{Duration: drainTimeout},
+		},
+	}
+	if err := env.Client.Create(context.Background(), ring); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ring) })
+}
+
 // assignments returns each ConfigMap's shard and drain label.
 func assignments(g Gomega, ns, ring string) (shard map[string]string, draining []string) {
 	list := &corev1.ConfigMapList{}
@@ -101,21 +122,9 @@ func TestScaleOutAndInWithoutConcurrentReconciles(t *testing.T) {
 	ctx := context.Background()
 
 	startSharder(t)
-	ringObj := &v1alpha1.ControllerRing{
-		ObjectMeta: metav1.ObjectMeta{Name: ring},
-		Spec: v1alpha1.ControllerRingSpec{
-			LeaseNamespace: ns,
-			Resources:      []v1alpha1.RingResource{{Resource: "configmaps"}},
-			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
-				v1alpha1.LabelNamespaceName: ns,
-			}},
-			// Long enough that a forced move would mean a missing
-			// acknowledgement, short enough to fail fast.
-			DrainTimeout: &metav1.Duration{Duration: 15 * time.Second},
-		},
-	}
-	g.Expect(env.Client.Create(ctx, ringObj)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ringObj) })
+	// Long enough that a forced move would mean a missing acknowledgement,
+	// short enough to fail fast.
+	createRing(t, ns, 15*time.Second)
 
 	rec := newRecorder()
 	start := func(id string) *testInstance {
