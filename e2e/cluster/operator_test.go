@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,10 +13,12 @@ import (
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
@@ -38,6 +41,9 @@ const (
 	clustersNamespace = "etcd-e2e"
 	// clusters is how many EtcdClusters the scenario spreads.
 	clusters = 12
+	// operatorLeaseSeconds is the operator instances' lease duration (the
+	// kustomization's is 15 s).
+	operatorLeaseSeconds = 5
 )
 
 var (
@@ -100,14 +106,164 @@ func testEtcdOperator(t *testing.T) {
 		g.Expect(drained.seen(key)).To(BeTrue(), "%s moved without its old instance being asked to drain it", key)
 	}
 	expectReconciledByOwner(g, logs, after)
+	expectNoOverlap(g, logs)
 
-	intervals := localrun.Intervals(readReconcileLogs(g, logs), nil, time.Now())
-	overlaps := localrun.Overlaps(intervals)
+	// Each disruption ends with the 4 instances ready, every EtcdCluster
+	// on the instance the ring of the 4 chooses (none left on a gone
+	// process), last reconciled there, and none ever reconciled by two
+	// processes at once.
+	for _, s := range []struct {
+		name string
+		fn   func(t *testing.T, g Gomega)
+	}{
+		{"rolling update of the StatefulSet", rollOperator},
+		{"force-deleted instance pod", forceDeleteInstance},
+		{"sharder leader pod deleted", deleteSharderLeader},
+	} {
+		if !t.Run(s.name, func(t *testing.T) {
+			g := NewWithT(t)
+			s.fn(t, g)
+			waitReadyReplicas(ctx, g, 4)
+			waitRingReady(ctx, g, instances(4))
+			settled := waitSettled(ctx, t, tracker, instances(4))
+			expectReconciledByOwner(g, logs, settled)
+			expectNoOverlap(g, logs)
+			t.Logf("EtcdClusters:\n%s", localrun.FormatCounts(settled.Counts()))
+		}) {
+			return
+		}
+	}
+}
+
+// rollOperator changes the operator's pod template and waits until every
+// pod has been replaced, one by one, under its own name: each instance
+// releases its Lease on the way out, the sharder moves its objects away and
+// holds the Lease meanwhile, and the restarted instance takes it back.
+func rollOperator(t *testing.T, g Gomega) {
+	ctx := t.Context()
+	old := operatorPodUIDs(ctx, g)
+	g.Expect(old).To(HaveLen(4))
+	var sts appsv1.StatefulSet
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: operatorName}, &sts)).To(Succeed())
+	patch := client.MergeFrom(sts.DeepCopy())
+	if sts.Spec.Template.Annotations == nil {
+		sts.Spec.Template.Annotations = map[string]string{}
+	}
+	sts.Spec.Template.Annotations["e2e.sharder.dev/rollout"] = time.Now().UTC().Format(time.RFC3339Nano)
+	g.Expect(k8sClient.Patch(ctx, &sts, patch)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		var sts appsv1.StatefulSet
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: operatorName}, &sts)).To(Succeed())
+		g.Expect(sts.Status.ObservedGeneration).To(Equal(sts.Generation))
+		g.Expect(sts.Status.UpdatedReplicas).To(Equal(int32(4)))
+		g.Expect(sts.Status.CurrentRevision).To(Equal(sts.Status.UpdateRevision))
+		g.Expect(sts.Status.ReadyReplicas).To(Equal(int32(4)))
+		now := operatorPodUIDs(ctx, g)
+		g.Expect(now).To(HaveLen(4))
+		for name, uid := range now {
+			g.Expect(uid).NotTo(Equal(old[name]), "%s not replaced yet", name)
+		}
+	}).WithTimeout(4 * time.Minute).WithPolling(time.Second).Should(Succeed())
+}
+
+// forceDeleteInstance deletes an instance's pod with no grace: the garbage
+// collector deletes its Lease, the sharder holds the vanished instance's
+// objects until two lease durations after its last renewal, and the
+// StatefulSet's new pod of the same name creates a new Lease of its own.
+func forceDeleteInstance(t *testing.T, g Gomega) {
+	ctx := t.Context()
+	victim := instances(4)[1]
+	var pod corev1.Pod
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: victim}, &pod)).To(Succeed())
+	var lease coordinationv1.Lease
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: victim}, &lease)).To(Succeed())
+	g.Expect(lease.OwnerReferences).To(ContainElement(HaveField("UID", pod.UID)), "the Lease belongs to its pod")
+	if _, err := kubectl(ctx, "delete", "pod", "--namespace", operatorNamespace, victim, "--force", "--grace-period=0"); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g Gomega) {
+		var now corev1.Pod
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: victim}, &now)).To(Succeed())
+		g.Expect(now.UID).NotTo(Equal(pod.UID), "the StatefulSet recreates the pod")
+		var l coordinationv1.Lease
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: victim}, &l)).To(Succeed())
+		g.Expect(l.UID).NotTo(Equal(lease.UID), "the old Lease is collected")
+		g.Expect(l.OwnerReferences).To(ContainElement(HaveField("UID", now.UID)), "the new Lease belongs to the new pod")
+	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+}
+
+// deleteSharderLeader deletes the pod of the sharder's leader: the other
+// replica takes over.
+func deleteSharderLeader(t *testing.T, g Gomega) {
+	ctx := t.Context()
+	leader := sharderLeaderPod(ctx, g)
+	g.Expect(k8sClient.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: sharderNamespace, Name: leader}})).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		now := sharderLeaderPod(ctx, g)
+		g.Expect(now).NotTo(Equal(leader))
+	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	t.Logf("leader %s deleted; %s leads", leader, sharderLeaderPod(ctx, g))
+}
+
+// sharderLeaderPod returns the name of the sharder pod that holds the
+// leader-election Lease (identity <pod name>_<random>).
+func sharderLeaderPod(ctx context.Context, g Gomega) string {
+	var lease coordinationv1.Lease
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: sharderNamespace, Name: release}, &lease)).To(Succeed())
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	pod, _, ok := strings.Cut(holder, "_")
+	g.Expect(ok).To(BeTrue(), "leader identity %q", holder)
+	return pod
+}
+
+// operatorPodUIDs returns the UID of each operator pod by name.
+func operatorPodUIDs(ctx context.Context, g Gomega) map[string]types.UID {
+	var pods corev1.PodList
+	g.Expect(k8sClient.List(ctx, &pods, client.InNamespace(operatorNamespace), client.MatchingLabels{"app.kubernetes.io/name": operatorName})).To(Succeed())
+	uids := map[string]types.UID{}
+	for _, p := range pods.Items {
+		uids[p.Name] = p.UID
+	}
+	return uids
+}
+
+// waitRingReady waits until the ring's members are exactly ids, each ready.
+func waitRingReady(ctx context.Context, g Gomega, ids []string) {
+	g.Eventually(func(g Gomega) {
+		var r sharderv1alpha1.ControllerRing
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: operatorRing}, &r)).To(Succeed())
+		want := make([]any, len(ids))
+		for i, id := range ids {
+			want[i] = And(HaveField("Name", id), HaveField("State", "ready"))
+		}
+		g.Expect(r.Status.Members).To(ConsistOf(want...))
+		g.Expect(r.Status.AvailableInstances).To(Equal(int32(len(ids))))
+	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+}
+
+// expectNoOverlap checks that no EtcdCluster was ever reconciled by two
+// processes at once: two instances, or two pods of one instance (a pod and
+// its replacement under the same name), each pod writing a log of its own.
+// A reconcile a killed process left without an end lasts until now.
+func expectNoOverlap(g Gomega, logs string) {
+	files, err := filepath.Glob(filepath.Join(logs, "*.jsonl"))
+	g.Expect(err).NotTo(HaveOccurred())
+	var all []localrun.ReconcileRecord
+	for _, f := range files {
+		recs, err := localrun.ReadReconcileLog(f)
+		g.Expect(err).NotTo(HaveOccurred())
+		pod := strings.TrimSuffix(filepath.Base(f), ".jsonl")
+		for i := range recs {
+			recs[i].Instance = pod
+		}
+		all = append(all, recs...)
+	}
+	overlaps := localrun.Overlaps(localrun.Intervals(all, nil, time.Now()))
 	msgs := make([]string, 0, len(overlaps))
 	for _, o := range overlaps {
 		msgs = append(msgs, o.String())
 	}
-	g.Expect(msgs).To(BeEmpty(), "EtcdClusters reconciled by two instances at once")
+	g.Expect(msgs).To(BeEmpty(), "EtcdClusters reconciled by two processes at once")
 }
 
 // instances returns the instance IDs of a StatefulSet of n pods.
@@ -155,7 +311,14 @@ func installOperator(ctx context.Context, t *testing.T, g Gomega, logs string) {
 			}})
 			c := &pod.Containers[0]
 			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "reconcile-log", MountPath: "/reconcile"})
-			c.Args = append(c.Args, "--reconcile-log=/reconcile/$(POD_NAME).jsonl")
+			// One log per process: a pod that restarts under the same name
+			// (the same instance ID) is a new pod with a new UID.
+			c.Args = append(c.Args, "--reconcile-log=/reconcile/$(POD_NAME)_$(POD_UID).jsonl")
+			// Short Leases, so that restarts and a vanished instance
+			// resolve within seconds.
+			i := slices.Index(c.Args, "--lease-duration=15s")
+			g.Expect(i).NotTo(Equal(-1), "the StatefulSet sets --lease-duration=15s: %v", c.Args)
+			c.Args[i] = fmt.Sprintf("--lease-duration=%ds", operatorLeaseSeconds)
 			o.Object, err = runtime.DefaultUnstructuredConverter.ToUnstructured(&sts)
 			g.Expect(err).NotTo(HaveOccurred())
 		}
