@@ -67,7 +67,8 @@ func testEtcdOperator(t *testing.T) {
 
 	tracker, err := localrun.NewTracker(restConfig, etcdClusterGVR, clustersNamespace, operatorRing)
 	g.Expect(err).NotTo(HaveOccurred())
-	drained := newDrainRecorder(ctx, t)
+	labels := newLabelRecorder(ctx, t)
+	states := newRingStateRecorder(ctx, t)
 	g.Expect(tracker.Start(ctx)).To(Succeed())
 
 	By(t, fmt.Sprintf("%d EtcdClusters spread over 3 instances", clusters))
@@ -103,7 +104,7 @@ func testEtcdOperator(t *testing.T) {
 	t.Logf("%d of %d EtcdClusters moved to %s; before:\n%safter:\n%s", len(moved), clusters, added,
 		localrun.FormatCounts(before.Counts()), localrun.FormatCounts(after.Counts()))
 	for _, key := range moved {
-		g.Expect(drained.seen(key)).To(BeTrue(), "%s moved without its old instance being asked to drain it", key)
+		g.Expect(labels.seen(key)).To(BeTrue(), "%s moved without its old instance being asked to drain it", key)
 	}
 	expectReconciledByOwner(g, logs, after)
 	expectNoOverlap(g, logs)
@@ -114,15 +115,16 @@ func testEtcdOperator(t *testing.T) {
 	// processes at once.
 	for _, s := range []struct {
 		name string
-		fn   func(t *testing.T, g Gomega)
+		fn   func(t *testing.T, g Gomega, r recorders)
 	}{
 		{"rolling update of the StatefulSet", rollOperator},
 		{"force-deleted instance pod", forceDeleteInstance},
+		{"instance Lease deleted under a running pod", deleteInstanceLease},
 		{"sharder leader pod deleted", deleteSharderLeader},
 	} {
 		if !t.Run(s.name, func(t *testing.T) {
 			g := NewWithT(t)
-			s.fn(t, g)
+			s.fn(t, g, recorders{tracker: tracker, labels: labels, states: states})
 			waitReadyReplicas(ctx, g, 4)
 			waitRingReady(ctx, g, instances(4))
 			settled := waitSettled(ctx, t, tracker, instances(4))
@@ -135,12 +137,22 @@ func testEtcdOperator(t *testing.T) {
 	}
 }
 
+// recorders are what the scenario watches: the EtcdClusters' labels and
+// the ring's member states.
+type recorders struct {
+	tracker *localrun.Tracker
+	labels  *labelRecorder
+	states  *ringStateRecorder
+}
+
 // rollOperator changes the operator's pod template and waits until every
 // pod has been replaced, one by one, under its own name: each instance
 // releases its Lease on the way out, the sharder moves its objects away and
 // holds the Lease meanwhile, and the restarted instance takes it back.
-func rollOperator(t *testing.T, g Gomega) {
+func rollOperator(t *testing.T, g Gomega, r recorders) {
 	ctx := t.Context()
+	before := r.tracker.Assignment()
+	start := time.Now()
 	old := operatorPodUIDs(ctx, g)
 	g.Expect(old).To(HaveLen(4))
 	var sts appsv1.StatefulSet
@@ -164,13 +176,26 @@ func rollOperator(t *testing.T, g Gomega) {
 			g.Expect(uid).NotTo(Equal(old[name]), "%s not replaced yet", name)
 		}
 	}).WithTimeout(4 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	// Each instance released its Lease on the way out, so its objects went
+	// to the others at once.
+	for _, o := range before {
+		var away []string
+		for _, c := range r.labels.changesSince(o.Key, start) {
+			if c.Instance != o.Instance {
+				away = append(away, c.Instance)
+			}
+		}
+		g.Expect(away).NotTo(BeEmpty(), "%s never left %s while it restarted", o.Key, o.Instance)
+	}
 }
 
 // forceDeleteInstance deletes an instance's pod with no grace: the garbage
-// collector deletes its Lease, the sharder holds the vanished instance's
-// objects until two lease durations after its last renewal, and the
-// StatefulSet's new pod of the same name creates a new Lease of its own.
-func forceDeleteInstance(t *testing.T, g Gomega) {
+// collector deletes its Lease and the StatefulSet's new pod of the same
+// name creates a new Lease of its own. The kubelet still stops the
+// container with SIGTERM, so the instance may release its Lease before the
+// collector deletes it (dead: its objects move at once); if the collector
+// is first, the instance vanished and its objects are held.
+func forceDeleteInstance(t *testing.T, g Gomega, r recorders) {
 	ctx := t.Context()
 	victim := instances(4)[1]
 	var pod corev1.Pod
@@ -178,6 +203,8 @@ func forceDeleteInstance(t *testing.T, g Gomega) {
 	var lease coordinationv1.Lease
 	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: victim}, &lease)).To(Succeed())
 	g.Expect(lease.OwnerReferences).To(ContainElement(HaveField("UID", pod.UID)), "the Lease belongs to its pod")
+	held, holdUntil := heldObjects(g, r, victim, &lease)
+	killed := time.Now()
 	if _, err := kubectl(ctx, "delete", "pod", "--namespace", operatorNamespace, victim, "--force", "--grace-period=0"); err != nil {
 		t.Fatal(err)
 	}
@@ -190,11 +217,81 @@ func forceDeleteInstance(t *testing.T, g Gomega) {
 		g.Expect(l.UID).NotTo(Equal(lease.UID), "the old Lease is collected")
 		g.Expect(l.OwnerReferences).To(ContainElement(HaveField("UID", now.UID)), "the new Lease belongs to the new pod")
 	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	path := r.states.first(victim, killed, "dead", "vanished")
+	t.Logf("%s after the force delete: %v", victim, r.states.since(victim, killed))
+	g.Expect(path).NotTo(BeEmpty(), "the ring showed %s neither dead nor vanished", victim)
+	if path == "vanished" {
+		expectHeld(t, g, r, victim, held, killed, holdUntil)
+	}
+}
+
+// deleteInstanceLease deletes a running instance's Lease: the instance
+// stops reconciling and creates a new Lease only one lease duration later;
+// the sharder meanwhile holds it as vanished, its objects staying put until
+// two lease durations after its last renewal.
+func deleteInstanceLease(t *testing.T, g Gomega, r recorders) {
+	ctx := t.Context()
+	victim := instances(4)[2]
+	var pod corev1.Pod
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: victim}, &pod)).To(Succeed())
+	var lease coordinationv1.Lease
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: victim}, &lease)).To(Succeed())
+	held, holdUntil := heldObjects(g, r, victim, &lease)
+	deleted := time.Now()
+	g.Expect(k8sClient.Delete(ctx, &lease, client.Preconditions{UID: ptr.To(lease.UID)})).To(Succeed())
+	var l coordinationv1.Lease
+	g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: victim}, &l)).To(Succeed())
+		g.Expect(l.UID).NotTo(Equal(lease.UID))
+		g.Expect(l.Spec.HolderIdentity).To(HaveValue(Equal(victim)))
+	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	// creationTimestamp has whole seconds.
+	g.Expect(l.CreationTimestamp.Add(time.Second)).To(BeTemporally(">=", deleted.Add(operatorLeaseSeconds*time.Second)),
+		"%s created its new Lease less than one lease duration after the old one was deleted", victim)
+	var now corev1.Pod
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: victim}, &now)).To(Succeed())
+	g.Expect(now.UID).To(Equal(pod.UID), "the same pod goes on")
+	t.Logf("%s after its Lease was deleted: %v", victim, r.states.since(victim, deleted))
+	g.Expect(r.states.first(victim, deleted, "vanished", "dead")).To(Equal("vanished"), "the ring shows %s vanished", victim)
+	expectHeld(t, g, r, victim, held, deleted, holdUntil)
+}
+
+// heldObjects returns the EtcdClusters on instance and the earliest moment
+// the sharder may move them if instance vanishes now: two lease durations
+// after lease's renewal (the instance may have renewed since, which only
+// makes the hold longer).
+func heldObjects(g Gomega, r recorders, instance string, lease *coordinationv1.Lease) ([]string, time.Time) {
+	g.Expect(lease.Spec.LeaseDurationSeconds).To(HaveValue(Equal(int32(operatorLeaseSeconds))))
+	g.Expect(lease.Spec.RenewTime).NotTo(BeNil())
+	var held []string
+	for _, o := range r.tracker.Assignment() {
+		if o.Instance == instance {
+			held = append(held, o.Key)
+		}
+	}
+	g.Expect(held).NotTo(BeEmpty(), "%s has no EtcdClusters", instance)
+	return held, lease.Spec.RenewTime.Add(2 * operatorLeaseSeconds * time.Second)
+}
+
+// expectHeld checks that none of held left instance after from before
+// holdUntil.
+func expectHeld(t *testing.T, g Gomega, r recorders, instance string, held []string, from, holdUntil time.Time) {
+	moved := 0
+	for _, key := range held {
+		for _, c := range r.labels.changesSince(key, from) {
+			if c.Instance != instance {
+				moved++
+				g.Expect(c.At).NotTo(BeTemporally("<", holdUntil), "%s left the vanished %s for %q at %s, before the hold ended at %s",
+					key, instance, c.Instance, c.At.Format(time.StampMilli), holdUntil.Format(time.StampMilli))
+			}
+		}
+	}
+	t.Logf("%d EtcdClusters held for the vanished %s until %s; %d moves away after that", len(held), instance, holdUntil.Format(time.StampMilli), moved)
 }
 
 // deleteSharderLeader deletes the pod of the sharder's leader: the other
 // replica takes over.
-func deleteSharderLeader(t *testing.T, g Gomega) {
+func deleteSharderLeader(t *testing.T, g Gomega, _ recorders) {
 	ctx := t.Context()
 	leader := sharderLeaderPod(ctx, g)
 	g.Expect(k8sClient.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: sharderNamespace, Name: leader}})).To(Succeed())
@@ -380,26 +477,43 @@ func readReconcileLogs(g Gomega, dir string) []localrun.ReconcileRecord {
 	return all
 }
 
-// drainRecorder remembers every EtcdCluster it ever saw with the ring's
-// drain label. It watches every event, so a drain that lasts a moment is
-// not missed.
-type drainRecorder struct {
+// labelRecorder remembers every EtcdCluster it ever saw with the ring's
+// drain label, and every value its shard label took, with when it saw it.
+// It watches every event, so a drain or an assignment that lasts a moment
+// is not missed.
+type labelRecorder struct {
 	mu      sync.Mutex
 	drained map[string]bool
+	history map[string][]labelChange
 }
 
-func newDrainRecorder(ctx context.Context, t *testing.T) *drainRecorder {
+// labelChange is a shard label value and when the recorder first saw it.
+type labelChange struct {
+	At       time.Time
+	Instance string
+}
+
+func newLabelRecorder(ctx context.Context, t *testing.T) *labelRecorder {
 	mc, err := metadata.NewForConfig(restConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &drainRecorder{drained: map[string]bool{}}
+	r := &labelRecorder{drained: map[string]bool{}, history: map[string][]labelChange{}}
 	informer := metadatainformer.NewFilteredMetadataInformer(mc, etcdClusterGVR, clustersNamespace, 0, cache.Indexers{}, nil).Informer()
 	observe := func(obj any) {
-		if m, ok := obj.(*metav1.PartialObjectMetadata); ok && m.Labels[sharderv1alpha1.DrainLabel(operatorRing)] != "" {
-			r.mu.Lock()
-			r.drained[m.Namespace+"/"+m.Name] = true
-			r.mu.Unlock()
+		m, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok {
+			return
+		}
+		key := m.Namespace + "/" + m.Name
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if m.Labels[sharderv1alpha1.DrainLabel(operatorRing)] != "" {
+			r.drained[key] = true
+		}
+		shard := m.Labels[sharderv1alpha1.ShardLabel(operatorRing)]
+		if h := r.history[key]; len(h) == 0 || h[len(h)-1].Instance != shard {
+			r.history[key] = append(h, labelChange{At: time.Now(), Instance: shard})
 		}
 	}
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -410,13 +524,98 @@ func newDrainRecorder(ctx context.Context, t *testing.T) *drainRecorder {
 	}
 	go informer.Run(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-		t.Fatal("the drain recorder's watch did not sync")
+		t.Fatal("the label recorder's watch did not sync")
 	}
 	return r
 }
 
-func (r *drainRecorder) seen(key string) bool {
+func (r *labelRecorder) seen(key string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.drained[key]
+}
+
+// changesSince returns the shard label values key took from since on.
+func (r *labelRecorder) changesSince(key string, since time.Time) []labelChange {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []labelChange
+	for _, c := range r.history[key] {
+		if !c.At.Before(since) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// ringStateRecorder remembers, per member, the states the ring's status
+// showed for it, in order, with when it saw each.
+type ringStateRecorder struct {
+	mu     sync.Mutex
+	states map[string][]stateChange
+}
+
+type stateChange struct {
+	At    time.Time
+	State string
+}
+
+func newRingStateRecorder(ctx context.Context, t *testing.T) *ringStateRecorder {
+	wc, err := client.NewWithWatch(restConfig, client.Options{Scheme: k8sClient.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &ringStateRecorder{states: map[string][]stateChange{}}
+	record := func(ring *sharderv1alpha1.ControllerRing) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, m := range ring.Status.Members {
+			if h := r.states[m.Name]; len(h) == 0 || h[len(h)-1].State != m.State {
+				r.states[m.Name] = append(h, stateChange{At: time.Now(), State: m.State})
+			}
+		}
+	}
+	go func() {
+		for ctx.Err() == nil {
+			w, err := wc.Watch(ctx, &sharderv1alpha1.ControllerRingList{}, client.MatchingFields{"metadata.name": operatorRing})
+			if err != nil {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+			for ev := range w.ResultChan() {
+				if ring, ok := ev.Object.(*sharderv1alpha1.ControllerRing); ok {
+					record(ring)
+				}
+			}
+			w.Stop()
+		}
+	}()
+	return r
+}
+
+// since returns the states the ring showed for instance from since on.
+func (r *ringStateRecorder) since(instance string, since time.Time) []stateChange {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []stateChange
+	for _, c := range r.states[instance] {
+		if !c.At.Before(since) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// first returns the first of states the ring showed for instance from
+// since on ("" if none).
+func (r *ringStateRecorder) first(instance string, since time.Time, states ...string) string {
+	for _, c := range r.since(instance, since) {
+		if slices.Contains(states, c.State) {
+			return c.State
+		}
+	}
+	return ""
 }
