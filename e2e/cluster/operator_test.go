@@ -290,8 +290,8 @@ func expectHeld(t *testing.T, g Gomega, r recorders, instance string, held []str
 }
 
 // deleteSharderLeader deletes the pod of the sharder's leader: the other
-// replica takes over.
-func deleteSharderLeader(t *testing.T, g Gomega, _ recorders) {
+// replica takes over and assigns a new EtcdCluster.
+func deleteSharderLeader(t *testing.T, g Gomega, r recorders) {
 	ctx := t.Context()
 	leader := sharderLeaderPod(ctx, g)
 	g.Expect(k8sClient.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: sharderNamespace, Name: leader}})).To(Succeed())
@@ -300,6 +300,23 @@ func deleteSharderLeader(t *testing.T, g Gomega, _ recorders) {
 		g.Expect(now).NotTo(Equal(leader))
 	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	t.Logf("leader %s deleted; %s leads", leader, sharderLeaderPod(ctx, g))
+
+	// The new leader assigns: a new EtcdCluster goes to the instance the
+	// ring chooses.
+	extra := &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: clustersNamespace, Name: "etcd-after-failover"},
+		Spec:       etcdv1alpha1.EtcdClusterSpec{Size: 1},
+	}
+	g.Expect(k8sClient.Create(ctx, extra)).To(Succeed())
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := r.tracker.Wait(wctx, localrun.SettledOn(etcdClusterKind, clusters+1, instances(4)...)); err != nil {
+		t.Fatalf("the new leader did not assign %s: %v", extra.Name, err)
+	}
+	g.Expect(k8sClient.Delete(ctx, extra)).To(Succeed())
+	if err := r.tracker.Wait(wctx, localrun.SettledOn(etcdClusterKind, clusters, instances(4)...)); err != nil {
+		t.Fatalf("%s is not gone: %v", extra.Name, err)
+	}
 }
 
 // sharderLeaderPod returns the name of the sharder pod that holds the
