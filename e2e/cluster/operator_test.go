@@ -55,7 +55,10 @@ var (
 // as a StatefulSet of 3 instances, gets the EtcdClusters spread over its
 // pods; scaled to 4, the new pod takes its share, every object that moves is
 // drained from its old instance first, and no EtcdCluster is ever reconciled
-// by two pods at once.
+// by two pods at once. Then a rolling update, a force-deleted pod, a deleted
+// instance Lease and the sharder leader's deleted pod each end with the 4
+// instances ready, the EtcdClusters settled and reconciled on them, and no
+// overlap.
 func testEtcdOperator(t *testing.T) {
 	g := NewWithT(t)
 	ctx := t.Context()
