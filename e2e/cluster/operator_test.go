@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,10 +13,12 @@ import (
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
@@ -38,6 +41,9 @@ const (
 	clustersNamespace = "etcd-e2e"
 	// clusters is how many EtcdClusters the scenario spreads.
 	clusters = 12
+	// operatorLeaseSeconds is the operator instances' lease duration (the
+	// kustomization's is 15 s).
+	operatorLeaseSeconds = 5
 )
 
 var (
@@ -49,7 +55,10 @@ var (
 // as a StatefulSet of 3 instances, gets the EtcdClusters spread over its
 // pods; scaled to 4, the new pod takes its share, every object that moves is
 // drained from its old instance first, and no EtcdCluster is ever reconciled
-// by two pods at once.
+// by two pods at once. Then a rolling update, a force-deleted pod, a deleted
+// instance Lease and the sharder leader's deleted pod each end with the 4
+// instances ready, the EtcdClusters settled and reconciled on them, and no
+// overlap.
 func testEtcdOperator(t *testing.T) {
 	g := NewWithT(t)
 	ctx := t.Context()
@@ -61,7 +70,8 @@ func testEtcdOperator(t *testing.T) {
 
 	tracker, err := localrun.NewTracker(restConfig, etcdClusterGVR, clustersNamespace, operatorRing)
 	g.Expect(err).NotTo(HaveOccurred())
-	drained := newDrainRecorder(ctx, t)
+	labels := newLabelRecorder(ctx, t)
+	states := newRingStateRecorder(ctx, t)
 	g.Expect(tracker.Start(ctx)).To(Succeed())
 
 	By(t, fmt.Sprintf("%d EtcdClusters spread over 3 instances", clusters))
@@ -97,17 +107,280 @@ func testEtcdOperator(t *testing.T) {
 	t.Logf("%d of %d EtcdClusters moved to %s; before:\n%safter:\n%s", len(moved), clusters, added,
 		localrun.FormatCounts(before.Counts()), localrun.FormatCounts(after.Counts()))
 	for _, key := range moved {
-		g.Expect(drained.seen(key)).To(BeTrue(), "%s moved without its old instance being asked to drain it", key)
+		g.Expect(labels.seen(key)).To(BeTrue(), "%s moved without its old instance being asked to drain it", key)
 	}
 	expectReconciledByOwner(g, logs, after)
+	expectNoOverlap(g, logs)
 
-	intervals := localrun.Intervals(readReconcileLogs(g, logs), nil, time.Now())
-	overlaps := localrun.Overlaps(intervals)
+	// Each disruption ends with the 4 instances ready, every EtcdCluster
+	// on the instance the ring of the 4 chooses (none left on a gone
+	// process), last reconciled there, and none ever reconciled by two
+	// processes at once.
+	for _, s := range []struct {
+		name string
+		fn   func(t *testing.T, g Gomega, r recorders)
+	}{
+		{"rolling update of the StatefulSet", rollOperator},
+		{"force-deleted instance pod", forceDeleteInstance},
+		{"instance Lease deleted under a running pod", deleteInstanceLease},
+		{"sharder leader pod deleted", deleteSharderLeader},
+	} {
+		if !t.Run(s.name, func(t *testing.T) {
+			g := NewWithT(t)
+			s.fn(t, g, recorders{tracker: tracker, labels: labels, states: states})
+			waitReadyReplicas(ctx, g, 4)
+			waitRingReady(ctx, g, instances(4))
+			settled := waitSettled(ctx, t, tracker, instances(4))
+			expectReconciledByOwner(g, logs, settled)
+			expectNoOverlap(g, logs)
+			t.Logf("EtcdClusters:\n%s", localrun.FormatCounts(settled.Counts()))
+		}) {
+			return
+		}
+	}
+}
+
+// recorders are what the scenario watches: the EtcdClusters' labels and
+// the ring's member states.
+type recorders struct {
+	tracker *localrun.Tracker
+	labels  *labelRecorder
+	states  *ringStateRecorder
+}
+
+// rollOperator changes the operator's pod template and waits until every
+// pod has been replaced, one by one, under its own name: each instance
+// releases its Lease on the way out, the sharder moves its objects away and
+// holds the Lease meanwhile, and the restarted instance takes it back.
+func rollOperator(t *testing.T, g Gomega, r recorders) {
+	ctx := t.Context()
+	before := r.tracker.Assignment()
+	start := time.Now()
+	old := operatorPodUIDs(ctx, g)
+	g.Expect(old).To(HaveLen(4))
+	var sts appsv1.StatefulSet
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: operatorName}, &sts)).To(Succeed())
+	patch := client.MergeFrom(sts.DeepCopy())
+	if sts.Spec.Template.Annotations == nil {
+		sts.Spec.Template.Annotations = map[string]string{}
+	}
+	sts.Spec.Template.Annotations["e2e.sharder.dev/rollout"] = time.Now().UTC().Format(time.RFC3339Nano)
+	g.Expect(k8sClient.Patch(ctx, &sts, patch)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		var sts appsv1.StatefulSet
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: operatorName}, &sts)).To(Succeed())
+		g.Expect(sts.Status.ObservedGeneration).To(Equal(sts.Generation))
+		g.Expect(sts.Status.UpdatedReplicas).To(Equal(int32(4)))
+		g.Expect(sts.Status.CurrentRevision).To(Equal(sts.Status.UpdateRevision))
+		g.Expect(sts.Status.ReadyReplicas).To(Equal(int32(4)))
+		now := operatorPodUIDs(ctx, g)
+		g.Expect(now).To(HaveLen(4))
+		for name, uid := range now {
+			g.Expect(uid).NotTo(Equal(old[name]), "%s not replaced yet", name)
+		}
+	}).WithTimeout(4 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	// Each instance released its Lease on the way out, so its objects went
+	// to the others at once.
+	for _, o := range before {
+		var away []string
+		for _, c := range r.labels.changesSince(o.Key, start) {
+			if c.Instance != o.Instance {
+				away = append(away, c.Instance)
+			}
+		}
+		g.Expect(away).NotTo(BeEmpty(), "%s never left %s while it restarted", o.Key, o.Instance)
+	}
+}
+
+// forceDeleteInstance deletes an instance's pod with no grace: the garbage
+// collector deletes its Lease and the StatefulSet's new pod of the same
+// name creates a new Lease of its own. The kubelet still stops the
+// container with SIGTERM, so the instance may release its Lease before the
+// collector deletes it (dead: its objects move at once); if the collector
+// is first, the instance vanished and its objects are held.
+func forceDeleteInstance(t *testing.T, g Gomega, r recorders) {
+	ctx := t.Context()
+	victim := instances(4)[1]
+	var pod corev1.Pod
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: victim}, &pod)).To(Succeed())
+	var lease coordinationv1.Lease
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: victim}, &lease)).To(Succeed())
+	g.Expect(lease.OwnerReferences).To(ContainElement(HaveField("UID", pod.UID)), "the Lease belongs to its pod")
+	held, holdUntil := heldObjects(g, r, victim, &lease)
+	killed := time.Now()
+	if _, err := kubectl(ctx, "delete", "pod", "--namespace", operatorNamespace, victim, "--force", "--grace-period=0"); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g Gomega) {
+		var now corev1.Pod
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: victim}, &now)).To(Succeed())
+		g.Expect(now.UID).NotTo(Equal(pod.UID), "the StatefulSet recreates the pod")
+		var l coordinationv1.Lease
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: victim}, &l)).To(Succeed())
+		g.Expect(l.UID).NotTo(Equal(lease.UID), "the old Lease is collected")
+		g.Expect(l.OwnerReferences).To(ContainElement(HaveField("UID", now.UID)), "the new Lease belongs to the new pod")
+	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	path := r.states.first(victim, killed, "dead", "vanished")
+	t.Logf("%s after the force delete: %v", victim, r.states.since(victim, killed))
+	g.Expect(path).NotTo(BeEmpty(), "the ring showed %s neither dead nor vanished", victim)
+	if path == "vanished" {
+		expectHeld(t, g, r, victim, held, killed, holdUntil)
+	}
+}
+
+// deleteInstanceLease deletes a running instance's Lease: the instance
+// stops reconciling and creates a new Lease only one lease duration later;
+// the sharder meanwhile holds it as vanished, its objects staying put until
+// two lease durations after its last renewal.
+func deleteInstanceLease(t *testing.T, g Gomega, r recorders) {
+	ctx := t.Context()
+	victim := instances(4)[2]
+	var pod corev1.Pod
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: victim}, &pod)).To(Succeed())
+	var lease coordinationv1.Lease
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: victim}, &lease)).To(Succeed())
+	held, holdUntil := heldObjects(g, r, victim, &lease)
+	deleted := time.Now()
+	g.Expect(k8sClient.Delete(ctx, &lease, client.Preconditions{UID: ptr.To(lease.UID)})).To(Succeed())
+	var l coordinationv1.Lease
+	g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: victim}, &l)).To(Succeed())
+		g.Expect(l.UID).NotTo(Equal(lease.UID))
+		g.Expect(l.Spec.HolderIdentity).To(HaveValue(Equal(victim)))
+	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	// creationTimestamp has whole seconds.
+	g.Expect(l.CreationTimestamp.Add(time.Second)).To(BeTemporally(">=", deleted.Add(operatorLeaseSeconds*time.Second)),
+		"%s created its new Lease less than one lease duration after the old one was deleted", victim)
+	var now corev1.Pod
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: victim}, &now)).To(Succeed())
+	g.Expect(now.UID).To(Equal(pod.UID), "the same pod goes on")
+	t.Logf("%s after its Lease was deleted: %v", victim, r.states.since(victim, deleted))
+	g.Expect(r.states.first(victim, deleted, "vanished", "dead")).To(Equal("vanished"), "the ring shows %s vanished", victim)
+	expectHeld(t, g, r, victim, held, deleted, holdUntil)
+}
+
+// heldObjects returns the EtcdClusters on instance and the earliest moment
+// the sharder may move them if instance vanishes now: two lease durations
+// after lease's renewal (the instance may have renewed since, which only
+// makes the hold longer).
+func heldObjects(g Gomega, r recorders, instance string, lease *coordinationv1.Lease) ([]string, time.Time) {
+	g.Expect(lease.Spec.LeaseDurationSeconds).To(HaveValue(Equal(int32(operatorLeaseSeconds))))
+	g.Expect(lease.Spec.RenewTime).NotTo(BeNil())
+	var held []string
+	for _, o := range r.tracker.Assignment() {
+		if o.Instance == instance {
+			held = append(held, o.Key)
+		}
+	}
+	g.Expect(held).NotTo(BeEmpty(), "%s has no EtcdClusters", instance)
+	return held, lease.Spec.RenewTime.Add(2 * operatorLeaseSeconds * time.Second)
+}
+
+// expectHeld checks that none of held left instance after from before
+// holdUntil.
+func expectHeld(t *testing.T, g Gomega, r recorders, instance string, held []string, from, holdUntil time.Time) {
+	moved := 0
+	for _, key := range held {
+		for _, c := range r.labels.changesSince(key, from) {
+			if c.Instance != instance {
+				moved++
+				g.Expect(c.At).NotTo(BeTemporally("<", holdUntil), "%s left the vanished %s for %q at %s, before the hold ended at %s",
+					key, instance, c.Instance, c.At.Format(time.StampMilli), holdUntil.Format(time.StampMilli))
+			}
+		}
+	}
+	t.Logf("%d EtcdClusters held for the vanished %s until %s; %d moves away after that", len(held), instance, holdUntil.Format(time.StampMilli), moved)
+}
+
+// deleteSharderLeader deletes the pod of the sharder's leader: the other
+// replica takes over and assigns a new EtcdCluster.
+func deleteSharderLeader(t *testing.T, g Gomega, r recorders) {
+	ctx := t.Context()
+	leader := sharderLeaderPod(ctx, g)
+	g.Expect(k8sClient.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: sharderNamespace, Name: leader}})).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		now := sharderLeaderPod(ctx, g)
+		g.Expect(now).NotTo(Equal(leader))
+	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	t.Logf("leader %s deleted; %s leads", leader, sharderLeaderPod(ctx, g))
+
+	// The new leader assigns: a new EtcdCluster goes to the instance the
+	// ring chooses.
+	extra := &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: clustersNamespace, Name: "etcd-after-failover"},
+		Spec:       etcdv1alpha1.EtcdClusterSpec{Size: 1},
+	}
+	g.Expect(k8sClient.Create(ctx, extra)).To(Succeed())
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := r.tracker.Wait(wctx, localrun.SettledOn(etcdClusterKind, clusters+1, instances(4)...)); err != nil {
+		t.Fatalf("the new leader did not assign %s: %v", extra.Name, err)
+	}
+	g.Expect(k8sClient.Delete(ctx, extra)).To(Succeed())
+	if err := r.tracker.Wait(wctx, localrun.SettledOn(etcdClusterKind, clusters, instances(4)...)); err != nil {
+		t.Fatalf("%s is not gone: %v", extra.Name, err)
+	}
+}
+
+// sharderLeaderPod returns the name of the sharder pod that holds the
+// leader-election Lease (identity <pod name>_<random>).
+func sharderLeaderPod(ctx context.Context, g Gomega) string {
+	var lease coordinationv1.Lease
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: sharderNamespace, Name: release}, &lease)).To(Succeed())
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	pod, _, ok := strings.Cut(holder, "_")
+	g.Expect(ok).To(BeTrue(), "leader identity %q", holder)
+	return pod
+}
+
+// operatorPodUIDs returns the UID of each operator pod by name.
+func operatorPodUIDs(ctx context.Context, g Gomega) map[string]types.UID {
+	var pods corev1.PodList
+	g.Expect(k8sClient.List(ctx, &pods, client.InNamespace(operatorNamespace), client.MatchingLabels{"app.kubernetes.io/name": operatorName})).To(Succeed())
+	uids := map[string]types.UID{}
+	for _, p := range pods.Items {
+		uids[p.Name] = p.UID
+	}
+	return uids
+}
+
+// waitRingReady waits until the ring's members are exactly ids, each ready.
+func waitRingReady(ctx context.Context, g Gomega, ids []string) {
+	g.Eventually(func(g Gomega) {
+		var r sharderv1alpha1.ControllerRing
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: operatorRing}, &r)).To(Succeed())
+		want := make([]any, len(ids))
+		for i, id := range ids {
+			want[i] = And(HaveField("Name", id), HaveField("State", "ready"))
+		}
+		g.Expect(r.Status.Members).To(ConsistOf(want...))
+		g.Expect(r.Status.AvailableInstances).To(Equal(int32(len(ids))))
+	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+}
+
+// expectNoOverlap checks that no EtcdCluster was ever reconciled by two
+// processes at once: two instances, or two pods of one instance (a pod and
+// its replacement under the same name), each pod writing a log of its own.
+// A reconcile a killed process left without an end lasts until now.
+func expectNoOverlap(g Gomega, logs string) {
+	files, err := filepath.Glob(filepath.Join(logs, "*.jsonl"))
+	g.Expect(err).NotTo(HaveOccurred())
+	var all []localrun.ReconcileRecord
+	for _, f := range files {
+		recs, err := localrun.ReadReconcileLog(f)
+		g.Expect(err).NotTo(HaveOccurred())
+		pod := strings.TrimSuffix(filepath.Base(f), ".jsonl")
+		for i := range recs {
+			recs[i].Instance = pod
+		}
+		all = append(all, recs...)
+	}
+	overlaps := localrun.Overlaps(localrun.Intervals(all, nil, time.Now()))
 	msgs := make([]string, 0, len(overlaps))
 	for _, o := range overlaps {
 		msgs = append(msgs, o.String())
 	}
-	g.Expect(msgs).To(BeEmpty(), "EtcdClusters reconciled by two instances at once")
+	g.Expect(msgs).To(BeEmpty(), "EtcdClusters reconciled by two processes at once")
 }
 
 // instances returns the instance IDs of a StatefulSet of n pods.
@@ -155,7 +428,14 @@ func installOperator(ctx context.Context, t *testing.T, g Gomega, logs string) {
 			}})
 			c := &pod.Containers[0]
 			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "reconcile-log", MountPath: "/reconcile"})
-			c.Args = append(c.Args, "--reconcile-log=/reconcile/$(POD_NAME).jsonl")
+			// One log per process: a pod that restarts under the same name
+			// (the same instance ID) is a new pod with a new UID.
+			c.Args = append(c.Args, "--reconcile-log=/reconcile/$(POD_NAME)_$(POD_UID).jsonl")
+			// Short Leases, so that restarts and a vanished instance
+			// resolve within seconds.
+			i := slices.Index(c.Args, "--lease-duration=15s")
+			g.Expect(i).NotTo(Equal(-1), "the StatefulSet sets --lease-duration=15s: %v", c.Args)
+			c.Args[i] = fmt.Sprintf("--lease-duration=%ds", operatorLeaseSeconds)
 			o.Object, err = runtime.DefaultUnstructuredConverter.ToUnstructured(&sts)
 			g.Expect(err).NotTo(HaveOccurred())
 		}
@@ -217,26 +497,43 @@ func readReconcileLogs(g Gomega, dir string) []localrun.ReconcileRecord {
 	return all
 }
 
-// drainRecorder remembers every EtcdCluster it ever saw with the ring's
-// drain label. It watches every event, so a drain that lasts a moment is
-// not missed.
-type drainRecorder struct {
+// labelRecorder remembers every EtcdCluster it ever saw with the ring's
+// drain label, and every value its shard label took, with when it saw it.
+// It watches every event, so a drain or an assignment that lasts a moment
+// is not missed.
+type labelRecorder struct {
 	mu      sync.Mutex
 	drained map[string]bool
+	history map[string][]labelChange
 }
 
-func newDrainRecorder(ctx context.Context, t *testing.T) *drainRecorder {
+// labelChange is a shard label value and when the recorder first saw it.
+type labelChange struct {
+	At       time.Time
+	Instance string
+}
+
+func newLabelRecorder(ctx context.Context, t *testing.T) *labelRecorder {
 	mc, err := metadata.NewForConfig(restConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &drainRecorder{drained: map[string]bool{}}
+	r := &labelRecorder{drained: map[string]bool{}, history: map[string][]labelChange{}}
 	informer := metadatainformer.NewFilteredMetadataInformer(mc, etcdClusterGVR, clustersNamespace, 0, cache.Indexers{}, nil).Informer()
 	observe := func(obj any) {
-		if m, ok := obj.(*metav1.PartialObjectMetadata); ok && m.Labels[sharderv1alpha1.DrainLabel(operatorRing)] != "" {
-			r.mu.Lock()
-			r.drained[m.Namespace+"/"+m.Name] = true
-			r.mu.Unlock()
+		m, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok {
+			return
+		}
+		key := m.Namespace + "/" + m.Name
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if m.Labels[sharderv1alpha1.DrainLabel(operatorRing)] != "" {
+			r.drained[key] = true
+		}
+		shard := m.Labels[sharderv1alpha1.ShardLabel(operatorRing)]
+		if h := r.history[key]; len(h) == 0 || h[len(h)-1].Instance != shard {
+			r.history[key] = append(h, labelChange{At: time.Now(), Instance: shard})
 		}
 	}
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -247,13 +544,98 @@ func newDrainRecorder(ctx context.Context, t *testing.T) *drainRecorder {
 	}
 	go informer.Run(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-		t.Fatal("the drain recorder's watch did not sync")
+		t.Fatal("the label recorder's watch did not sync")
 	}
 	return r
 }
 
-func (r *drainRecorder) seen(key string) bool {
+func (r *labelRecorder) seen(key string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.drained[key]
+}
+
+// changesSince returns the shard label values key took from since on.
+func (r *labelRecorder) changesSince(key string, since time.Time) []labelChange {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []labelChange
+	for _, c := range r.history[key] {
+		if !c.At.Before(since) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// ringStateRecorder remembers, per member, the states the ring's status
+// showed for it, in order, with when it saw each.
+type ringStateRecorder struct {
+	mu     sync.Mutex
+	states map[string][]stateChange
+}
+
+type stateChange struct {
+	At    time.Time
+	State string
+}
+
+func newRingStateRecorder(ctx context.Context, t *testing.T) *ringStateRecorder {
+	wc, err := client.NewWithWatch(restConfig, client.Options{Scheme: k8sClient.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &ringStateRecorder{states: map[string][]stateChange{}}
+	record := func(ring *sharderv1alpha1.ControllerRing) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, m := range ring.Status.Members {
+			if h := r.states[m.Name]; len(h) == 0 || h[len(h)-1].State != m.State {
+				r.states[m.Name] = append(h, stateChange{At: time.Now(), State: m.State})
+			}
+		}
+	}
+	go func() {
+		for ctx.Err() == nil {
+			w, err := wc.Watch(ctx, &sharderv1alpha1.ControllerRingList{}, client.MatchingFields{"metadata.name": operatorRing})
+			if err != nil {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+			for ev := range w.ResultChan() {
+				if ring, ok := ev.Object.(*sharderv1alpha1.ControllerRing); ok {
+					record(ring)
+				}
+			}
+			w.Stop()
+		}
+	}()
+	return r
+}
+
+// since returns the states the ring showed for instance from since on.
+func (r *ringStateRecorder) since(instance string, since time.Time) []stateChange {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []stateChange
+	for _, c := range r.states[instance] {
+		if !c.At.Before(since) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// first returns the first of states the ring showed for instance from
+// since on ("" if none).
+func (r *ringStateRecorder) first(instance string, since time.Time, states ...string) string {
+	for _, c := range r.since(instance, since) {
+		if slices.Contains(states, c.State) {
+			return c.State
+		}
+	}
+	return ""
 }
