@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"context"
+	"runtime/pprof"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,11 @@ import (
 
 // managerStopTimeout bounds how long stopping a test manager may take.
 const managerStopTimeout = 2 * time.Minute
+
+// slowStopReport is how long a stopping manager may take before the test
+// logs every goroutine's stack: a manager that does not stop is a defect to
+// find, and its stacks say where it waits.
+const slowStopReport = 20 * time.Second
 
 // ManagerOptions returns the options of a manager in a test: the Env's
 // scheme, no metrics or health endpoints, and no controller name validation
@@ -56,6 +63,12 @@ func StartManager(t testing.TB, mgr manager.Manager) (stop func()) {
 	stop = func() {
 		once.Do(func() {
 			cancel()
+			slow := time.AfterFunc(slowStopReport, func() {
+				var stacks strings.Builder
+				_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+				t.Logf("manager still stopping after %s; goroutines:\n%s", slowStopReport, stacks.String())
+			})
+			defer slow.Stop()
 			select {
 			case err := <-done:
 				if err != nil {
