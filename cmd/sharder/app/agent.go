@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/pkg/config"
@@ -157,7 +156,7 @@ func (o *agentOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ctrl.SetLogger(log)
+	setProcessLoggers(log)
 	log = log.WithValues("lease", klog.KRef(o.holder.Namespace, o.holder.Identity), "ring", o.holder.Ring)
 	ctx = logr.NewContext(ctx, log)
 	log.Info("Starting the lease agent", "version", Version(), "leaseDuration", o.holder.LeaseDuration, "healthURL", o.healthURL)

@@ -2,7 +2,10 @@ package app
 
 import (
 	"os"
+
 	"testing"
+
+	"github.com/go-logr/logr"
 
 	"github.com/sharder-dev/sharder/internal/testenv"
 )
@@ -11,6 +14,10 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
+	// The process's loggers are set before anything logs, as the sharder's
+	// main does by running one command; the commands that the tests run
+	// later log through their own loggers.
+	setProcessLoggers(logr.Discard())
 	os.Exit(testenv.Run(m, &env, testenv.Options{
 		CRDDirectoryPaths: []string{"config/crd/bases"},
 		Scheme:            newScheme(),

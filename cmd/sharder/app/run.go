@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -185,6 +186,23 @@ func (o *runOptions) complete(fs *pflag.FlagSet) error {
 	return nil
 }
 
+// processLoggers guards the loggers that client-go and controller-runtime
+// keep per process.
+var processLoggers sync.Once
+
+// setProcessLoggers makes log the logger of client-go (klog) and of
+// controller-runtime's global logger, once per process: their goroutines
+// read these globals without a lock, and some outlive the manager that
+// started them, so setting them again while another command's leftovers run
+// is a data race. A process runs one command; the command's own components
+// get log directly.
+func setProcessLoggers(log logr.Logger) {
+	processLoggers.Do(func() {
+		ctrl.SetLogger(log)
+		klog.SetLogger(log)
+	})
+}
+
 // newLogger builds the zap logger of the configuration.
 func newLogger(c config.Logging, out io.Writer) (logr.Logger, error) {
 	level, err := c.ZapLevel()
@@ -216,8 +234,7 @@ func (o *runOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ctrl.SetLogger(log)
-	klog.SetLogger(log)
+	setProcessLoggers(log)
 	if gcPercent, set := defaultGCPercent(os.Getenv); set {
 		debug.SetGCPercent(gcPercent)
 		log.V(1).Info("Garbage collection target set", "gcPercent", gcPercent)
