@@ -401,7 +401,11 @@ func (h *Holder) renew(ctx context.Context) error {
 		if remaining <= 0 {
 			return fmt.Errorf("%w: not renewed within the renew deadline %v", ErrLeaseLost, h.opts.RenewDeadline)
 		}
-		attemptCtx, cancel := context.WithTimeout(ctx, min(remaining, h.opts.RenewPeriod))
+		// An attempt may take the time left until the deadline: on a loaded
+		// API server a renewal that answers late still keeps the Lease,
+		// where cutting it at the renew period would throw it away and
+		// start another just as slow.
+		attemptCtx, cancel := context.WithTimeout(ctx, remaining)
 		ok, err := h.tryAcquireOrRenew(attemptCtx)
 		cancel()
 		switch {

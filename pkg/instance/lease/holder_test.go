@@ -445,6 +445,44 @@ func TestHolderKeepsLeaseAfterLostReply(t *testing.T) {
 	g.Expect(getLease(ns, "lossy")()).To(HaveField("Spec.AcquireTime.Time", BeTemporally("==", created.AcquireTime.Time)), "still the same hold")
 }
 
+// TestHolderKeepsLeaseThroughSlowRenewals checks that a renewal the API
+// server answers slowly, later than the renew period but before the renew
+// deadline, keeps the Lease: an attempt may use the time left until the
+// deadline, so a loaded API server does not cost an instance its Lease.
+func TestHolderKeepsLeaseThroughSlowRenewals(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+
+	const delay = 700 * time.Millisecond // over the renew period, under the deadline
+	var slowed atomic.Int32
+	c := interceptor.NewClient(watchClient(t), interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			slowed.Add(1)
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+	})
+	r := startHolderOn(t, c, lease.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "slow",
+		LeaseDuration: 3 * time.Second, RenewPeriod: 300 * time.Millisecond, RenewDeadline: 2 * time.Second,
+	})
+	g.Eventually(r.Held).Should(BeTrue())
+	first, err := getLease(ns, "slow")()
+	g.Expect(err).NotTo(HaveOccurred())
+
+	// Twice the renew deadline: without the slow renewals landing, the
+	// holder would have given up by now.
+	g.Consistently(r.lost.Load, 4*time.Second, 100*time.Millisecond).Should(BeZero(), "OnLost not called")
+	g.Expect(r.Held()).To(BeTrue())
+	g.Expect(slowed.Load()).To(BeNumerically(">=", 3), "renewals went through the slow path")
+	g.Expect(getLease(ns, "slow")()).To(HaveField("Spec.RenewTime.Time", BeTemporally(">", first.Spec.RenewTime.Time)), "renewed")
+}
+
 // watchClient returns an admin client that can also watch.
 func watchClient(t *testing.T) client.WithWatch {
 	t.Helper()
