@@ -108,6 +108,9 @@ func (h *assignHandler) handle(ctx context.Context, req admission.Request, ringN
 		return skip(reason, err)
 	}
 	if patch == nil {
+		if reason == assignReasonWatchMode || reason == assignReasonLabelled {
+			return skip(reason, nil)
+		}
 		log.V(1).Info("Leaving the new object to the sharder", "why", reason)
 		return skip(assignReasonUnplaced, nil)
 	}
