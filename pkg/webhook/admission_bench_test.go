@@ -7,10 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/metrics"
 	"github.com/sharder-dev/sharder/pkg/webhook"
 )
 
