@@ -216,8 +216,10 @@ func TestAdmissionWithoutReadyInstance(t *testing.T) {
 
 	// The webhook answers (it is called) but has no instance to give.
 	var cm *corev1.ConfigMap
+	attempt := 0
 	g.Eventually(func(g Gomega) {
-		cm = labelled(ns, "early-"+strconv.Itoa(int(assignCalls(r.Name))), nil)
+		attempt++
+		cm = labelled(ns, "early-"+strconv.Itoa(attempt), nil)
 		before := assignCalls(r.Name)
 		g.Expect(alice.Create(ctx, cm)).To(Succeed())
 		g.Expect(assignCalls(r.Name)).To(BeNumerically(">", before), "the assigning webhook is not active yet")
