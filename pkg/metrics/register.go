@@ -16,6 +16,7 @@ func collectors() []prometheus.Collector {
 		AssignmentLatency, RingRebuildsTotal,
 		LeaseTransitionsTotal, LeaseTakeoversTotal, LeasesDeletedTotal,
 		WebhookDecisionsTotal, WebhookDecisionDuration,
+		WebhookAssignmentsTotal, WebhookAssignmentDuration,
 	}
 }
 

@@ -191,18 +191,24 @@ func (h *labelHandler) choose(ctx context.Context, rg *v1alpha1.ControllerRing, 
 		if err != nil {
 			return "", "", err
 		}
-		instance, err := r.Lookup(ring.ObjectKey(gvk.Group, gvk.Kind, obj.Namespace, obj.Name))
-		if errors.Is(err, ring.ErrNoInstance) {
-			return "", "the ring has no ready instance", nil
-		}
-		if err != nil {
-			return "", "", fmt.Errorf("looking up the instance of %s %s/%s: %w", gvk.Kind, obj.Namespace, obj.Name, err)
-		}
-		return instance, "", nil
+		return mainInstance(r, gvk, obj)
 	case controlled:
 		return h.ownerInstance(ctx, rg, obj)
 	}
 	return "", fmt.Sprintf("%s is not a resource of the ring", schema.GroupResource{Group: gvr.Group, Resource: gvr.Resource}), nil
+}
+
+// mainInstance returns the instance r maps a new main object to; none,
+// with why, when r has no ready instance.
+func mainInstance(r ring.Ring, gvk metav1.GroupVersionKind, obj *metav1.PartialObjectMetadata) (string, string, error) {
+	instance, err := r.Lookup(ring.ObjectKey(gvk.Group, gvk.Kind, obj.Namespace, obj.Name))
+	if errors.Is(err, ring.ErrNoInstance) {
+		return "", "the ring has no ready instance", nil
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("looking up the instance of %s %s/%s: %w", gvk.Kind, obj.Namespace, obj.Name, err)
+	}
+	return instance, "", nil
 }
 
 // instancePod names the pod of an instance: the Pod ownerReference of its

@@ -22,10 +22,12 @@ import (
 	"github.com/sharder-dev/sharder/pkg/webhook/internal/pki"
 )
 
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=get
 
-// keeper keeps the ValidatingWebhookConfiguration in line with the rings.
+// keeper keeps the ValidatingWebhookConfiguration, and the
+// MutatingWebhookConfiguration of the rings in admission mode, in line with
+// the rings.
 // It runs on the leader only: the configuration lives in the API server, so
 // admission goes on while leadership moves, and replicas of different
 // versions (during a rolling update) never take turns rewriting it. Every
@@ -63,19 +65,13 @@ func (k *keeper) ownerReferences(ctx context.Context) ([]metav1.OwnerReference, 
 	}}, nil
 }
 
-// Reconcile writes the configuration the rings call for, or deletes it when
-// there is no ring.
+// Reconcile writes the configurations the rings call for, or deletes them
+// when there is no ring (the mutating one: no ring in admission mode).
 func (k *keeper) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
 	log := logf.FromContext(ctx).WithValues("configuration", k.opts.ConfigurationName)
 	rings := &v1alpha1.ControllerRingList{}
 	if err := k.client.List(ctx, rings); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing ControllerRings: %w", err)
-	}
-	current := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	err := k.client.Get(ctx, types.NamespacedName{Name: k.opts.ConfigurationName}, current)
-	exists := err == nil
-	if err != nil && !apierrors.IsNotFound(err) {
-		return reconcile.Result{}, fmt.Errorf("reading ValidatingWebhookConfiguration %s: %w", k.opts.ConfigurationName, err)
 	}
 	active := make([]v1alpha1.ControllerRing, 0, len(rings.Items))
 	for _, r := range rings.Items {
@@ -85,13 +81,10 @@ func (k *keeper) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.
 	}
 
 	if len(active) == 0 {
-		if exists && current.Labels[labelManagedBy] == managedBy {
-			if err := k.client.Delete(ctx, current, client.Preconditions{UID: &current.UID}); err != nil && !apierrors.IsNotFound(err) {
-				return reconcile.Result{}, fmt.Errorf("deleting ValidatingWebhookConfiguration %s: %w", current.Name, err)
-			}
-			log.Info("Deleted the webhook configuration: no ring left")
+		if err := k.deleteManaged(ctx, "ValidatingWebhookConfiguration", &admissionregistrationv1.ValidatingWebhookConfiguration{}); err != nil {
+			return reconcile.Result{}, err
 		}
-		return reconcile.Result{}, nil
+		return reconcile.Result{}, k.deleteManaged(ctx, "MutatingWebhookConfiguration", &admissionregistrationv1.MutatingWebhookConfiguration{})
 	}
 
 	id, err := k.identity.get(ctx)
@@ -122,20 +115,84 @@ func (k *keeper) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.
 			requeue.RequeueAfter = k.opts.ResyncPeriod // files change without events
 		}
 	}
-	desired := buildConfiguration(active, p)
-	if desired.OwnerReferences, err = k.ownerReferences(ctx); err != nil {
+	owners, err := k.ownerReferences(ctx)
+	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if k.opts.OwnerClusterRole != "" && desired.OwnerReferences == nil && requeue.RequeueAfter == 0 {
+	if k.opts.OwnerClusterRole != "" && owners == nil && requeue.RequeueAfter == 0 {
 		requeue.RequeueAfter = k.opts.ResyncPeriod // the owner may come later
 	}
+	if err := k.writeValidating(ctx, active, p, owners); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := k.writeMutating(ctx, active, p, owners); err != nil {
+		return reconcile.Result{}, err
+	}
+	return requeue, nil
+}
 
-	if !exists {
+// deleteManaged deletes the configuration named Options.ConfigurationName
+// of obj's kind if the sharder manages it.
+func (k *keeper) deleteManaged(ctx context.Context, kind string, obj client.Object) error {
+	err := k.client.Get(ctx, types.NamespacedName{Name: k.opts.ConfigurationName}, obj)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading %s %s: %w", kind, k.opts.ConfigurationName, err)
+	}
+	if obj.GetLabels()[labelManagedBy] != managedBy {
+		return nil
+	}
+	uid := obj.GetUID()
+	if err := k.client.Delete(ctx, obj, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting %s %s: %w", kind, k.opts.ConfigurationName, err)
+	}
+	logf.FromContext(ctx).Info("Deleted the webhook configuration: no ring needs it", "kind", kind, "configuration", k.opts.ConfigurationName)
+	return nil
+}
+
+// keepMeta sets the sharder's label, the CA injection annotation and the
+// owners on cfg; it reports whether any of them changed.
+func (k *keeper) keepMeta(cfg client.Object, owners []metav1.OwnerReference) bool {
+	changed := !equality.Semantic.DeepEqual(cfg.GetOwnerReferences(), owners) ||
+		cfg.GetLabels()[labelManagedBy] != managedBy || cfg.GetAnnotations()[annotationInjectCA] != k.opts.CAInjectFrom
+	cfg.SetOwnerReferences(owners)
+	labels := cfg.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[labelManagedBy] = managedBy
+	cfg.SetLabels(labels)
+	annotations := cfg.GetAnnotations()
+	if k.opts.CAInjectFrom != "" {
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[annotationInjectCA] = k.opts.CAInjectFrom
+	} else {
+		delete(annotations, annotationInjectCA)
+	}
+	cfg.SetAnnotations(annotations)
+	return changed
+}
+
+// writeValidating writes the ValidatingWebhookConfiguration of the rings.
+func (k *keeper) writeValidating(ctx context.Context, active []v1alpha1.ControllerRing, p configParams, owners []metav1.OwnerReference) error {
+	log := logf.FromContext(ctx).WithValues("configuration", k.opts.ConfigurationName)
+	desired := buildConfiguration(active, p)
+	desired.OwnerReferences = owners
+	current := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	err := k.client.Get(ctx, types.NamespacedName{Name: k.opts.ConfigurationName}, current)
+	if apierrors.IsNotFound(err) {
 		if err := k.client.Create(ctx, desired); err != nil {
-			return reconcile.Result{}, fmt.Errorf("creating ValidatingWebhookConfiguration %s: %w", desired.Name, err)
+			return fmt.Errorf("creating ValidatingWebhookConfiguration %s: %w", desired.Name, err)
 		}
 		log.Info("Created the webhook configuration", "webhooks", len(desired.Webhooks))
-		return requeue, nil
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading ValidatingWebhookConfiguration %s: %w", k.opts.ConfigurationName, err)
 	}
 	if p.injectFrom != "" {
 		// cert-manager owns the bundle: keep what it injected.
@@ -149,32 +206,17 @@ func (k *keeper) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.
 			desired.Webhooks[i].ClientConfig.CABundle = injected
 		}
 	}
-	if equality.Semantic.DeepEqual(current.Webhooks, desired.Webhooks) &&
-		equality.Semantic.DeepEqual(current.OwnerReferences, desired.OwnerReferences) &&
-		current.Labels[labelManagedBy] == managedBy &&
-		current.Annotations[annotationInjectCA] == k.opts.CAInjectFrom {
-		return requeue, nil
-	}
 	updated := current.DeepCopy()
+	metaChanged := k.keepMeta(updated, owners)
+	if !metaChanged && equality.Semantic.DeepEqual(current.Webhooks, desired.Webhooks) {
+		return nil
+	}
 	updated.Webhooks = desired.Webhooks
-	updated.OwnerReferences = desired.OwnerReferences
-	if updated.Labels == nil {
-		updated.Labels = map[string]string{}
-	}
-	updated.Labels[labelManagedBy] = managedBy
-	if k.opts.CAInjectFrom != "" {
-		if updated.Annotations == nil {
-			updated.Annotations = map[string]string{}
-		}
-		updated.Annotations[annotationInjectCA] = k.opts.CAInjectFrom
-	} else {
-		delete(updated.Annotations, annotationInjectCA)
-	}
 	if err := k.client.Update(ctx, updated); err != nil {
-		return reconcile.Result{}, fmt.Errorf("updating ValidatingWebhookConfiguration %s: %w", updated.Name, err)
+		return fmt.Errorf("updating ValidatingWebhookConfiguration %s: %w", updated.Name, err)
 	}
 	log.Info("Updated the webhook configuration", "webhooks", len(desired.Webhooks))
-	return requeue, nil
+	return nil
 }
 
 // fileCABundle reads the CA bundle of external mode from dir/ca.crt.

@@ -116,14 +116,19 @@ func handlerTime(ring string) (float64, uint64) {
 // measure runs latencyRequests calls of do at latencyRate and returns the
 // latency quantiles and the number of failed calls.
 func measure(do func(i int) error) (p50, p99 time.Duration, errs int) {
-	latencies := make([]time.Duration, latencyRequests)
-	failed := make([]bool, latencyRequests)
+	return measureAt(latencyRate, latencyRequests, do)
+}
+
+// measureAt runs requests calls of do at rate per second.
+func measureAt(rate, requests int, do func(i int) error) (p50, p99 time.Duration, errs int) {
+	latencies := make([]time.Duration, requests)
+	failed := make([]bool, requests)
 	var wg sync.WaitGroup
-	tick := time.NewTicker(time.Second / latencyRate)
+	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
 	// A fresh range of names per call, so creations never collide.
 	base := int(time.Now().UnixNano() % 1e9)
-	for i := range latencyRequests {
+	for i := range requests {
 		<-tick.C
 		wg.Go(func() {
 			start := time.Now()

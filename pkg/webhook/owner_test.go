@@ -17,7 +17,8 @@ import (
 
 // TestConfigurationOwnedByClusterRole: the configuration carries an
 // ownerReference to the install's ClusterRole, so that garbage collection
-// removes it with the install. (The test's API server runs no garbage
+// removes it with the install; the mutating configuration of rings in
+// admission mode has the same owner. (The test's API server runs no garbage
 // collector: the reference itself is what is checked.) An owner that does
 // not exist yet is picked up once it does.
 func TestConfigurationOwnedByClusterRole(t *testing.T) {
@@ -26,7 +27,7 @@ func TestConfigurationOwnedByClusterRole(t *testing.T) {
 	ns := env.Namespace(t)
 	owner := "sharder-owner-" + rand.String(5)
 	s := startSharder(t, webhook.Options{OwnerClusterRole: owner})
-	createRing(t, ns)
+	createRing(t, ns, admissionMode(ns)) // so that there is a mutating configuration too
 
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	get := func(g Gomega) {
@@ -43,5 +44,8 @@ func TestConfigurationOwnedByClusterRole(t *testing.T) {
 		g.Expect(cfg.OwnerReferences).To(Equal([]metav1.OwnerReference{{
 			APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: owner, UID: role.UID,
 		}}))
+		mutating := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: s.opts.ConfigurationName}, mutating)).To(Succeed())
+		g.Expect(mutating.OwnerReferences).To(Equal(cfg.OwnerReferences))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 }

@@ -35,8 +35,11 @@ import (
 //   - in self-managed certificate mode, the certificate keeper (every
 //     replica), which makes the webhook server serve the certificate kept in
 //     the Secret and adds the readiness check "webhook-certificate";
+//   - the assigning handler, served under AssignPathPrefix on every
+//     replica, which labels the new objects of rings in admission mode;
 //   - the configuration keeper (leader only), which writes the
-//     ValidatingWebhookConfiguration.
+//     ValidatingWebhookConfiguration and, while a ring is in admission
+//     mode, the MutatingWebhookConfiguration of the same name.
 //
 // The manager's scheme must hold ControllerRing, and its cache should be
 // built with leases.CacheByObject() so that only ring Leases are cached.
@@ -141,6 +144,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		},
 	})
 
+	srv.Register(AssignPathPrefix, &admission.Webhook{
+		Handler:         &assignHandler{labels: h},
+		WithContextFunc: withPath,
+		LogConstructor: func(_ logr.Logger, req *admission.Request) logr.Logger {
+			return admission.DefaultLogConstructor(log.WithName("assign"), req)
+		},
+	})
+
 	toKey := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{key}
 	})
@@ -152,6 +163,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		}).
 		Watches(&v1alpha1.ControllerRing{}, toKey).
 		Watches(&admissionregistrationv1.ValidatingWebhookConfiguration{}, toKey,
+			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == opts.ConfigurationName }))).
+		Watches(&admissionregistrationv1.MutatingWebhookConfiguration{}, toKey,
 			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == opts.ConfigurationName }))).
 		WatchesRawSource(source.Channel(bundleEvents, toKey)).
 		Complete(k)

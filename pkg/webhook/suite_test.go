@@ -177,6 +177,11 @@ func startSharder(t testing.TB, opts webhook.Options, serverOpts ...func(*ctrlwe
 		if err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("deleting the webhook configuration: %v", err)
 		}
+		err = env.Client.Delete(context.Background(), &admissionregistrationv1.MutatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: opts.ConfigurationName}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting the mutating webhook configuration: %v", err)
+		}
 	})
 	return s
 }

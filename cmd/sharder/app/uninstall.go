@@ -43,11 +43,14 @@ func NewUninstallCommand() *cobra.Command {
 
  1. delete the ControllerRing and wait until it is gone, so that a running
     sharder stops assigning its objects;
- 2. remove the ring's two webhooks from the ValidatingWebhookConfiguration
+ 2. remove the ring's assigning webhook (admission mode) from the
+    MutatingWebhookConfiguration of the same name (and the configuration
+    itself when no webhook is left), so that new objects stop being labelled;
+ 3. remove the ring's two webhooks from the ValidatingWebhookConfiguration
     (and the configuration itself when no webhook is left): with failure
     policy Fail and no sharder to answer, they would reject every later
     change to the ring's labels;
- 3. remove the ring's shard and drain labels from every object of the ring's
+ 4. remove the ring's shard and drain labels from every object of the ring's
     resources, in all namespaces.
 
 The ring's resources are read from the ControllerRing, or, when it is gone
@@ -71,7 +74,7 @@ them first. Running it again finishes what an interrupted run left.`,
 	}
 	o.cluster.addFlags(cmd.Flags())
 	cmd.Flags().StringVar(&o.configurationName, "webhook-configuration-name", webhook.DefaultConfigurationName,
-		"Name of the ValidatingWebhookConfiguration the sharder keeps (webhook.configurationName).")
+		"Name of the ValidatingWebhookConfiguration (and MutatingWebhookConfiguration) the sharder keeps (webhook.configurationName).")
 	cmd.Flags().StringSliceVar(&o.resources, "resource", nil,
 		"A resource of the ring (RESOURCE.GROUP, or RESOURCE for the core group), when neither the ControllerRing nor its webhooks are left to name them. Repeatable.")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 10*time.Minute, "Give up after this long.")
@@ -94,6 +97,9 @@ func (o *uninstallOptions) run(ctx context.Context, out io.Writer, ringName stri
 
 	resources, err := o.deleteRing(ctx, out, c, ringName)
 	if err != nil {
+		return err
+	}
+	if err := o.removeAssignWebhook(ctx, out, c, ringName); err != nil {
 		return err
 	}
 	fromWebhooks, err := o.removeWebhooks(ctx, out, c, ringName)

@@ -48,6 +48,22 @@ func ringWebhook(ring, kind, label, ns string) admissionregistrationv1.Validatin
 	}
 }
 
+// assignWebhook is a ring's assigning webhook as the sharder writes it.
+func assignWebhook(ring, ns string) admissionregistrationv1.MutatingWebhook {
+	return admissionregistrationv1.MutatingWebhook{
+		Name:         ring + ".assign.sharder.dev",
+		ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:1/assign-shard/" + ring)},
+		Rules: []admissionregistrationv1.RuleWithOperations{{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+			Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"*"}, Resources: []string{"configmaps", "secrets"}},
+		}},
+		FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+		NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.LabelNamespaceName: ns}},
+		SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+		AdmissionReviewVersions: []string{"v1"},
+	}
+}
+
 // TestUninstallRemovesARing leaves a ring as a removed sharder would: the
 // ControllerRing, webhook entries with failure policy Fail that nobody
 // answers, and labelled objects. sharder uninstall removes all three and
@@ -91,6 +107,13 @@ func TestUninstallRemovesARing(t *testing.T) {
 	}
 	g.Expect(env.Client.Create(ctx, vwc)).To(Succeed())
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), vwc) })
+	// The ring was in admission mode, with nobody left to answer.
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: vwc.Name, Labels: vwc.Labels},
+		Webhooks:   []admissionregistrationv1.MutatingWebhook{assignWebhook(ring, ns), assignWebhook(other, ns)},
+	}
+	g.Expect(env.Client.Create(ctx, mwc)).To(Succeed())
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), mwc) })
 
 	// The left-over configuration rejects changes to the ring's labels.
 	g.Eventually(func() string {
@@ -113,6 +136,11 @@ func TestUninstallRemovesARing(t *testing.T) {
 	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(vwc), vwc)).To(Succeed())
 	g.Expect(vwc.Webhooks).To(HaveLen(1))
 	g.Expect(vwc.Webhooks[0].Name).To(Equal(other + ".shard-label.sharder.dev"))
+
+	g.Expect(out).To(ContainSubstring("MutatingWebhookConfiguration " + vwc.Name + ": webhook of ring " + ring + " removed"))
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(mwc), mwc)).To(Succeed())
+	g.Expect(mwc.Webhooks).To(HaveLen(1))
+	g.Expect(mwc.Webhooks[0].Name).To(Equal(other + ".assign.sharder.dev"))
 
 	want := map[string]map[string]string{
 		"assigned":   {"team": "x"},
@@ -143,4 +171,6 @@ func TestUninstallRemovesARing(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	err = env.Client.Get(ctx, client.ObjectKeyFromObject(vwc), vwc)
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the configuration is deleted with its last ring: %v", err)
+	err = env.Client.Get(ctx, client.ObjectKeyFromObject(mwc), mwc)
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the mutating configuration is deleted with its last ring: %v", err)
 }

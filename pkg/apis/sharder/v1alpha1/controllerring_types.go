@@ -111,6 +111,35 @@ type ControllerRingSpec struct {
 	// Webhook configures how the label-protecting webhook treats this ring.
 	// +optional
 	Webhook *RingWebhook `json:"webhook,omitempty"`
+
+	// Assignment chooses when new objects of the ring get their shard label.
+	// Default: mode Watch.
+	// +optional
+	Assignment *RingAssignment `json:"assignment,omitempty"`
+}
+
+// Assignment modes of a ring (spec.assignment.mode).
+const (
+	// AssignmentWatch: the sharder labels a new object when its watch sees
+	// it, with one write per object.
+	AssignmentWatch = "Watch"
+	// AssignmentAdmission: a mutating webhook, served by every sharder
+	// replica, labels a new object in its create request; the sharder
+	// labels by watch only what the webhook left unlabelled.
+	AssignmentAdmission = "Admission"
+)
+
+// RingAssignment configures how the ring's new objects are assigned.
+type RingAssignment struct {
+	// Mode is Watch (the sharder labels new objects from its watch, after
+	// they are created) or Admission (a mutating webhook labels new objects
+	// of the ring's resources in their create request, so that they are
+	// never seen unassigned; objects it cannot place are labelled by watch).
+	// Default: Watch.
+	// +optional
+	// +kubebuilder:default=Watch
+	// +kubebuilder:validation:Enum=Watch;Admission
+	Mode string `json:"mode,omitempty"`
 }
 
 // RingResource is a main resource of a ring and the resources it controls.

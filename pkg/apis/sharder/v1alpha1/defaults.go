@@ -62,3 +62,8 @@ func (s *ControllerRingSpec) EffectiveDrainTimeout() time.Duration {
 	}
 	return s.DrainTimeout.Duration
 }
+
+// AssignsAtAdmission reports whether spec.assignment.mode is Admission.
+func (s *ControllerRingSpec) AssignsAtAdmission() bool {
+	return s.Assignment != nil && s.Assignment.Mode == AssignmentAdmission
+}
