@@ -1,0 +1,136 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/internal/localrun"
+)
+
+// The plain controller's example (e2e/plaincontroller/config): a controller
+// that knows nothing of sharder beyond a label selector, with `sharder
+// agent` as a native sidecar in each pod.
+const (
+	plainRing      = "plaincontroller"
+	plainNamespace = "plaincontroller-system"
+	plainName      = "plaincontroller"
+	plainObjects   = "plaincontroller-objects"
+	// plainConfigMaps is how many ConfigMaps the scenario creates; the
+	// namespace's kube-root-ca.crt is one more object of the ring.
+	plainConfigMaps = 12
+	// plainReconcile is how long each reconcile of the scenario's
+	// ConfigMaps takes: well within the 2 s between a forced move's
+	// release and its assignment.
+	plainReconcile = 200 * time.Millisecond
+)
+
+var configMapKind = schema.GroupKind{Kind: "ConfigMap"}
+
+// testPlainControllerWithAgent: the plain controller's kustomization, applied
+// as it is but for each pod's reconcile log, runs 2 pods, each with the agent
+// holding its Lease. Its ConfigMaps settle on the 2 instances; then kubectl
+// rollout restart replaces the pods one by one while the ConfigMaps keep
+// changing. Each pod's controller finishes its reconciles before its agent
+// releases the Lease, so the ConfigMaps of the first pod replaced move to
+// the other at once, none is reconciled by two pods at once, and at the end
+// every one is on the instance the ring of the 2 chooses, last reconciled
+// there.
+func testPlainControllerWithAgent(t *testing.T) {
+	g := NewWithT(t)
+	ctx := t.Context()
+	ids := []string{plainName + "-0", plainName + "-1"}
+
+	By(t, "the plain controller's kustomization, with each pod's reconcile log on the node")
+	logs := reconcileLogDir(t)
+	applyWithReconcileLog(ctx, t, g, filepath.Join(repoRoot, "e2e", "plaincontroller", "config"), plainName, logs, nil)
+	waitStatefulSetReady(ctx, g, plainNamespace, plainName, int32(len(ids)))
+	waitRingReady(ctx, g, plainRing, ids)
+
+	gvr := corev1.SchemeGroupVersion.WithResource("configmaps")
+	tracker, err := localrun.NewTracker(restConfig, gvr, plainObjects, plainRing)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(tracker.Start(ctx)).To(Succeed())
+	labels := newLabelRecorder(ctx, t, gvr, plainObjects, plainRing)
+
+	By(t, fmt.Sprintf("%d ConfigMaps spread over the 2 instances", plainConfigMaps))
+	for i := range plainConfigMaps {
+		g.Expect(k8sClient.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Namespace: plainObjects, Name: fmt.Sprintf("object-%02d", i),
+			Annotations: map[string]string{"e2e.sharder.dev/reconcile-duration": plainReconcile.String()},
+		}})).To(Succeed())
+	}
+	before := waitSettledOn(ctx, t, tracker, configMapKind, plainConfigMaps+1, ids)
+	expectReconciledByOwner(g, logs, before)
+
+	By(t, "kubectl rollout restart while the ConfigMaps keep changing")
+	stop := touchConfigMaps(ctx, t, plainObjects, plainConfigMaps)
+	start := time.Now()
+	rollStatefulSet(ctx, t, g, plainNamespace, plainName, len(ids))
+	stop()
+	// The StatefulSet replaces the highest ordinal first, while the other
+	// instance is ready: that pod's agent released its Lease once its
+	// controller had exited, and its ConfigMaps moved at once. (The last
+	// pod may go before its restarted peer holds its Lease again: the pod
+	// is Ready when its controller answers, not when its agent holds the
+	// Lease. Its ConfigMaps then wait on it, reconciled by nobody, until
+	// an instance is ready.)
+	first := ids[len(ids)-1]
+	var theirs localrun.Assignment
+	for _, o := range before {
+		if o.Instance == first {
+			theirs = append(theirs, o)
+		}
+	}
+	g.Expect(theirs).NotTo(BeEmpty(), "no ConfigMaps on %s", first)
+	expectLeftWhileRestarting(g, labels, theirs, start)
+
+	waitRingReady(ctx, g, plainRing, ids)
+	after := waitSettledOn(ctx, t, tracker, configMapKind, plainConfigMaps+1, ids)
+	expectReconciledByOwner(g, logs, after)
+	expectNoOverlap(g, logs)
+	var during int
+	for _, iv := range localrun.Intervals(readReconcileLogs(g, logs), nil, time.Now()) {
+		if iv.Start.After(start) {
+			during++
+		}
+	}
+	t.Logf("%d reconciles since the restart began; ConfigMaps after the rolling update:\n%s", during, localrun.FormatCounts(after.Counts()))
+}
+
+// touchConfigMaps changes an annotation of one ConfigMap after the other,
+// every 100 ms, so that each is reconciled again about every second, until
+// the returned stop is called.
+func touchConfigMaps(ctx context.Context, t *testing.T, namespace string, n int) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: fmt.Sprintf("object-%02d", i%n)}}
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{"e2e.sharder.dev/touched":"%d"}}}`, i)
+			if err := k8sClient.Patch(ctx, cm, client.RawPatch("application/merge-patch+json", []byte(patch))); err != nil && ctx.Err() == nil {
+				t.Errorf("touching %s: %v", cm.Name, err)
+				return
+			}
+		}
+	}()
+	return func() { cancel(); wg.Wait() }
+}
