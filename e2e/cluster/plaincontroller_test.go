@@ -49,12 +49,15 @@ func testPlainControllerWithAgent(t *testing.T) {
 	g := NewWithT(t)
 	ctx := t.Context()
 	ids := []string{plainName + "-0", plainName + "-1"}
+	began := time.Now()
+	elapsed := func() time.Duration { return time.Since(began).Round(100 * time.Millisecond) }
 
 	By(t, "the plain controller's kustomization, with each pod's reconcile log on the node")
 	logs := reconcileLogDir(t)
 	applyWithReconcileLog(ctx, t, g, filepath.Join(repoRoot, "e2e", "plaincontroller", "config"), plainName, logs, nil)
 	waitStatefulSetReady(ctx, g, plainNamespace, plainName, int32(len(ids)))
 	waitRingReady(ctx, g, plainRing, ids)
+	t.Logf("%s: 2 pods ready, each an instance", elapsed())
 
 	gvr := corev1.SchemeGroupVersion.WithResource("configmaps")
 	tracker, err := localrun.NewTracker(restConfig, gvr, plainObjects, plainRing)
@@ -71,12 +74,14 @@ func testPlainControllerWithAgent(t *testing.T) {
 	}
 	before := waitSettledOn(ctx, t, tracker, configMapKind, plainConfigMaps+1, ids)
 	expectReconciledByOwner(g, logs, before)
+	t.Logf("%s: the ConfigMaps settled", elapsed())
 
 	By(t, "kubectl rollout restart while the ConfigMaps keep changing")
 	stop := touchConfigMaps(ctx, t, plainObjects, plainConfigMaps)
 	start := time.Now()
 	rollStatefulSet(ctx, t, g, plainNamespace, plainName, len(ids))
 	stop()
+	t.Logf("%s: every pod replaced and Ready", elapsed())
 	// The StatefulSet replaces the highest ordinal first, while the other
 	// instance is ready: that pod's agent released its Lease once its
 	// controller had exited, and its ConfigMaps moved at once. (The last
@@ -104,7 +109,7 @@ func testPlainControllerWithAgent(t *testing.T) {
 			during++
 		}
 	}
-	t.Logf("%d reconciles since the restart began; ConfigMaps after the rolling update:\n%s", during, localrun.FormatCounts(after.Counts()))
+	t.Logf("%s: settled again; %d reconciles since the restart began; ConfigMaps after the rolling update:\n%s", elapsed(), during, localrun.FormatCounts(after.Counts()))
 }
 
 // touchConfigMaps changes an annotation of one ConfigMap after the other,

@@ -9,9 +9,12 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
@@ -29,6 +32,10 @@ const (
 	operatorNamespace = "etcd-operator-system"
 	operatorName      = "etcd-operator"
 	operatorRing      = "etcd-operator"
+	// storageClass is the class of the volumes the demo makes for the etcd
+	// members: the cluster has no provisioner, so each is a hostPath
+	// PersistentVolume made in advance.
+	storageClass = "demo-hostpath"
 )
 
 // runReal runs the demo on the real cluster of kubeconfig (make cluster):
@@ -87,10 +94,15 @@ func runReal(ctx context.Context, kubeconfig, helm string, clusters int) error {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demoNamespace}}); err != nil {
 		return err
 	}
+	if err := createVolumes(ctx, c, filepath.Join(filepath.Dir(kubeconfig), "demo-volumes"), clusters); err != nil {
+		return err
+	}
 	for i := range clusters {
 		obj := &etcdv1alpha1.EtcdCluster{
 			ObjectMeta: metav1.ObjectMeta{Namespace: demoNamespace, Name: fmt.Sprintf("etcd-%02d", i)},
-			Spec:       etcdv1alpha1.EtcdClusterSpec{Size: 1},
+			Spec: etcdv1alpha1.EtcdClusterSpec{Size: 1, Storage: etcdv1alpha1.EtcdStorageSpec{
+				StorageClassName: ptr.To(storageClass), Size: ptr.To(volumeSize),
+			}},
 		}
 		if err := c.Create(ctx, obj); err != nil {
 			return fmt.Errorf("creating EtcdCluster %s: %w", obj.Name, err)
@@ -118,6 +130,41 @@ func runReal(ctx context.Context, kubeconfig, helm string, clusters int) error {
 	fmt.Printf("\n    %d of %d clusters moved (ideal: a quarter, %d), each drained by its old instance first\n",
 		localrun.Moved(before, after), len(after), len(after)/4)
 	realInstructions(kubeconfig, k.kubectl)
+	return nil
+}
+
+var volumeSize = resource.MustParse("64Mi")
+
+// createVolumes makes n hostPath PersistentVolumes of storageClass in
+// folders under dir, one for each etcd member's claim.
+func createVolumes(ctx context.Context, c client.Client, dir string, n int) error {
+	// Left from an earlier demo: an etcd member must start empty.
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := c.Create(ctx, &storagev1.StorageClass{
+		ObjectMeta:        metav1.ObjectMeta{Name: storageClass},
+		Provisioner:       "kubernetes.io/no-provisioner",
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingImmediate),
+	}); err != nil {
+		return err
+	}
+	for i := range n {
+		pv := &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("demo-%02d", i)},
+			Spec: corev1.PersistentVolumeSpec{
+				StorageClassName: storageClass,
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Capacity:         corev1.ResourceList{corev1.ResourceStorage: volumeSize},
+				PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{
+					Path: filepath.Join(dir, fmt.Sprintf("%02d", i)), Type: ptr.To(corev1.HostPathDirectoryOrCreate),
+				}},
+			},
+		}
+		if err := c.Create(ctx, pv); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
