@@ -149,6 +149,9 @@ func TestPlainControllerExample(t *testing.T) {
 	g.Expect(agent.Args).To(ContainElements("agent", "--ring="+ring.Metadata.Name, "--lease-namespace="+ring.Spec.LeaseNamespace,
 		"--health-url=http://localhost:8081/healthz"))
 	g.Expect(agent.Env).To(ContainElements(HaveField("Name", "POD_NAME"), HaveField("Name", "POD_UID")))
+	g.Expect(agent.Args).To(ContainElement("--health-probe-bind-address=:8082"))
+	g.Expect(agent.ReadinessProbe).NotTo(BeNil(), "the pod is Ready while the agent holds the Lease")
+	g.Expect(agent.ReadinessProbe.HTTPGet).To(HaveField("Path", "/readyz"))
 	g.Expect(pod.Containers).To(HaveLen(1))
 	controller := pod.Containers[0]
 	g.Expect(controller.Args).To(ContainElements("--selector=shard.sharder.dev/"+ring.Metadata.Name+"=$(POD_NAME)", "--health-probe-bind-address=:8081"))

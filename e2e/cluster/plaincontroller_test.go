@@ -9,6 +9,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -32,17 +33,22 @@ const (
 	// ConfigMaps takes: well within the 2 s between a forced move's
 	// release and its assignment.
 	plainReconcile = 200 * time.Millisecond
+	// plainLeaseSeconds is the agents' lease duration (the example's is the
+	// agent's default, 15 s): a restarted pod's agent acquires its Lease
+	// one lease duration after the sharder stopped holding it.
+	plainLeaseSeconds = 5
 )
 
 var configMapKind = schema.GroupKind{Kind: "ConfigMap"}
 
 // testPlainControllerWithAgent: the plain controller's kustomization, applied
-// as it is but for each pod's reconcile log, runs 2 pods, each with the agent
+// as it is but for each pod's reconcile log and 5 s Leases, runs 2 pods, each with the agent
 // holding its Lease. Its ConfigMaps settle on the 2 instances; then kubectl
 // rollout restart replaces the pods one by one while the ConfigMaps keep
 // changing. Each pod's controller finishes its reconciles before its agent
-// releases the Lease, so the ConfigMaps of the first pod replaced move to
-// the other at once, none is reconciled by two pods at once, and at the end
+// releases the Lease, and a pod is Ready only while its agent holds the
+// Lease, so every ConfigMap moves to the other instance at once while its
+// pod restarts, none is reconciled by two pods at once, and at the end
 // every one is on the instance the ring of the 2 chooses, last reconciled
 // there.
 func testPlainControllerWithAgent(t *testing.T) {
@@ -54,7 +60,12 @@ func testPlainControllerWithAgent(t *testing.T) {
 
 	By(t, "the plain controller's kustomization, with each pod's reconcile log on the node")
 	logs := reconcileLogDir(t)
-	applyWithReconcileLog(ctx, t, g, filepath.Join(repoRoot, "e2e", "plaincontroller", "config"), plainName, logs, nil)
+	applyWithReconcileLog(ctx, t, g, filepath.Join(repoRoot, "e2e", "plaincontroller", "config"), plainName, logs, func(sts *appsv1.StatefulSet, _ *corev1.Container) {
+		agents := sts.Spec.Template.Spec.InitContainers
+		g.Expect(agents).To(HaveLen(1))
+		g.Expect(agents[0].Args).NotTo(ContainElement(HavePrefix("--lease-duration")))
+		agents[0].Args = append(agents[0].Args, fmt.Sprintf("--lease-duration=%ds", plainLeaseSeconds))
+	})
 	waitStatefulSetReady(ctx, g, plainNamespace, plainName, int32(len(ids)))
 	waitRingReady(ctx, g, plainRing, ids)
 	t.Logf("%s: 2 pods ready, each an instance", elapsed())
@@ -82,22 +93,11 @@ func testPlainControllerWithAgent(t *testing.T) {
 	rollStatefulSet(ctx, t, g, plainNamespace, plainName, len(ids))
 	stop()
 	t.Logf("%s: every pod replaced and Ready", elapsed())
-	// The StatefulSet replaces the highest ordinal first, while the other
-	// instance is ready: that pod's agent released its Lease once its
-	// controller had exited, and its ConfigMaps moved at once. (The last
-	// pod may go before its restarted peer holds its Lease again: the pod
-	// is Ready when its controller answers, not when its agent holds the
-	// Lease. Its ConfigMaps then wait on it, reconciled by nobody, until
-	// an instance is ready.)
-	first := ids[len(ids)-1]
-	var theirs localrun.Assignment
-	for _, o := range before {
-		if o.Instance == first {
-			theirs = append(theirs, o)
-		}
-	}
-	g.Expect(theirs).NotTo(BeEmpty(), "no ConfigMaps on %s", first)
-	expectLeftWhileRestarting(g, labels, theirs, start)
+	// Each pod is Ready only while its agent holds the Lease, so the
+	// StatefulSet stopped a pod only while the other was an instance: on
+	// the agent's release, once the controller had exited, the pod's
+	// ConfigMaps moved to the other at once.
+	expectLeftWhileRestarting(g, labels, before, start)
 
 	waitRingReady(ctx, g, plainRing, ids)
 	after := waitSettledOn(ctx, t, tracker, configMapKind, plainConfigMaps+1, ids)
