@@ -174,7 +174,7 @@ func (o *agentOptions) run(ctx context.Context) error {
 	ctx = logr.NewContext(ctx, log)
 	log.Info("Starting the lease agent", "version", Version(), "leaseDuration", o.holder.LeaseDuration, "healthURL", o.healthURL)
 	if o.probeAddress != "" {
-		stop, err := o.serveProbes(log)
+		stop, err := o.serveProbes(ctx, log)
 		if err != nil {
 			return err
 		}
@@ -279,8 +279,8 @@ func (o *agentOptions) checkHealth(ctx context.Context) error {
 
 // serveProbes serves /readyz (200 while the current holder holds the Lease)
 // and /healthz on o.probeAddress until the returned stop is called.
-func (o *agentOptions) serveProbes(log logr.Logger) (stop func(), err error) {
-	ln, err := net.Listen("tcp", o.probeAddress)
+func (o *agentOptions) serveProbes(ctx context.Context, log logr.Logger) (stop func(), err error) {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", o.probeAddress)
 	if err != nil {
 		return nil, fmt.Errorf("--health-probe-bind-address: %w", err)
 	}

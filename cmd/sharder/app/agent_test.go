@@ -144,7 +144,7 @@ func TestAgent(t *testing.T) {
 	)
 	probe := func(path string) func() (int, error) {
 		return func() (int, error) {
-			resp, err := http.Get("http://" + probes + path) //nolint:noctx // a test's short request
+			resp, err := http.Get("http://" + probes + path)
 			if err != nil {
 				return 0, err
 			}
