@@ -35,16 +35,17 @@ const (
 	plainReconcile = 200 * time.Millisecond
 	// plainLeaseSeconds is the agents' lease duration (the example's is the
 	// agent's default, 15 s): a restarted pod's agent acquires its Lease
-	// one lease duration after the sharder stopped holding it.
+	// once the sharder's hold on it has expired, a lease duration after the
+	// hold's last renewal.
 	plainLeaseSeconds = 5
 )
 
 var configMapKind = schema.GroupKind{Kind: "ConfigMap"}
 
 // testPlainControllerWithAgent: the plain controller's kustomization, applied
-// as it is but for each pod's reconcile log and 5 s Leases, runs 2 pods, each with the agent
-// holding its Lease. Its ConfigMaps settle on the 2 instances; then kubectl
-// rollout restart replaces the pods one by one while the ConfigMaps keep
+// as it is but for each pod's reconcile log and 5 s Leases, runs 2 pods, each
+// with the agent holding its Lease. Its ConfigMaps settle on the 2 instances;
+// then kubectl rollout restart replaces the pods one by one while the ConfigMaps keep
 // changing. Each pod's controller finishes its reconciles before its agent
 // releases the Lease, and a pod is Ready only while its agent holds the
 // Lease, so every ConfigMap moves to the other instance at once while its
@@ -137,5 +138,8 @@ func touchConfigMaps(ctx context.Context, t *testing.T, namespace string, n int)
 			}
 		}
 	}()
-	return func() { cancel(); wg.Wait() }
+	stop = func() { cancel(); wg.Wait() }
+	// Also when a failed step ends the test before it calls stop.
+	t.Cleanup(stop)
+	return stop
 }
