@@ -38,6 +38,9 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 IMAGE_TAG := 0.1.0
 SHARDER_IMAGE := ghcr.io/sharder-dev/sharder:$(IMAGE_TAG)
 OPERATOR_IMAGE := ghcr.io/sharder-dev/etcd-operator:$(IMAGE_TAG)
+# The end-to-end suite's controller that knows nothing of sharder beyond a
+# label selector, run beside `sharder agent` (e2e/plaincontroller/config).
+PLAIN_CONTROLLER_IMAGE := ghcr.io/sharder-dev/plaincontroller:$(IMAGE_TAG)
 # For the local cluster: its sandbox image, and etcd under the example
 # operator's default repository, so that EtcdClusters find it.
 PAUSE_IMAGE := ghcr.io/sharder-dev/pause:1.0
@@ -62,15 +65,17 @@ build: ## Build the sharder binary into bin/.
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/sharder ./cmd/sharder
 
 .PHONY: images
-images: ## Build the sharder, example operator, pause and etcd images into bin/images/*.tar (no container engine needed).
+images: ## Build the sharder, example operator, plain controller, pause and etcd images into bin/images/*.tar (no container engine needed).
 	@# Static binaries first; go build leaves an up-to-date one untouched.
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(IMAGES)/sharder ./cmd/sharder
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/etcd-operator ./examples/etcd-operator/cmd/etcd-operator
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/plaincontroller ./e2e/plaincontroller
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/pause ./hack/pause
 	cd hack/tools && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/etcd ./cmd/etcd
 	$(GO) build -o $(IMAGES)/pack ./hack/images
 	$(IMAGES)/pack --binary $(IMAGES)/sharder --path /sharder --cmd run --ref $(SHARDER_IMAGE) --output $(IMAGES)/sharder.tar
 	$(IMAGES)/pack --binary $(IMAGES)/etcd-operator --path /etcd-operator --ref $(OPERATOR_IMAGE) --output $(IMAGES)/etcd-operator.tar
+	$(IMAGES)/pack --binary $(IMAGES)/plaincontroller --path /plaincontroller --ref $(PLAIN_CONTROLLER_IMAGE) --output $(IMAGES)/plaincontroller.tar
 	$(IMAGES)/pack --binary $(IMAGES)/pause --path /pause --ref $(PAUSE_IMAGE) --output $(IMAGES)/pause.tar
 	@# etcd runs as root, as the upstream image does: its data volume is root's.
 	$(IMAGES)/pack --binary $(IMAGES)/etcd --path /usr/local/bin/etcd --user '' --ref $(ETCD_IMAGE) --output $(IMAGES)/etcd.tar
@@ -110,9 +115,20 @@ bench: control-plane ## Run the Go benchmarks, then measure the sharder on a loc
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 	$(GO) run ./hack/bench --output docs/benchmarks.md
 
+# make demo runs on a local control plane; make demo CLUSTER=real on the real
+# one-node cluster, which it starts (make cluster) and leaves running.
+CLUSTER ?= local
+
 .PHONY: demo
-demo: control-plane ## Run the sharder, three example operator instances and 100 EtcdClusters on a local control plane.
+demo: control-plane $(if $(filter real,$(CLUSTER)),node images $(HELM)) ## Run the sharder, three example operator instances and 100 EtcdClusters on a local control plane; CLUSTER=real: on the real cluster (as root), left running.
+ifeq ($(CLUSTER),real)
+	$(MAKE) --no-print-directory cluster
+	hack/demo.sh --cluster-kubeconfig $(CLUSTER_DIR)/kubeconfig --helm $(HELM)
+else ifeq ($(CLUSTER),local)
 	hack/demo.sh
+else
+	@echo "CLUSTER=$(CLUSTER): want local (a bare control plane) or real (make cluster)" >&2; exit 1
+endif
 
 .PHONY: local-control-plane
 local-control-plane: control-plane ## Run a bare local control plane (etcd + kube-apiserver, sharder CRD) until Ctrl-C.

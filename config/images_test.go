@@ -38,14 +38,16 @@ func makeVariables(t *testing.T) map[string]string {
 }
 
 // TestImageReferencesAgree checks that the Makefile (make images), the chart,
-// both kustomizations, the Dockerfiles and the docs name the sharder's and the
-// example operator's images by one reference: the chart's appVersion.
+// the kustomizations, the Dockerfiles and the docs name the sharder's, the
+// example operator's and the plain controller's images by one reference: the
+// chart's appVersion.
 func TestImageReferencesAgree(t *testing.T) {
 	g := NewWithT(t)
 	vars := makeVariables(t)
-	sharderImage, operatorImage := vars["SHARDER_IMAGE"], vars["OPERATOR_IMAGE"]
+	sharderImage, operatorImage, plainImage := vars["SHARDER_IMAGE"], vars["OPERATOR_IMAGE"], vars["PLAIN_CONTROLLER_IMAGE"]
 	g.Expect(sharderImage).To(HavePrefix("ghcr.io/sharder-dev/sharder:"), "Makefile SHARDER_IMAGE")
 	g.Expect(operatorImage).To(HavePrefix("ghcr.io/sharder-dev/etcd-operator:"), "Makefile OPERATOR_IMAGE")
+	g.Expect(plainImage).To(HavePrefix("ghcr.io/sharder-dev/plaincontroller:"), "Makefile PLAIN_CONTROLLER_IMAGE")
 
 	// The chart: its image is <repository>:<tag or appVersion>.
 	var chart struct {
@@ -66,13 +68,14 @@ func TestImageReferencesAgree(t *testing.T) {
 	g.Expect(values.Image.Repository+":"+tag).To(Equal(sharderImage), "chart image")
 	g.Expect(vars["IMAGE_TAG"]).To(Equal(chart.AppVersion), "Makefile IMAGE_TAG is the chart's appVersion")
 
-	// Both kustomizations, as built.
+	// The kustomizations, as built.
 	g.Expect(containerImages(t, "default")).To(ConsistOf(sharderImage), "config/default")
 	g.Expect(containerImages(t, "../examples/etcd-operator/config")).To(ConsistOf(operatorImage), "examples/etcd-operator/config")
+	g.Expect(containerImages(t, "../e2e/plaincontroller/config")).To(ConsistOf(sharderImage, plainImage), "e2e/plaincontroller/config")
 
 	// Every mention in the docs, READMEs and Dockerfiles.
-	mention := regexp.MustCompile(`ghcr\.io/sharder-dev/(sharder|etcd-operator):[^\s"'` + "`" + `)]+`)
-	want := map[string]string{"sharder": sharderImage, "etcd-operator": operatorImage}
+	mention := regexp.MustCompile(`ghcr\.io/sharder-dev/(sharder|etcd-operator|plaincontroller):[^\s"'` + "`" + `)]+`)
+	want := map[string]string{"sharder": sharderImage, "etcd-operator": operatorImage, "plaincontroller": plainImage}
 	found := 0
 	err := filepath.WalkDir(repoRoot, func(path string, d os.DirEntry, err error) error {
 		if err != nil {

@@ -114,3 +114,57 @@ func TestSamplesDryRun(t *testing.T) {
 	out := kubectl(t, manifests, "apply", "--server-side", "--dry-run=server", "--field-manager=test", "-f", "-")
 	g.Expect(string(out)).To(ContainSubstring("controllerring.sharder.dev/etcd-operator serverside-applied (server dry run)"))
 }
+
+// TestPlainControllerExample: e2e/plaincontroller/config, the example of a
+// controller run with `sharder agent`, is accepted by the API server, and
+// its pods run the agent as a native sidecar that holds the Lease of the
+// ring's instance named after the pod, asking the controller's health
+// endpoint, while the controller selects that instance's objects.
+func TestPlainControllerExample(t *testing.T) {
+	g := NewWithT(t)
+	manifests, objs := build(t, "../e2e/plaincontroller/config")
+	var ring struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+		Spec     struct {
+			LeaseNamespace string `json:"leaseNamespace"`
+		} `json:"spec"`
+	}
+	var sts appsv1.StatefulSet
+	for _, o := range objs {
+		data, err := yaml.Marshal(o.Object)
+		g.Expect(err).NotTo(HaveOccurred())
+		switch o.GetKind() {
+		case "ControllerRing":
+			g.Expect(yaml.Unmarshal(data, &ring)).To(Succeed())
+		case "StatefulSet":
+			g.Expect(yaml.Unmarshal(data, &sts)).To(Succeed())
+		}
+	}
+	g.Expect(ring.Metadata.Name).NotTo(BeEmpty(), "the example declares its ring")
+	pod := sts.Spec.Template.Spec
+	g.Expect(sts.Namespace).To(Equal(ring.Spec.LeaseNamespace), "the instances run where their Leases are")
+	g.Expect(pod.InitContainers).To(HaveLen(1))
+	agent := pod.InitContainers[0]
+	g.Expect(agent.RestartPolicy).To(HaveValue(Equal(corev1.ContainerRestartPolicyAlways)), "a native sidecar")
+	g.Expect(agent.Args).To(ContainElements("agent", "--ring="+ring.Metadata.Name, "--lease-namespace="+ring.Spec.LeaseNamespace,
+		"--health-url=http://localhost:8081/healthz"))
+	g.Expect(agent.Env).To(ContainElements(HaveField("Name", "POD_NAME"), HaveField("Name", "POD_UID")))
+	g.Expect(agent.Args).To(ContainElement("--health-probe-bind-address=:8082"))
+	g.Expect(agent.ReadinessProbe).NotTo(BeNil(), "the pod is Ready while the agent holds the Lease")
+	g.Expect(agent.ReadinessProbe.HTTPGet).To(HaveField("Path", "/readyz"))
+	g.Expect(pod.Containers).To(HaveLen(1))
+	controller := pod.Containers[0]
+	g.Expect(controller.Args).To(ContainElements("--selector=shard.sharder.dev/"+ring.Metadata.Name+"=$(POD_NAME)", "--health-probe-bind-address=:8081"))
+	g.Expect(controller.Env).To(ContainElement(HaveField("Name", "POD_NAME")), "$(POD_NAME) in the selector needs it")
+	g.Expect(pod.TerminationGracePeriodSeconds).NotTo(BeNil())
+
+	for _, ns := range []string{"plaincontroller-system", "plaincontroller-objects"} {
+		err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	out := kubectl(t, manifests, "apply", "--server-side", "--dry-run=server", "--field-manager=test", "-f", "-")
+	g.Expect(string(out)).To(ContainSubstring("controllerring.sharder.dev/" + ring.Metadata.Name + " serverside-applied (server dry run)"))
+	g.Expect(string(out)).To(ContainSubstring("statefulset.apps/" + sts.Name + " serverside-applied (server dry run)"))
+}

@@ -52,6 +52,7 @@ func TestSharderChart(t *testing.T) {
 	}{
 		{"install", testInstall},
 		{"lease of a deleted pod is collected", testLeaseCollectedWithPod},
+		{"plain controller with the agent sidecar rolls without overlap", testPlainControllerWithAgent},
 		{"etcd operator scales from 3 to 4 instances", testEtcdOperator},
 		{"uninstall leaves nothing that rejects writes", testUninstall},
 	}

@@ -7,8 +7,10 @@
 // The scenarios install charts/sharder with its default values and check
 // what users see: two Ready replicas and one leader, the webhook answering
 // through its Service with its self-managed certificate, membership in
-// Leases and ControllerRings, Leases garbage collected with their pods, the
-// example operator as a StatefulSet scaled from 3 to 4 pods (moves through
-// drains, no overlapping reconciles), and an uninstall that leaves nothing
-// behind that would reject writes.
+// Leases and ControllerRings, Leases garbage collected with their pods, a
+// controller that knows nothing of sharder beyond a label selector with
+// `sharder agent` as a native sidecar (a rolling update without overlapping
+// reconciles), the example operator as a StatefulSet scaled from 3 to 4 pods
+// (moves through drains, no overlapping reconciles), and an uninstall that
+// leaves nothing behind that would reject writes.
 package cluster

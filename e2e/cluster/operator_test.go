@@ -70,7 +70,7 @@ func testEtcdOperator(t *testing.T) {
 
 	tracker, err := localrun.NewTracker(restConfig, etcdClusterGVR, clustersNamespace, operatorRing)
 	g.Expect(err).NotTo(HaveOccurred())
-	labels := newLabelRecorder(ctx, t)
+	labels := newLabelRecorder(ctx, t, etcdClusterGVR, clustersNamespace, operatorRing)
 	states := newRingStateRecorder(ctx, t)
 	g.Expect(tracker.Start(ctx)).To(Succeed())
 
@@ -129,7 +129,7 @@ func testEtcdOperator(t *testing.T) {
 			g := NewWithT(t)
 			s.fn(t, g, recorders{tracker: tracker, labels: labels, states: states})
 			waitReadyReplicas(ctx, g, 4)
-			waitRingReady(ctx, g, instances(4))
+			waitRingReady(ctx, g, operatorRing, instances(4))
 			settled := waitSettled(ctx, t, tracker, instances(4))
 			expectReconciledByOwner(g, logs, settled)
 			expectNoOverlap(g, logs)
@@ -148,42 +148,50 @@ type recorders struct {
 	states  *ringStateRecorder
 }
 
-// rollOperator changes the operator's pod template and waits until every
-// pod has been replaced, one by one, under its own name: each instance
-// releases its Lease on the way out, the sharder moves its objects away and
-// holds the Lease meanwhile, and the restarted instance takes it back.
+// rollOperator restarts the operator's pods (kubectl rollout restart) and
+// waits until every pod has been replaced, one by one, under its own name:
+// each instance releases its Lease on the way out, the sharder moves its
+// objects away and holds the Lease meanwhile, and the restarted instance
+// takes it back.
 func rollOperator(t *testing.T, g Gomega, r recorders) {
-	ctx := t.Context()
 	before := r.tracker.Assignment()
 	start := time.Now()
-	old := operatorPodUIDs(ctx, g)
-	g.Expect(old).To(HaveLen(4))
-	var sts appsv1.StatefulSet
-	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: operatorName}, &sts)).To(Succeed())
-	patch := client.MergeFrom(sts.DeepCopy())
-	if sts.Spec.Template.Annotations == nil {
-		sts.Spec.Template.Annotations = map[string]string{}
-	}
-	sts.Spec.Template.Annotations["e2e.sharder.dev/rollout"] = time.Now().UTC().Format(time.RFC3339Nano)
-	g.Expect(k8sClient.Patch(ctx, &sts, patch)).To(Succeed())
-	g.Eventually(func(g Gomega) {
-		var sts appsv1.StatefulSet
-		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: operatorName}, &sts)).To(Succeed())
-		g.Expect(sts.Status.ObservedGeneration).To(Equal(sts.Generation))
-		g.Expect(sts.Status.UpdatedReplicas).To(Equal(int32(4)))
-		g.Expect(sts.Status.CurrentRevision).To(Equal(sts.Status.UpdateRevision))
-		g.Expect(sts.Status.ReadyReplicas).To(Equal(int32(4)))
-		now := operatorPodUIDs(ctx, g)
-		g.Expect(now).To(HaveLen(4))
-		for name, uid := range now {
-			g.Expect(uid).NotTo(Equal(old[name]), "%s not replaced yet", name)
-		}
-	}).WithTimeout(4 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	rollStatefulSet(t.Context(), t, g, operatorNamespace, operatorName, 4)
 	// Each instance released its Lease on the way out, so its objects went
 	// to the others at once.
+	expectLeftWhileRestarting(g, r.labels, before, start)
+}
+
+// rollStatefulSet runs kubectl rollout restart on a StatefulSet of n pods
+// (labelled app.kubernetes.io/name=name) and waits until each pod has been
+// replaced and every replica is updated and Ready.
+func rollStatefulSet(ctx context.Context, t *testing.T, g Gomega, namespace, name string, n int) {
+	old := podUIDs(ctx, g, namespace, name)
+	g.Expect(old).To(HaveLen(n))
+	if _, err := kubectl(ctx, "rollout", "restart", "statefulset", name, "--namespace", namespace); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func(g Gomega) {
+		var sts appsv1.StatefulSet
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &sts)).To(Succeed())
+		g.Expect(sts.Status.ObservedGeneration).To(Equal(sts.Generation))
+		g.Expect(sts.Status.UpdatedReplicas).To(Equal(int32(n)))
+		g.Expect(sts.Status.CurrentRevision).To(Equal(sts.Status.UpdateRevision))
+		g.Expect(sts.Status.ReadyReplicas).To(Equal(int32(n)))
+		now := podUIDs(ctx, g, namespace, name)
+		g.Expect(now).To(HaveLen(n))
+		for pod, uid := range now {
+			g.Expect(uid).NotTo(Equal(old[pod]), "%s not replaced yet", pod)
+		}
+	}).WithTimeout(4 * time.Minute).WithPolling(time.Second).Should(Succeed())
+}
+
+// expectLeftWhileRestarting checks that every object of before was seen
+// on another instance (or none) at some point after start.
+func expectLeftWhileRestarting(g Gomega, labels *labelRecorder, before localrun.Assignment, start time.Time) {
 	for _, o := range before {
 		var away []string
-		for _, c := range r.labels.changesSince(o.Key, start) {
+		for _, c := range labels.changesSince(o.Key, start) {
 			if c.Instance != o.Instance {
 				away = append(away, c.Instance)
 			}
@@ -333,10 +341,11 @@ func sharderLeaderPod(ctx context.Context, g Gomega) string {
 	return pod
 }
 
-// operatorPodUIDs returns the UID of each operator pod by name.
-func operatorPodUIDs(ctx context.Context, g Gomega) map[string]types.UID {
+// podUIDs returns the UID of each pod labelled app.kubernetes.io/name=name
+// by name.
+func podUIDs(ctx context.Context, g Gomega, namespace, name string) map[string]types.UID {
 	var pods corev1.PodList
-	g.Expect(k8sClient.List(ctx, &pods, client.InNamespace(operatorNamespace), client.MatchingLabels{"app.kubernetes.io/name": operatorName})).To(Succeed())
+	g.Expect(k8sClient.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{"app.kubernetes.io/name": name})).To(Succeed())
 	uids := map[string]types.UID{}
 	for _, p := range pods.Items {
 		uids[p.Name] = p.UID
@@ -345,10 +354,10 @@ func operatorPodUIDs(ctx context.Context, g Gomega) map[string]types.UID {
 }
 
 // waitRingReady waits until the ring's members are exactly ids, each ready.
-func waitRingReady(ctx context.Context, g Gomega, ids []string) {
+func waitRingReady(ctx context.Context, g Gomega, ring string, ids []string) {
 	g.Eventually(func(g Gomega) {
 		var r sharderv1alpha1.ControllerRing
-		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: operatorRing}, &r)).To(Succeed())
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: ring}, &r)).To(Succeed())
 		want := make([]any, len(ids))
 		for i, id := range ids {
 			want[i] = And(HaveField("Name", id), HaveField("State", "ready"))
@@ -358,7 +367,7 @@ func waitRingReady(ctx context.Context, g Gomega, ids []string) {
 	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 }
 
-// expectNoOverlap checks that no EtcdCluster was ever reconciled by two
+// expectNoOverlap checks that no object was ever reconciled by two
 // processes at once: two instances, or two pods of one instance (a pod and
 // its replacement under the same name), each pod writing a log of its own.
 // A reconcile a killed process left without an end lasts until now.
@@ -380,7 +389,7 @@ func expectNoOverlap(g Gomega, logs string) {
 	for _, o := range overlaps {
 		msgs = append(msgs, o.String())
 	}
-	g.Expect(msgs).To(BeEmpty(), "EtcdClusters reconciled by two processes at once")
+	g.Expect(msgs).To(BeEmpty(), "objects reconciled by two processes at once")
 }
 
 // instances returns the instance IDs of a StatefulSet of n pods.
@@ -407,35 +416,57 @@ func reconcileLogDir(t *testing.T) string {
 	return dir
 }
 
-// installOperator applies examples/etcd-operator/config with one change:
-// each pod appends its reconcile log to logs/<pod name>.jsonl, a hostPath.
+// installOperator applies examples/etcd-operator/config with one more
+// change: 5 s instance Leases instead of 15 s, so that restarts and a
+// vanished instance resolve within seconds.
 func installOperator(ctx context.Context, t *testing.T, g Gomega, logs string) {
-	out, err := kubectl(ctx, "kustomize", filepath.Join(repoRoot, "examples", "etcd-operator", "config"))
+	applyWithReconcileLog(ctx, t, g, filepath.Join(repoRoot, "examples", "etcd-operator", "config"), operatorName, logs, func(sts *appsv1.StatefulSet, c *corev1.Container) {
+		g.Expect(*sts.Spec.Replicas).To(Equal(int32(3)), "the kustomization runs 3 instances")
+		i := slices.Index(c.Args, "--lease-duration=15s")
+		g.Expect(i).NotTo(Equal(-1), "the StatefulSet sets --lease-duration=15s: %v", c.Args)
+		c.Args[i] = fmt.Sprintf("--lease-duration=%ds", operatorLeaseSeconds)
+	})
+}
+
+// applyWithReconcileLog applies the kustomization in dir with one change to
+// its StatefulSet name: each pod appends its reconcile log to
+// logs/<pod name>_<pod UID>.jsonl, a hostPath (its first container gets
+// --reconcile-log and the POD_NAME and POD_UID it needs). edit, if not nil,
+// changes the StatefulSet and that container further.
+func applyWithReconcileLog(ctx context.Context, t *testing.T, g Gomega, dir, name, logs string, edit func(*appsv1.StatefulSet, *corev1.Container)) {
+	out, err := kubectl(ctx, "kustomize", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	objs, err := testenv.DecodeObjects([]byte(out))
 	g.Expect(err).NotTo(HaveOccurred())
 	var docs []string
+	found := false
 	for _, o := range objs {
-		if o.GetKind() == "StatefulSet" && o.GetName() == operatorName {
+		if o.GetKind() == "StatefulSet" && o.GetName() == name {
+			found = true
 			var sts appsv1.StatefulSet
 			g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &sts)).To(Succeed())
 			pod := &sts.Spec.Template.Spec
-			g.Expect(*sts.Spec.Replicas).To(Equal(int32(3)), "the kustomization runs 3 instances")
 			pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "reconcile-log", VolumeSource: corev1.VolumeSource{
 				HostPath: &corev1.HostPathVolumeSource{Path: logs, Type: ptr.To(corev1.HostPathDirectory)},
 			}})
 			c := &pod.Containers[0]
 			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "reconcile-log", MountPath: "/reconcile"})
+			for _, env := range []corev1.EnvVar{
+				{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+				{Name: "POD_UID", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
+			} {
+				if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == env.Name }) {
+					c.Env = append(c.Env, env)
+				}
+			}
 			// One log per process: a pod that restarts under the same name
 			// (the same instance ID) is a new pod with a new UID.
 			c.Args = append(c.Args, "--reconcile-log=/reconcile/$(POD_NAME)_$(POD_UID).jsonl")
-			// Short Leases, so that restarts and a vanished instance
-			// resolve within seconds.
-			i := slices.Index(c.Args, "--lease-duration=15s")
-			g.Expect(i).NotTo(Equal(-1), "the StatefulSet sets --lease-duration=15s: %v", c.Args)
-			c.Args[i] = fmt.Sprintf("--lease-duration=%ds", operatorLeaseSeconds)
+			if edit != nil {
+				edit(&sts, c)
+			}
 			o.Object, err = runtime.DefaultUnstructuredConverter.ToUnstructured(&sts)
 			g.Expect(err).NotTo(HaveOccurred())
 		}
@@ -443,7 +474,8 @@ func installOperator(ctx context.Context, t *testing.T, g Gomega, logs string) {
 		g.Expect(err).NotTo(HaveOccurred())
 		docs = append(docs, string(data))
 	}
-	manifests := filepath.Join(t.TempDir(), "operator.yaml")
+	g.Expect(found).To(BeTrue(), "%s has no StatefulSet %s", dir, name)
+	manifests := filepath.Join(t.TempDir(), name+".yaml")
 	g.Expect(os.WriteFile(manifests, []byte(strings.Join(docs, "---\n")), 0o644)).To(Succeed())
 	if _, err := kubectl(ctx, "apply", "--server-side", "--field-manager=e2e", "-f", manifests); err != nil {
 		t.Fatal(err)
@@ -452,9 +484,14 @@ func installOperator(ctx context.Context, t *testing.T, g Gomega, logs string) {
 
 // waitReadyReplicas waits for n Ready operator pods: each holds its Lease.
 func waitReadyReplicas(ctx context.Context, g Gomega, n int32) {
+	waitStatefulSetReady(ctx, g, operatorNamespace, operatorName, n)
+}
+
+// waitStatefulSetReady waits for n Ready pods of a StatefulSet.
+func waitStatefulSetReady(ctx context.Context, g Gomega, namespace, name string, n int32) {
 	g.Eventually(func(g Gomega) {
 		var sts appsv1.StatefulSet
-		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: operatorName}, &sts)).To(Succeed())
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &sts)).To(Succeed())
 		g.Expect(sts.Status.ReadyReplicas).To(Equal(n))
 	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 }
@@ -463,15 +500,22 @@ func waitReadyReplicas(ctx context.Context, g Gomega, n int32) {
 // of ids chooses, none draining.
 func waitSettled(ctx context.Context, t *testing.T, tracker *localrun.Tracker, ids []string) localrun.Assignment {
 	t.Helper()
+	return waitSettledOn(ctx, t, tracker, etcdClusterKind, clusters, ids)
+}
+
+// waitSettledOn waits until the n objects of kind the tracker sees sit on
+// the instances the ring of ids chooses, none draining.
+func waitSettledOn(ctx context.Context, t *testing.T, tracker *localrun.Tracker, kind schema.GroupKind, n int, ids []string) localrun.Assignment {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	if err := tracker.Wait(ctx, localrun.SettledOn(etcdClusterKind, clusters, ids...)); err != nil {
-		t.Fatalf("EtcdClusters did not settle on %v: %v\n%s", ids, err, localrun.FormatCounts(tracker.Assignment().Counts()))
+	if err := tracker.Wait(ctx, localrun.SettledOn(kind, n, ids...)); err != nil {
+		t.Fatalf("%d %s objects did not settle on %v: %v\n%s", n, kind.Kind, ids, err, localrun.FormatCounts(tracker.Assignment().Counts()))
 	}
 	return tracker.Assignment()
 }
 
-// expectReconciledByOwner waits until every EtcdCluster has last been
+// expectReconciledByOwner waits until every object of a has last been
 // reconciled, to the end, by the instance it is assigned to.
 func expectReconciledByOwner(g Gomega, logs string, a localrun.Assignment) {
 	g.Eventually(func(g Gomega) {
@@ -497,7 +541,7 @@ func readReconcileLogs(g Gomega, dir string) []localrun.ReconcileRecord {
 	return all
 }
 
-// labelRecorder remembers every EtcdCluster it ever saw with the ring's
+// labelRecorder remembers every object it ever saw with the ring's
 // drain label, and every value its shard label took, with when it saw it.
 // It watches every event, so a drain or an assignment that lasts a moment
 // is not missed.
@@ -513,13 +557,13 @@ type labelChange struct {
 	Instance string
 }
 
-func newLabelRecorder(ctx context.Context, t *testing.T) *labelRecorder {
+func newLabelRecorder(ctx context.Context, t *testing.T, gvr schema.GroupVersionResource, namespace, ring string) *labelRecorder {
 	mc, err := metadata.NewForConfig(restConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &labelRecorder{drained: map[string]bool{}, history: map[string][]labelChange{}}
-	informer := metadatainformer.NewFilteredMetadataInformer(mc, etcdClusterGVR, clustersNamespace, 0, cache.Indexers{}, nil).Informer()
+	informer := metadatainformer.NewFilteredMetadataInformer(mc, gvr, namespace, 0, cache.Indexers{}, nil).Informer()
 	observe := func(obj any) {
 		m, ok := obj.(*metav1.PartialObjectMetadata)
 		if !ok {
@@ -528,10 +572,10 @@ func newLabelRecorder(ctx context.Context, t *testing.T) *labelRecorder {
 		key := m.Namespace + "/" + m.Name
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if m.Labels[sharderv1alpha1.DrainLabel(operatorRing)] != "" {
+		if m.Labels[sharderv1alpha1.DrainLabel(ring)] != "" {
 			r.drained[key] = true
 		}
-		shard := m.Labels[sharderv1alpha1.ShardLabel(operatorRing)]
+		shard := m.Labels[sharderv1alpha1.ShardLabel(ring)]
 		if h := r.history[key]; len(h) == 0 || h[len(h)-1].Instance != shard {
 			r.history[key] = append(h, labelChange{At: time.Now(), Instance: shard})
 		}

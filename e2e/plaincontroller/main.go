@@ -6,25 +6,30 @@
 // reconcile takes as long as the object's e2e.sharder.dev/reconcile-duration
 // annotation says (default: no time), and it finishes that work even when
 // the process is asked to stop, as a reconcile midway through a multi-step
-// change would. Each reconcile's start and end are appended to
-// --reconcile-log as JSON lines, in the format the suite's overlap checker
-// reads. /healthz answers on --health-probe-bind-address until the last
-// reconcile has ended (controller-runtime stops its probe server last).
+// change would. With --reconcile-log, each reconcile's start and end are
+// appended to that file as JSON lines (internal/reconcilelog, the format the
+// suites' overlap checker reads). /healthz answers on
+// --health-probe-bind-address until the last reconcile has ended
+// (controller-runtime stops its probe server last).
+//
+// In a pod it needs no kubeconfig, and its name defaults to $POD_NAME:
+// e2e/plaincontroller/config runs it as a StatefulSet with the agent as a
+// native sidecar, and `make images` packs it as
+// ghcr.io/sharder-dev/plaincontroller.
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -33,6 +38,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/sharder-dev/sharder/internal/reconcilelog"
 )
 
 // DurationAnnotation on a ConfigMap says how long its reconcile takes.
@@ -52,12 +59,12 @@ func main() {
 	// A flag set of its own: controller-runtime registers --kubeconfig on
 	// the global one.
 	fs := flag.NewFlagSet("plaincontroller", flag.ExitOnError)
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Required.")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Default: the pod's service account.")
 	fs.StringVar(&o.namespace, "namespace", "", "Namespace of the ConfigMaps. Required.")
 	fs.StringVar(&o.selector, "selector", "", "Label selector of the cache. Required.")
-	fs.StringVar(&o.name, "name", "", "Name written into the reconcile log. Required.")
-	fs.StringVar(&o.healthProbe, "health-probe-bind-address", "", "Address of /healthz. Required.")
-	fs.StringVar(&o.logPath, "reconcile-log", "", "File the reconcile records are appended to. Required.")
+	fs.StringVar(&o.name, "name", os.Getenv("POD_NAME"), "Name written into the reconcile log. Default: $POD_NAME.")
+	fs.StringVar(&o.healthProbe, "health-probe-bind-address", ":8081", "Address of /healthz.")
+	fs.StringVar(&o.logPath, "reconcile-log", "", "File the reconcile records are appended to. Default: none.")
 	_ = fs.Parse(os.Args[1:])
 	ctrl.SetLogger(zap.New())
 	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
@@ -67,14 +74,19 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
-	if o.kubeconfig == "" || o.namespace == "" || o.selector == "" || o.name == "" || o.healthProbe == "" || o.logPath == "" {
-		return errors.New("--kubeconfig, --namespace, --selector, --name, --health-probe-bind-address and --reconcile-log are required")
+	if o.namespace == "" || o.selector == "" || o.name == "" || o.healthProbe == "" {
+		return errors.New("--namespace, --selector, --name (or $POD_NAME) and --health-probe-bind-address are required")
 	}
 	selector, err := labels.Parse(o.selector)
 	if err != nil {
 		return fmt.Errorf("--selector: %w", err)
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	var cfg *rest.Config
+	if o.kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	}
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
@@ -92,12 +104,15 @@ func run(ctx context.Context, o options) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	log, err := os.OpenFile(o.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("opening the reconcile log: %w", err)
+	var r reconcile.Reconciler = &reconciler{client: mgr.GetClient()}
+	if o.logPath != "" {
+		log, err := reconcilelog.Open(o.logPath, o.name, nil)
+		if err != nil {
+			return err
+		}
+		defer log.Close()
+		r = log.Wrap(r)
 	}
-	defer log.Close()
-	r := &reconciler{client: mgr.GetClient(), name: o.name, log: log}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{}).Complete(r); err != nil {
 		return err
 	}
@@ -106,36 +121,9 @@ func run(ctx context.Context, o options) error {
 
 type reconciler struct {
 	client client.Client
-	name   string
-
-	mu  sync.Mutex
-	log *os.File
 }
 
-// record is one line of the reconcile log.
-type record struct {
-	Time      time.Time `json:"time"`
-	Instance  string    `json:"instance"`
-	Namespace string    `json:"namespace"`
-	Name      string    `json:"name"`
-	Phase     string    `json:"phase"`
-	Error     string    `json:"error,omitempty"`
-}
-
-func (r *reconciler) write(req reconcile.Request, phase string, err error) {
-	rec := record{Time: time.Now().UTC(), Instance: r.name, Namespace: req.Namespace, Name: req.Name, Phase: phase}
-	if err != nil {
-		rec.Error = err.Error()
-	}
-	line, _ := json.Marshal(rec)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	_, _ = r.log.Write(append(line, '\n'))
-}
-
-func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ reconcile.Result, err error) {
-	r.write(req, "start", nil)
-	defer func() { r.write(req, "end", err) }()
+func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	cm := &corev1.ConfigMap{}
 	if err := r.client.Get(ctx, req.NamespacedName, cm); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -3,6 +3,12 @@
 // and a hundred EtcdClusters; then a fourth instance joins and the objects
 // rebalance. It keeps everything running for kubectl until Ctrl-C and then
 // cleans up. `make demo` runs it through hack/demo.sh.
+//
+// With --cluster-kubeconfig it runs the same demo on the real one-node
+// cluster instead (`make demo CLUSTER=real`, which starts it first): the
+// chart, the example operator as a StatefulSet of pods, EtcdClusters that run
+// etcd pods, and a scale from 3 to 4 pods; it leaves the cluster running
+// (real.go).
 package main
 
 import (
@@ -40,10 +46,18 @@ func main() {
 	dir := flag.String("dir", "bin/demo", "folder for the demo's kubeconfigs, binaries and logs (emptied first)")
 	clusters := flag.Int("clusters", 100, "EtcdClusters to create")
 	leaseDuration := flag.Duration("lease-duration", 10*time.Second, "lease duration of the operator instances")
+	clusterKubeconfig := flag.String("cluster-kubeconfig", "", "run on the real cluster of this kubeconfig (make cluster) instead of a local control plane")
+	helm := flag.String("helm", "", "helm binary (with --cluster-kubeconfig)")
+	realClusters := flag.Int("real-clusters", 12, "EtcdClusters to create on the real cluster: each runs an etcd pod")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, *dir, *clusters, *leaseDuration)
+	var err error
+	if *clusterKubeconfig != "" {
+		err = runReal(ctx, *clusterKubeconfig, *helm, *realClusters)
+	} else {
+		err = run(ctx, *dir, *clusters, *leaseDuration)
+	}
 	stop()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintf(os.Stderr, "\ndemo: %v\n", err)
@@ -60,7 +74,21 @@ type demo struct {
 	leaseDuration time.Duration
 	instances     []*localrun.Process
 	tracker       *localrun.Tracker
-	kubectl       string
+	kube          kube
+}
+
+// kube runs kubectl against one cluster, its output on the demo's.
+type kube struct {
+	kubectl, kubeconfig string
+}
+
+func (k kube) run(ctx context.Context, args ...string) {
+	cmd := exec.CommandContext(ctx, k.kubectl, //nolint:gosec // the repository's kubectl with the demo's own arguments
+		append([]string{"--kubeconfig", k.kubeconfig}, args...)...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "kubectl %s: %v\n", strings.Join(args, " "), err)
+	}
 }
 
 func step(format string, args ...any) {
@@ -94,7 +122,8 @@ func run(ctx context.Context, dir string, clusters int, leaseDuration time.Durat
 	if err != nil {
 		return fmt.Errorf("the demo needs the sharder and the example operator to build and the control plane to start: %w", err)
 	}
-	d := &demo{cl: cl, c: cl.Client(), leaseDuration: leaseDuration, kubectl: filepath.Join(assets, "kubectl")}
+	d := &demo{cl: cl, c: cl.Client(), leaseDuration: leaseDuration,
+		kube: kube{kubectl: filepath.Join(assets, "kubectl"), kubeconfig: cl.ControlPlane.AdminKubeconfig}}
 	defer func() {
 		step("Cleaning up: stopping the instances, the sharders and the control plane")
 		d.stopAll()
@@ -129,7 +158,7 @@ func run(ctx context.Context, dir string, clusters int, leaseDuration time.Durat
 		return err
 	}
 	before := d.tracker.Assignment()
-	d.show(ctx, before)
+	showState(ctx, d.kube, before)
 
 	step("Adding a fourth instance: the sharder drains a quarter of the clusters to it")
 	if err := d.startInstance(ctx, 3); err != nil {
@@ -139,7 +168,7 @@ func run(ctx context.Context, dir string, clusters int, leaseDuration time.Durat
 		return err
 	}
 	after := d.tracker.Assignment()
-	d.show(ctx, after)
+	showState(ctx, d.kube, after)
 	moved := localrun.Moved(before, after)
 	fmt.Printf("\n    %d of %d clusters moved (ideal: a quarter, %d), each drained by its old instance first\n",
 		moved, len(after), len(after)/4)
@@ -253,39 +282,37 @@ func (d *demo) waitSettled(ctx context.Context, n int) error {
 			ids = append(ids, p.Name)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	return waitSettled(ctx, d.tracker, n, ids)
+}
+
+// waitSettled waits until the n EtcdClusters sit on the instances of ids
+// the ring chooses, none draining.
+func waitSettled(ctx context.Context, tracker *localrun.Tracker, n int, ids []string) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	start := time.Now()
-	kind := etcdv1alpha1.GroupVersion.WithKind("EtcdCluster").GroupKind()
-	if err := d.tracker.Wait(ctx, localrun.SettledOn(kind, n, ids...)); err != nil {
+	if err := tracker.Wait(ctx, localrun.SettledOn(etcdClusterKind, n, ids...)); err != nil {
 		return fmt.Errorf("waiting for the assignment: %w", err)
 	}
 	fmt.Printf("    all %d EtcdClusters assigned to their instances (%s)\n", n, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
-// show prints the membership view and the distribution.
-func (d *demo) show(ctx context.Context, a localrun.Assignment) {
+var etcdClusterKind = etcdv1alpha1.GroupVersion.WithKind("EtcdCluster").GroupKind()
+
+// showState prints the membership view and the distribution.
+func showState(ctx context.Context, k kube, a localrun.Assignment) {
 	step("Membership: kubectl get leases -A -l sharder.dev/ring -L sharder.dev/ring,sharder.dev/state,sharder.dev/virtual-nodes")
-	d.run(ctx, "get", "leases", "-A", "-l", sharderv1alpha1.LabelRing,
+	k.run(ctx, "get", "leases", "-A", "-l", sharderv1alpha1.LabelRing,
 		"-L", strings.Join([]string{sharderv1alpha1.LabelRing, sharderv1alpha1.LabelState, sharderv1alpha1.LabelVirtualNodes}, ","))
 	step("The ring: kubectl get controllerrings")
-	d.run(ctx, "get", "controllerrings")
+	k.run(ctx, "get", "controllerrings")
 	step("Distribution: EtcdClusters per instance")
 	fmt.Print(localrun.FormatCounts(a.Counts()))
 }
 
-func (d *demo) run(ctx context.Context, args ...string) {
-	cmd := exec.CommandContext(ctx, d.kubectl, //nolint:gosec // kubectl of the local control plane with the demo's own arguments
-		append([]string{"--kubeconfig", d.cl.ControlPlane.AdminKubeconfig}, args...)...)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "kubectl %s: %v\n", strings.Join(args, " "), err)
-	}
-}
-
 func (d *demo) instructions() {
-	k := d.cl.ControlPlane.AdminKubeconfig
+	k := d.kube.kubeconfig
 	shard := sharderv1alpha1.ShardLabel(d.ring.Name)
 	step("The demo keeps running. In another shell:")
 	fmt.Printf(`
@@ -308,7 +335,7 @@ func (d *demo) instructions() {
 
 Logs of every process: %s
 Press Ctrl-C to stop the demo and clean up.
-`, k, filepath.Dir(d.kubectl), demoNamespace, shard, demoNamespace, shard, d.cl.Binaries.Sharder,
+`, k, filepath.Dir(d.kube.kubectl), demoNamespace, shard, demoNamespace, shard, d.cl.Binaries.Sharder,
 		demoNamespace, shard, d.leaseDuration, d.instances[1].Pid(), d.instances[2].Pid(), d.cl.LogDir)
 }
 

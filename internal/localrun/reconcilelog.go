@@ -10,17 +10,19 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/sharder-dev/sharder/internal/reconcilelog"
 )
 
 // Reconcile phases in an instance's reconcile log.
 const (
-	PhaseStart = "start"
-	PhaseEnd   = "end"
+	PhaseStart = reconcilelog.PhaseStart
+	PhaseEnd   = reconcilelog.PhaseEnd
 )
 
 // ReconcileRecord is one line of an instance's reconcile log: the example
-// operator writes one when it starts and one when it finishes reconciling
-// an object.
+// operator and the plain controller write one (package reconcilelog) when
+// they start and one when they finish reconciling an object.
 type ReconcileRecord struct {
 	// Instance is the instance ID of the writer.
 	Instance string
@@ -75,17 +77,10 @@ func parseReconcileLog(r io.Reader) ([]ReconcileRecord, error) {
 	return out, s.Err()
 }
 
-// decodeRecord reads one line of the example operator's reconcile log.
+// decodeRecord reads one line of a reconcile log (package reconcilelog
+// writes them).
 func decodeRecord(line []byte) (ReconcileRecord, error) {
-	var raw struct {
-		Instance   string    `json:"instance"`
-		Namespace  string    `json:"namespace"`
-		Name       string    `json:"name"`
-		Phase      string    `json:"phase"`
-		Time       time.Time `json:"time"`
-		Generation int64     `json:"generation"`
-		Error      string    `json:"error"`
-	}
+	var raw reconcilelog.Record
 	if err := json.Unmarshal(line, &raw); err != nil {
 		return ReconcileRecord{}, fmt.Errorf("reconcile log line %q: %w", line, err)
 	}

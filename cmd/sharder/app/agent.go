@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -30,7 +31,9 @@ type agentOptions struct {
 	cluster   clusterFlags
 	logging   config.Logging
 	healthURL string
-	holder    lease.HolderOptions
+	// probeAddress serves /readyz (the Lease is held) and /healthz.
+	probeAddress string
+	holder       lease.HolderOptions
 
 	// Filled in by complete.
 	client    client.Client
@@ -38,6 +41,8 @@ type agentOptions struct {
 
 	// stopping is set once SIGTERM arrived.
 	stopping atomic.Bool
+	// current is the holder of the moment (a new one after each loss).
+	current atomic.Pointer[lease.Holder]
 }
 
 // controllerPollInterval is how often the agent asks, after SIGTERM, whether
@@ -72,7 +77,13 @@ the pod and garbage collected with it.
 When the agent cannot renew within its renew deadline (the API server is out
 of reach, or the health endpoint fails), it logs that the Lease is lost and
 tries to acquire it again. The controller next to it keeps running: it is up to
-its health endpoint to tell.`,
+its health endpoint to tell.
+
+With --health-probe-bind-address the agent answers /readyz with 200 only while
+it holds the Lease (and /healthz while it runs). A readinessProbe on /readyz
+keeps the pod unready until its instance holds the Lease, so that a rolling
+update waits for each restarted pod to be an instance again before it stops
+the next one.`,
 		Example: `  sharder agent --ring etcd-operator --lease-namespace etcd-operator-system \
     --health-url http://localhost:8081/healthz`,
 		Args: cobra.NoArgs,
@@ -93,6 +104,7 @@ its health endpoint to tell.`,
 	fs.DurationVar(&o.holder.RenewDeadline, "renew-deadline", 0, "How long after the start of its last successful renewal the agent gives the Lease up when it cannot renew; between --renew-period and --lease-duration. Default: two thirds of --lease-duration.")
 	fs.IntVar(&o.holder.VirtualNodes, "virtual-nodes", 0, "Weight of the instance in the ring (sharder.dev/virtual-nodes). Default: 0, the ring's default.")
 	fs.StringVar(&o.healthURL, "health-url", "", "HTTP(S) URL of the controller's health endpoint; the Lease is acquired and renewed only while it answers 2xx, and after SIGTERM kept until it refuses connections. Default: none: renew unconditionally, and leave the Lease to expire after SIGTERM instead of releasing it.")
+	fs.StringVar(&o.probeAddress, "health-probe-bind-address", "", "Address to serve /readyz (200 while the agent holds the Lease) and /healthz on, e.g. :8082. Default: none.")
 	fs.DurationVar(&o.holder.ShutdownTimeout, "shutdown-timeout", lease.DefaultShutdownTimeout, "How long after SIGTERM the agent keeps the Lease while the controller still runs; if it still runs then, the Lease is left to expire instead of released.")
 	fs.StringVar(&o.logging.Format, "log-format", o.logging.Format, "Log format: json or console.")
 	fs.StringVar(&o.logging.Level, "log-level", o.logging.Level, "Log level: debug, info, error, or a verbosity number.")
@@ -160,6 +172,13 @@ func (o *agentOptions) run(ctx context.Context) error {
 	log = log.WithValues("lease", klog.KRef(o.holder.Namespace, o.holder.Identity), "ring", o.holder.Ring)
 	ctx = logr.NewContext(ctx, log)
 	log.Info("Starting the lease agent", "version", Version(), "leaseDuration", o.holder.LeaseDuration, "healthURL", o.healthURL)
+	if o.probeAddress != "" {
+		stop, err := o.serveProbes(ctx, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 
 	for {
 		opts := o.holder
@@ -170,6 +189,7 @@ func (o *agentOptions) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		o.current.Store(holder)
 		err = holder.Start(ctx)
 		switch {
 		case err == nil:
@@ -254,4 +274,32 @@ func (o *agentOptions) checkHealth(ctx context.Context) error {
 		return fmt.Errorf("health endpoint %s answered %s", o.healthURL, resp.Status)
 	}
 	return nil
+}
+
+// serveProbes serves /readyz (200 while the current holder holds the Lease)
+// and /healthz on o.probeAddress until the returned stop is called.
+func (o *agentOptions) serveProbes(ctx context.Context, log logr.Logger) (stop func(), err error) {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", o.probeAddress)
+	if err != nil {
+		return nil, fmt.Errorf("--health-probe-bind-address: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if h := o.current.Load(); h == nil || !h.Held() {
+			http.Error(w, "the instance Lease is not held", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(err, "Serving the probes")
+		}
+	}()
+	log.Info("Serving the probes", "address", ln.Addr().String())
+	return func() { _ = srv.Close() }, nil
 }

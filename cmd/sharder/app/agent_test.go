@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -134,18 +135,31 @@ func TestAgent(t *testing.T) {
 	}))
 	defer health.Close()
 
+	probes := freeAddress(t)
 	cancel, done, logs := startAgent(t,
 		"--kubeconfig", agentKubeconfig(t),
 		"--ring", "workers", "--lease-namespace", ns,
 		"--lease-duration", "1s", "--renew-period", "200ms", "--virtual-nodes", "64",
-		"--health-url", health.URL,
+		"--health-url", health.URL, "--health-probe-bind-address", probes,
 	)
+	probe := func(path string) func() (int, error) {
+		return func() (int, error) {
+			resp, err := http.Get("http://" + probes + path)
+			if err != nil {
+				return 0, err
+			}
+			defer resp.Body.Close()
+			return resp.StatusCode, nil
+		}
+	}
 
-	// Unhealthy from the start: no Lease.
+	// Unhealthy from the start: no Lease, not ready.
 	g.Consistently(func() bool {
 		_, err := agentLease(ns, "worker-0")()
 		return apierrors.IsNotFound(err)
 	}, time.Second, 50*time.Millisecond).Should(BeTrue(), "logs:\n%s", logs)
+	g.Eventually(probe("/healthz"), 5*time.Second, 20*time.Millisecond).Should(Equal(http.StatusOK))
+	g.Expect(probe("/readyz")()).To(Equal(http.StatusServiceUnavailable))
 
 	// Healthy: the Lease is created for the pod's instance ID.
 	status.Store(http.StatusOK)
@@ -158,12 +172,14 @@ func TestAgent(t *testing.T) {
 	g.Expect(lease.OwnerReferences).To(ConsistOf(HaveField("UID", BeEquivalentTo("0d5f1c2a-0000-4000-8000-000000000001"))))
 	g.Expect(lease.OwnerReferences[0].Kind).To(Equal("Pod"))
 	g.Expect(lease.OwnerReferences[0].Name).To(Equal("worker-0"))
+	g.Eventually(probe("/readyz"), 5*time.Second, 20*time.Millisecond).Should(Equal(http.StatusOK), "ready while it holds the Lease")
 	// Renewed while healthy: ready past its first lease duration.
 	expectRenewing(g, ns, "worker-0", 1500*time.Millisecond, logs)
 
-	// Unhealthy: renewals stop, the Lease expires.
+	// Unhealthy: renewals stop, the Lease expires, the agent is not ready.
 	status.Store(http.StatusInternalServerError)
 	g.Eventually(agentLeaseState(ns, "worker-0"), 5*time.Second, 20*time.Millisecond).Should(Equal(membership.StateExpired))
+	g.Eventually(probe("/readyz"), 5*time.Second, 20*time.Millisecond).Should(Equal(http.StatusServiceUnavailable))
 
 	// Healthy again: the agent acquires the Lease again.
 	status.Store(http.StatusNoContent)
@@ -329,4 +345,16 @@ func TestAgentDefaultIDTooLong(t *testing.T) {
 	defer cancel()
 	err := cmd.ExecuteContext(ctx)
 	g.Expect(err).To(MatchError(And(ContainSubstring("--instance"), ContainSubstring(long), ContainSubstring("63"))))
+}
+
+// freeAddress returns a loopback address with a port nothing listens on.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
 }

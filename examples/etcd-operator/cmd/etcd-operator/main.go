@@ -33,7 +33,7 @@ import (
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/controller"
-	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/reconcilelog"
+	"github.com/sharder-dev/sharder/internal/reconcilelog"
 	"github.com/sharder-dev/sharder/pkg/instance"
 )
 

@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
-	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/reconcilelog"
+	"github.com/sharder-dev/sharder/internal/reconcilelog"
 )
 
 // Finalizer holds an EtcdCluster until its children are deleted.

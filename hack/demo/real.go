@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
+	"github.com/sharder-dev/sharder/internal/localrun"
+	"github.com/sharder-dev/sharder/internal/testenv"
+	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+)
+
+// What the real-cluster demo installs: the chart with its default values,
+// and the example operator's kustomization as it is.
+const (
+	chartRelease      = "sharder"
+	sharderNamespace  = "sharder-system"
+	operatorKustomize = "examples/etcd-operator/config"
+	operatorNamespace = "etcd-operator-system"
+	operatorName      = "etcd-operator"
+	operatorRing      = "etcd-operator"
+	// storageClass is the class of the volumes the demo makes for the etcd
+	// members: the cluster has no provisioner, so each is a hostPath
+	// PersistentVolume made in advance.
+	storageClass = "demo-hostpath"
+)
+
+// runReal runs the demo on the real cluster of kubeconfig (make cluster):
+// helm install of the chart, the example operator as a StatefulSet of 3
+// pods, clusters EtcdClusters (each running an etcd pod), the membership
+// and the assignment, then a scale to 4 pods that shows the drains. It
+// leaves everything running and prints what to look at.
+func runReal(ctx context.Context, kubeconfig, helm string, clusters int) error {
+	if helm == "" {
+		return fmt.Errorf("--helm is required with --cluster-kubeconfig")
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return err
+	}
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		return err
+	}
+	k := kube{kubectl: filepath.Join(assets, "kubectl"), kubeconfig: kubeconfig}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	scheme := localrun.Scheme()
+	utilruntime.Must(etcdv1alpha1.AddToScheme(scheme))
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+
+	step("Installing the sharder: helm install %s charts/sharder --namespace %s --create-namespace", chartRelease, sharderNamespace)
+	if err := tool(ctx, helm, "--kubeconfig", kubeconfig, "install", chartRelease, filepath.Join(root, "charts", "sharder"),
+		"--namespace", sharderNamespace, "--create-namespace", "--wait", "--timeout", "3m"); err != nil {
+		return err
+	}
+	k.run(ctx, "get", "pods", "--namespace", sharderNamespace)
+
+	step("The example etcd operator, 3 instances in a StatefulSet: kubectl apply -k %s", operatorKustomize)
+	if err := k.must(ctx, "apply", "--server-side", "-k", filepath.Join(root, operatorKustomize)); err != nil {
+		return err
+	}
+	if err := k.must(ctx, "rollout", "status", "statefulset", operatorName, "--namespace", operatorNamespace, "--timeout", "3m"); err != nil {
+		return err
+	}
+	k.run(ctx, "get", "pods", "--namespace", operatorNamespace)
+
+	tracker, err := localrun.NewTracker(cfg, etcdv1alpha1.GroupVersion.WithResource("etcdclusters"), demoNamespace, operatorRing)
+	if err != nil {
+		return err
+	}
+	if err := tracker.Start(ctx); err != nil {
+		return err
+	}
+	step("Creating %d EtcdClusters of one member each in namespace %s", clusters, demoNamespace)
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demoNamespace}}); err != nil {
+		return err
+	}
+	if err := createVolumes(ctx, c, filepath.Join(filepath.Dir(kubeconfig), "demo-volumes"), clusters); err != nil {
+		return err
+	}
+	for i := range clusters {
+		obj := &etcdv1alpha1.EtcdCluster{
+			ObjectMeta: metav1.ObjectMeta{Namespace: demoNamespace, Name: fmt.Sprintf("etcd-%02d", i)},
+			Spec: etcdv1alpha1.EtcdClusterSpec{Size: 1, Storage: etcdv1alpha1.EtcdStorageSpec{
+				StorageClassName: ptr.To(storageClass), Size: ptr.To(volumeSize),
+			}},
+		}
+		if err := c.Create(ctx, obj); err != nil {
+			return fmt.Errorf("creating EtcdCluster %s: %w", obj.Name, err)
+		}
+	}
+	if err := waitSettled(ctx, tracker, clusters, operatorPods(3)); err != nil {
+		return err
+	}
+	before := tracker.Assignment()
+	showState(ctx, k, before)
+	shard := sharderv1alpha1.ShardLabel(operatorRing)
+	step("Assignment: kubectl get etcdclusters -n %s -L %s", demoNamespace, shard)
+	k.run(ctx, "get", "etcdclusters", "--namespace", demoNamespace, "-L", shard)
+
+	step("Scaling the operator to 4 pods: kubectl scale statefulset %s --replicas=4", operatorName)
+	if err := k.must(ctx, "scale", "statefulset", operatorName, "--namespace", operatorNamespace, "--replicas=4"); err != nil {
+		return err
+	}
+	fmt.Println("    the sharder asks the old instance to drain each cluster that moves, then labels it for the new one:")
+	if err := showMoves(ctx, tracker, clusters, operatorPods(4)); err != nil {
+		return err
+	}
+	after := tracker.Assignment()
+	showState(ctx, k, after)
+	fmt.Printf("\n    %d of %d clusters moved (ideal: a quarter, %d), each drained by its old instance first\n",
+		localrun.Moved(before, after), len(after), len(after)/4)
+	realInstructions(kubeconfig, k.kubectl)
+	return nil
+}
+
+var volumeSize = resource.MustParse("64Mi")
+
+// createVolumes makes n hostPath PersistentVolumes of storageClass in
+// folders under dir, one for each etcd member's claim.
+func createVolumes(ctx context.Context, c client.Client, dir string, n int) error {
+	// Left from an earlier demo: an etcd member must start empty.
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := c.Create(ctx, &storagev1.StorageClass{
+		ObjectMeta:        metav1.ObjectMeta{Name: storageClass},
+		Provisioner:       "kubernetes.io/no-provisioner",
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingImmediate),
+	}); err != nil {
+		return err
+	}
+	for i := range n {
+		pv := &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("demo-%02d", i)},
+			Spec: corev1.PersistentVolumeSpec{
+				StorageClassName: storageClass,
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Capacity:         corev1.ResourceList{corev1.ResourceStorage: volumeSize},
+				PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{
+					Path: filepath.Join(dir, fmt.Sprintf("%02d", i)), Type: ptr.To(corev1.HostPathDirectoryOrCreate),
+				}},
+			},
+		}
+		if err := c.Create(ctx, pv); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// showMoves prints each drain and each move as the tracker sees it, until
+// the n EtcdClusters are settled on ids.
+func showMoves(ctx context.Context, tracker *localrun.Tracker, n int, ids []string) error {
+	last := tracker.Assignment().ByKey()
+	draining := map[string]bool{}
+	settled := localrun.SettledOn(etcdClusterKind, n, ids...)
+	report := func(objs []localrun.Tracked) error {
+		for _, o := range objs {
+			if o.Draining && !draining[o.Key] {
+				fmt.Printf("    %s: drain requested on %s\n", o.Key, o.Instance)
+			}
+			draining[o.Key] = o.Draining
+			if prev := last[o.Key]; prev != o.Instance && o.Instance != "" {
+				fmt.Printf("    %s: %s -> %s\n", o.Key, prev, o.Instance)
+			}
+			if o.Instance != "" {
+				last[o.Key] = o.Instance
+			}
+		}
+		return settled(objs)
+	}
+	if err := tracker.Wait(ctx, report); err != nil {
+		return err
+	}
+	return waitSettled(ctx, tracker, n, ids)
+}
+
+// operatorPods returns the instance IDs of the operator's first n pods.
+func operatorPods(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", operatorName, i)
+	}
+	return ids
+}
+
+// must runs kubectl with its output on the demo's and returns its error.
+func (k kube) must(ctx context.Context, args ...string) error {
+	return tool(ctx, k.kubectl, append([]string{"--kubeconfig", k.kubeconfig}, args...)...)
+}
+
+// tool runs a command with its output on the demo's.
+func tool(ctx context.Context, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...) //nolint:gosec // the repository's kubectl and helm with the demo's own arguments
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %s: %w", filepath.Base(name), strings.Join(args, " "), err)
+	}
+	return nil
+}
+
+func realInstructions(kubeconfig, kubectl string) {
+	shard := sharderv1alpha1.ShardLabel(operatorRing)
+	step("The cluster keeps running. In another shell:")
+	fmt.Printf(`
+    export KUBECONFIG=%s PATH=%s:$PATH
+
+    kubectl get pods -A                                    # the sharder, the operator's instances, the etcd pods
+    kubectl get etcdclusters -n %s -L %s
+    kubectl get statefulsets,services,pods -n %s -L %s   # children follow their cluster
+    kubectl get leases -A -l sharder.dev/ring -L sharder.dev/ring,sharder.dev/state,sharder.dev/virtual-nodes
+    kubectl get controllerrings -o wide
+    kubectl get events -A --field-selector involvedObject.kind=ControllerRing
+    kubectl logs -n %s -l app.kubernetes.io/name=sharder --prefix --tail=20
+
+    # Only the sharder may change the labels: this is denied by its webhook.
+    kubectl label etcdcluster -n %s etcd-00 %s=someone-else --overwrite
+
+    # Delete an instance's pod: it releases its Lease on the way out, its
+    # clusters move to the others at once and come back with the new pod.
+    kubectl delete pod -n %s %s-1
+    # Scale back to 3: the fourth instance's clusters are handed back.
+    kubectl scale statefulset -n %s %s --replicas=3
+
+Tear it down (as root) with: make cluster-down
+`, kubeconfig, filepath.Dir(kubectl), demoNamespace, shard, demoNamespace, shard, sharderNamespace,
+		demoNamespace, shard, operatorNamespace, operatorName, operatorNamespace, operatorName)
+}
