@@ -120,6 +120,15 @@ func expectRenewing(g Gomega, ns, name string, period time.Duration, logs *agent
 	g.Expect(after.Spec.RenewTime.Time).To(BeTemporally(">", before.Spec.RenewTime.Time), "not renewed for %v; logs:\n%s", period, logs)
 }
 
+// waitHeld waits until the agent knows it holds its Lease: the Lease is
+// ready as soon as the agent's write lands, a moment before the agent has
+// read the answer, and an agent stopped in that moment is still acquiring
+// (it neither renews through its shutdown nor says why it does not
+// release).
+func waitHeld(g Gomega, logs *agentLogs) {
+	g.Eventually(logs.String, 10*time.Second, 20*time.Millisecond).Should(ContainSubstring("Acquired the instance Lease"))
+}
+
 // TestAgent runs the agent against the test API server with a health
 // endpoint that fails and recovers, then stops it as SIGTERM would.
 func TestAgent(t *testing.T) {
@@ -220,6 +229,7 @@ func TestAgentControllerOutlivesShutdown(t *testing.T) {
 		"--health-url", health.URL,
 	)
 	g.Eventually(agentLeaseState(ns, "worker-1"), 10*time.Second, 20*time.Millisecond).Should(Equal(membership.StateReady), "logs:\n%s", logs)
+	waitHeld(g, logs)
 
 	cancel()
 	// Renewed through the shutdown timeout (longer than the lease duration).
@@ -245,6 +255,7 @@ func TestAgentInstanceFlag(t *testing.T) {
 		"--ring", "workers", "--lease-namespace", ns, "--instance", "custom-1", "--lease-duration", "2s",
 	)
 	g.Eventually(agentLeaseState(ns, "custom-1"), 10*time.Second).Should(Equal(membership.StateReady), "logs:\n%s", logs)
+	waitHeld(g, logs)
 	lease, err := agentLease(ns, "custom-1")()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(lease.Labels).NotTo(HaveKey(v1alpha1.LabelVirtualNodes))
