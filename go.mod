@@ -14,6 +14,7 @@ require (
 	github.com/spf13/pflag v1.0.10
 	go.etcd.io/etcd/client/v3 v3.7.0
 	go.uber.org/zap v1.27.1
+	golang.org/x/net v0.57.0
 	golang.org/x/sync v0.22.0
 	k8s.io/api v0.37.0
 	k8s.io/apiextensions-apiserver v0.37.0
@@ -93,7 +94,6 @@ require (
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/exp v0.0.0-20260410095643-746e56fc9e2f // indirect
-	golang.org/x/net v0.57.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/term v0.45.0 // indirect
