@@ -53,6 +53,7 @@ func TestSharderChart(t *testing.T) {
 		{"install", testInstall},
 		{"lease of a deleted pod is collected", testLeaseCollectedWithPod},
 		{"etcd operator scales from 3 to 4 instances", testEtcdOperator},
+		{"an EtcdCluster of 3 runs real etcd", testRealEtcd},
 		{"uninstall leaves nothing that rejects writes", testUninstall},
 	}
 	for _, s := range steps {
