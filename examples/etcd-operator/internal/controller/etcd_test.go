@@ -3,6 +3,12 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +18,7 @@ import (
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/etcdtest"
+	"github.com/sharder-dev/sharder/internal/testenv"
 )
 
 // TestObserveRealEtcd asks a real 3-member etcd what the status reports:
@@ -146,4 +153,71 @@ func TestMemberEndpoints(t *testing.T) {
 func By(t *testing.T, step string) {
 	t.Helper()
 	t.Logf("STEP: %s", step)
+}
+
+// TestMemberSettingsRunEtcd runs the etcd binary with exactly the settings a
+// member pod gets (the ConfigMap's variables and the container's own, with
+// $(ETCD_NAME) expanded as the kubelet does) for a cluster of one member,
+// and asks it for its status: the settings are ones etcd accepts, and the
+// member advertises its DNS names.
+func TestMemberSettingsRunEtcd(t *testing.T) {
+	g := NewWithT(t)
+	assets, err := testenv.AssetsDir()
+	g.Expect(err).NotTo(HaveOccurred())
+	clientPort, peerPort := freePort(t), freePort(t)
+	c := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "solo", UID: "u1"}}
+	c.Spec.Size = 1
+	c.Spec.Network.ClientPort, c.Spec.Network.PeerPort = clientPort, peerPort
+	c.Spec.Advanced.DataDir = t.TempDir()
+	s := spec(c)
+	cm := buildConfigMap(c, s)
+	sts := buildStatefulSet(c, s, hashData(cm.Data))
+	container := sts.Spec.Template.Spec.Containers[0]
+	env := []string{}
+	for k, v := range cm.Data {
+		env = append(env, k+"="+v)
+	}
+	name := memberName(c, 0)
+	for _, e := range container.Env {
+		v := e.Value
+		if e.ValueFrom != nil {
+			v = name // metadata.name
+		}
+		env = append(env, e.Name+"="+strings.ReplaceAll(v, "$(ETCD_NAME)", name))
+	}
+	cmd := exec.CommandContext(t.Context(), filepath.Join(assets, "etcd")) //nolint:gosec // the test control plane's etcd
+	cmd.Env = env
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	g.Expect(cmd.Start()).To(Succeed())
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("etcd output:\n%s", out.String())
+		}
+	})
+	endpoint := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
+	var v etcdView
+	g.Eventually(func(g Gomega) {
+		v = observeEtcd(t.Context(), []string{endpoint}, 2*time.Second)
+		g.Expect(v.err).NotTo(HaveOccurred())
+		g.Expect(v.healthyVoters()).To(Equal(int32(1)))
+	}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
+	g.Expect(v.members).To(HaveLen(1))
+	m := v.members[0]
+	g.Expect(m.name).To(Equal(name))
+	g.Expect(m.peerURLs).To(Equal([]string{peerURL(c, s, 0)}))
+	g.Expect(m.clientURLs).To(Equal([]string{clientURL(c, s, 0)}))
+	g.Expect(filepath.Join(c.Spec.Advanced.DataDir, "data", "member")).To(BeADirectory())
+}
+
+func freePort(t *testing.T) int32 {
+	var lc net.ListenConfig
+	l, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return int32(l.Addr().(*net.TCPAddr).Port) //nolint:gosec // a port fits
 }
