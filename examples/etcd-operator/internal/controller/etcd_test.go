@@ -185,7 +185,7 @@ func TestMemberSettingsRunEtcd(t *testing.T) {
 		}
 		env = append(env, e.Name+"="+strings.ReplaceAll(v, "$(ETCD_NAME)", name))
 	}
-	cmd := exec.CommandContext(t.Context(), filepath.Join(assets, "etcd")) //nolint:gosec // the test control plane's etcd
+	cmd := exec.CommandContext(t.Context(), filepath.Join(assets, "etcd"))
 	cmd.Env = env
 	out := &strings.Builder{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -219,5 +219,5 @@ func freePort(t *testing.T) int32 {
 		t.Fatal(err)
 	}
 	defer func() { _ = l.Close() }()
-	return int32(l.Addr().(*net.TCPAddr).Port) //nolint:gosec // a port fits
+	return int32(l.Addr().(*net.TCPAddr).Port)
 }
