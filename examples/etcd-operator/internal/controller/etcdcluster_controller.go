@@ -429,16 +429,15 @@ func (r *Reconciler) setStatus(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdC
 	st.ClientEndpoints = []string{clientEndpoint(c, s)}
 	healthy := view.healthyVoters()
 	st.HealthyMembers = healthy
-	st.ClusterID = formatID(view.clusterID)
+	// An unanswered etcd tells nothing of its ID: keep the last one known
+	// (it does not change for the life of a cluster).
+	if view.answered() {
+		st.ClusterID = formatID(view.clusterID)
+	}
 	st.LeaderID = formatID(view.leaderID)
 	st.Leader = ""
 	if m, ok := view.member(view.leaderID); ok {
 		st.Leader = m.name
-	}
-	// An unanswered etcd tells nothing: keep the last cluster ID known
-	// (it does not change for the life of a cluster).
-	if !view.answered() {
-		st.ClusterID = c.Status.ClusterID
 	}
 
 	var ce *childError
