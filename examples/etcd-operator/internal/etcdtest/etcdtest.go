@@ -45,17 +45,17 @@ type Member struct {
 // until each answers /health. It fails the test if it cannot.
 func Start(t testing.TB, names ...string) *Cluster {
 	t.Helper()
-	c, err := StartE(t, names...)
+	c, err := StartContext(context.Background(), t, names...)
 	if err != nil {
 		t.Fatalf("etcdtest: %v", err)
 	}
 	return c
 }
 
-// StartE is Start returning the error instead of failing the test, for
-// callers outside the test's goroutine. The members stop when the test ends
-// either way.
-func StartE(t testing.TB, names ...string) (*Cluster, error) {
+// StartContext is Start returning the error instead of failing the test,
+// for callers outside the test's goroutine; it gives up waiting for the
+// members when ctx ends. The members stop when the test ends either way.
+func StartContext(ctx context.Context, t testing.TB, names ...string) (*Cluster, error) {
 	assets, err := testenv.AssetsDir()
 	if err != nil {
 		return nil, err
@@ -90,7 +90,7 @@ func StartE(t testing.TB, names ...string) (*Cluster, error) {
 		}
 	}
 	for _, m := range c.members {
-		if err := c.waitHealthy(m); err != nil {
+		if err := c.waitHealthy(ctx, m); err != nil {
 			return nil, err
 		}
 	}
@@ -181,13 +181,13 @@ func (m *Member) stop() {
 // a leader), failing the test with the end of its log if it does not.
 func (c *Cluster) WaitHealthy(m *Member) {
 	c.t.Helper()
-	if err := c.waitHealthy(m); err != nil {
+	if err := c.waitHealthy(context.Background(), m); err != nil {
 		c.t.Fatalf("etcdtest: %v", err)
 	}
 }
 
-func (c *Cluster) waitHealthy(m *Member) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+func (c *Cluster) waitHealthy(ctx context.Context, m *Member) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	client := &http.Client{Timeout: 2 * time.Second}
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -209,7 +209,19 @@ func (c *Cluster) waitHealthy(m *Member) error {
 			if len(out) > 4000 {
 				out = out[len(out)-4000:]
 			}
-			return fmt.Errorf("%s did not become healthy:\n%s", m.Name, out)
+			state := "running"
+			m.mu.Lock()
+			if m.cmd == nil {
+				state = "stopped"
+			} else {
+				select {
+				case <-m.done:
+					state = "exited: " + m.cmd.ProcessState.String()
+				default:
+				}
+			}
+			m.mu.Unlock()
+			return fmt.Errorf("%s (%s, %s) did not become healthy:\n%s", m.Name, m.ClientURL, state, out)
 		case <-tick.C:
 		}
 	}
