@@ -54,6 +54,7 @@ func TestSharderChart(t *testing.T) {
 		{"lease of a deleted pod is collected", testLeaseCollectedWithPod},
 		{"plain controller with the agent sidecar rolls without overlap", testPlainControllerWithAgent},
 		{"etcd operator scales from 3 to 4 instances", testEtcdOperator},
+		{"an EtcdCluster of 3 runs real etcd", testRealEtcd},
 		{"uninstall leaves nothing that rejects writes", testUninstall},
 	}
 	for _, s := range steps {

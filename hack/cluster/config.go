@@ -93,7 +93,7 @@ func cniConfig(l layout) string {
 }
 
 // kubeletConfig: cgroupfs under a cgroup of its own (PID 1 is not systemd;
-// cgroup v1 is allowed), no DNS, no image garbage collection (nothing can be
+// cgroup v1 is allowed), the cluster's DNS (dns.go), no image garbage collection (nothing can be
 // pulled back), eviction only when the machine is nearly full.
 func kubeletConfig(l layout) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
@@ -129,8 +129,10 @@ evictionHard:
   nodefs.inodesFree: 1%%
 rotateCertificates: false
 serverTLSBootstrap: false
+clusterDNS: [%s]
+clusterDomain: %s
 `, l.socket(), cgroupRoot, kubeletPort, kubeletHealthz,
-		l.pki("kubelet-serving.crt"), l.pki("kubelet-serving.key"), l.pki("ca.crt"), l.path("pod-logs"), l.path("kubelet-plugins"))
+		l.pki("kubelet-serving.crt"), l.pki("kubelet-serving.key"), l.pki("ca.crt"), l.path("pod-logs"), l.path("kubelet-plugins"), dnsSvcIP, clusterDomain)
 }
 
 // kubeProxyConfig: iptables mode. The conntrack settings are left as the

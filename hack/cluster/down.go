@@ -28,7 +28,7 @@ func down(ctx context.Context, l layout) error {
 	}
 	// The node first, so that nothing restarts the containers; then the
 	// containers (every process in the kubelet's cgroups); then the rest.
-	stop(byName("kubelet", "kube-proxy"))
+	stop(byName("kubelet", "kube-proxy", dnsBinary))
 	for i := 0; i < 50; i++ {
 		pids := cgroupProcesses()
 		if len(pids) == 0 {

@@ -35,7 +35,7 @@ const (
 // folder, so that it never touches another control plane built from the
 // same binaries.
 var components = []string{
-	"kubelet", "kube-proxy", "containerd-shim-runc-v2", "ctr", "containerd",
+	"kubelet", "kube-proxy", dnsBinary, "containerd-shim-runc-v2", "ctr", "containerd",
 	"kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd",
 }
 

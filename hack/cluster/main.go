@@ -6,7 +6,8 @@
 //	go run ./hack/cluster down --dir bin/cluster
 //
 // up runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-// containerd, the kubelet and kube-proxy as root, in the background, on
+// containerd, the kubelet, kube-proxy and a cluster DNS server (cluster dns,
+// a copy of this command answering for Services and StatefulSet pods) as root, in the background, on
 // uncommon ports; imports the image tarballs into containerd; waits for the
 // node to be Ready; and writes an admin kubeconfig to DIR/kubeconfig. It
 // installs runc, the CNI plugins, iptables and conntrack from Debian's
@@ -36,8 +37,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) < 2 || (os.Args[1] != "up" && os.Args[1] != "down") {
-		fmt.Fprintln(os.Stderr, "usage: cluster up|down --dir DIR [flags]")
+	if len(os.Args) < 2 || (os.Args[1] != "up" && os.Args[1] != "down" && os.Args[1] != "dns") {
+		fmt.Fprintln(os.Stderr, "usage: cluster up|down|dns --dir DIR [flags]")
 		os.Exit(2)
 	}
 	// A flag set of its own: imported packages register flags on the global one.
@@ -48,9 +49,22 @@ func main() {
 	images := fs.String("images", "", "folder of image tarballs (*.tar) to import into containerd (up)")
 	pauseImage := fs.String("pause-image", "", "reference of the sandbox image, one of the imported images (up)")
 	timeout := fs.Duration("timeout", 3*time.Minute, "how long up waits for the node to be Ready")
+	listen := fs.String("listen", "", "address the DNS server answers on (dns; up starts it)")
 	_ = fs.Parse(os.Args[2:])
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	if os.Args[1] == "dns" {
+		l, err := newLayout(*dir)
+		if err == nil {
+			err = serveDNS(ctx, l, *listen)
+		}
+		cancel()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "cluster dns: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	err := run(ctx, os.Args[1], *dir, *controlPlane, *node, *images, *pauseImage, *timeout)
 	cancel()
 	if err != nil {

@@ -92,6 +92,17 @@ func up(ctx context.Context, l layout, controlPlane, node, images, pauseImage st
 	}); err != nil {
 		return err
 	}
+	// The cluster's DNS, before any pod: the kubelet points pods at it.
+	if err := waitFor("the kube-dns Service", func(ctx context.Context) error {
+		return ensureDNSService(ctx, cs, ip.String())
+	}); err != nil {
+		return err
+	}
+	dns, err := startDNS(l, ip.String())
+	procs[dnsBinary] = dns
+	if err != nil {
+		return err
+	}
 	for _, name := range []string{"kube-controller-manager", "kube-scheduler", "containerd"} {
 		if err := run(name, node); err != nil {
 			return err

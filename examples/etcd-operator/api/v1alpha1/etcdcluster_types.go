@@ -73,8 +73,15 @@ type EtcdClusterSpec struct {
 	Advanced EtcdAdvancedSpec `json:"advanced,omitempty"`
 }
 
-// EtcdStorageSpec configures the members' persistent volumes.
+// EtcdStorageSpec configures the members' data volumes.
 type EtcdStorageSpec struct {
+	// Ephemeral puts each member's data on an emptyDir volume instead of a
+	// volume claim: the data goes with the pod, and a member whose pod is
+	// replaced comes back empty. For tests and demos, or clusters without
+	// a volume provisioner; StorageClassName and Size are then ignored.
+	// +optional
+	Ephemeral bool `json:"ephemeral,omitempty"`
+
 	// StorageClassName of the volume claims.
 	// Default: the cluster's default storage class.
 	// +optional
@@ -170,15 +177,19 @@ type EtcdClusterPhase string
 // this version of the operator does not do.
 const (
 	// EtcdClusterPhaseCreating: the cluster's objects exist or are being
-	// created and not every member is ready yet.
+	// created, and etcd has not yet answered with every member healthy and
+	// every member pod ready.
 	EtcdClusterPhaseCreating EtcdClusterPhase = "Creating"
-	// EtcdClusterPhaseRunning: every member was ready; the cluster stays
-	// Running while a quorum of members is ready.
+	// EtcdClusterPhaseRunning: etcd answered with a leader and exactly the
+	// desired voting members, each healthy, and every member pod was ready;
+	// the cluster stays Running while etcd answers with a leader and a
+	// quorum of healthy, ready members.
 	EtcdClusterPhaseRunning   EtcdClusterPhase = "Running"
 	EtcdClusterPhaseScaling   EtcdClusterPhase = "Scaling"
 	EtcdClusterPhaseUpgrading EtcdClusterPhase = "Upgrading"
 	// EtcdClusterPhaseFailed: an object of the cluster could not be created
-	// or updated, or a running cluster lost its quorum. The operator keeps
+	// or updated, or a running cluster lost its quorum (etcd no longer
+	// answers with a leader, or fewer than a quorum of members are healthy). The operator keeps
 	// retrying and leaves Failed on its own once the cause is gone.
 	EtcdClusterPhaseFailed EtcdClusterPhase = "Failed"
 	// EtcdClusterPhaseDeleting: the cluster is being deleted; its objects are
@@ -191,9 +202,11 @@ const (
 	// ConditionResourcesReady is True when every object of the cluster
 	// (ConfigMap, Services, StatefulSet, PodDisruptionBudget) matches the spec.
 	ConditionResourcesReady = "ResourcesReady"
-	// ConditionAvailable is True when a quorum of members is ready.
+	// ConditionAvailable is True when etcd answers with a leader and a
+	// quorum of members is healthy and ready.
 	ConditionAvailable = "Available"
-	// ConditionReady is True when every member is ready.
+	// ConditionReady is True when etcd lists exactly the desired voting
+	// members and every one of them is healthy and ready.
 	ConditionReady = "Ready"
 )
 
@@ -207,7 +220,13 @@ const (
 	ReasonMembersNotReady  = "MembersNotReady"
 	ReasonQuorumLost       = "QuorumLost"
 	ReasonQuorumReady      = "QuorumReady"
-	ReasonDeleting         = "Deleting"
+	// ReasonEtcdUnreachable: no member answered the operator (or none has
+	// an address yet), or etcd has no leader.
+	ReasonEtcdUnreachable = "EtcdUnreachable"
+	// ReasonMembersMismatch: etcd lists other voting members than the spec
+	// asks for (member management is not done by this version).
+	ReasonMembersMismatch = "MembersMismatch"
+	ReasonDeleting        = "Deleting"
 )
 
 // EtcdMember is one member of a cluster: a pod of its StatefulSet.
@@ -222,6 +241,16 @@ type EtcdMember struct {
 	ClientURL string `json:"clientURL,omitempty"`
 	// Ready is true when its pod reports Ready (its etcd answers /health).
 	Ready bool `json:"ready"`
+	// ID is the member's ID in etcd (hexadecimal), once etcd lists it.
+	// +optional
+	ID string `json:"id,omitempty"`
+	// IsLearner is true while etcd lists the member as a learner (not
+	// voting).
+	// +optional
+	IsLearner bool `json:"isLearner,omitempty"`
+	// Healthy is true when the member itself answered the operator's
+	// status request, in the cluster etcd reports, without errors.
+	Healthy bool `json:"healthy"`
 }
 
 // EtcdClusterStatus is the observed state of an etcd cluster.
@@ -241,6 +270,22 @@ type EtcdClusterStatus struct {
 	// +listType=map
 	// +listMapKey=name
 	Members []EtcdMember `json:"members,omitempty"`
+
+	// HealthyMembers is the number of voting members that answered the
+	// operator's last status request.
+	// +optional
+	HealthyMembers int32 `json:"healthyMembers"`
+
+	// Leader is the name of the member etcd reports as its leader, and
+	// LeaderID its ID (hexadecimal).
+	// +optional
+	Leader string `json:"leader,omitempty"`
+	// +optional
+	LeaderID string `json:"leaderID,omitempty"`
+
+	// ClusterID is etcd's cluster ID (hexadecimal).
+	// +optional
+	ClusterID string `json:"clusterID,omitempty"`
 
 	// ReadyReplicas is the number of ready members as the StatefulSet reports it.
 	// +optional
@@ -266,6 +311,8 @@ type EtcdClusterStatus struct {
 // +kubebuilder:resource:shortName=etcd,categories=etcd
 // +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.spec.size`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Healthy",type=integer,JSONPath=`.status.healthyMembers`
+// +kubebuilder:printcolumn:name="Leader",type=string,JSONPath=`.status.leader`,priority=1
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1

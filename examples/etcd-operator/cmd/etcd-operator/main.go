@@ -54,6 +54,8 @@ type options struct {
 	reconcileLog            string
 	maxConcurrentReconciles int
 	recoveryInterval        time.Duration
+	etcdTimeout             time.Duration
+	etcdCheckInterval       time.Duration
 	kubeAPIQPS              float32
 	kubeAPIBurst            int
 	zap                     zap.Options
@@ -76,6 +78,8 @@ func parseFlags(args []string, getenv func(string) string) (*options, error) {
 	fs.StringVar(&o.reconcileLog, "reconcile-log", "", "File to append a JSON line to when each reconcile starts and ends. Default: $"+reconcileLogEnv+", else none.")
 	fs.IntVar(&o.maxConcurrentReconciles, "max-concurrent-reconciles", 4, "Number of EtcdClusters reconciled at once.")
 	fs.DurationVar(&o.recoveryInterval, "recovery-interval", 30*time.Second, "How soon a Failed cluster is retried when nothing it watches changes.")
+	fs.DurationVar(&o.etcdTimeout, "etcd-timeout", 5*time.Second, "Bound on one reconcile's calls to a cluster's etcd (member list, each member's status).")
+	fs.DurationVar(&o.etcdCheckInterval, "etcd-check-interval", 15*time.Second, "How soon a cluster that is not Failed is reconciled again to ask etcd for its members, leader and health.")
 	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 50, "Requests per second to the API server (client-side limit). Drain acknowledgements share it with reconciles, so a low limit slows moves.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst of requests to the API server above --kube-api-qps.")
 	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)
@@ -106,6 +110,12 @@ func parseFlags(args []string, getenv func(string) string) (*options, error) {
 	}
 	if o.maxConcurrentReconciles < 1 {
 		errs = append(errs, fmt.Errorf("--max-concurrent-reconciles must be at least 1, got %d", o.maxConcurrentReconciles))
+	}
+	if o.etcdTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--etcd-timeout must be positive, got %s", o.etcdTimeout))
+	}
+	if o.etcdCheckInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--etcd-check-interval must be positive, got %s", o.etcdCheckInterval))
 	}
 	if o.recoveryInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--recovery-interval must be positive, got %s", o.recoveryInterval))
@@ -199,6 +209,8 @@ func run(ctx context.Context, o *options) error {
 		LabelChild:              func(owner, child client.Object) { inst.LabelChild(owner, child) },
 		APIReader:               mgr.GetAPIReader(),
 		RecoveryInterval:        o.recoveryInterval,
+		EtcdTimeout:             o.etcdTimeout,
+		EtcdCheckInterval:       o.etcdCheckInterval,
 		MaxConcurrentReconciles: o.maxConcurrentReconciles,
 		Wrap: func(next reconcile.Reconciler) (reconcile.Reconciler, error) {
 			// The log sits inside the instance's wrapper: it records the

@@ -73,6 +73,20 @@ type Options struct {
 
 	// Clock stamps status times. Default: the real clock.
 	Clock clock.PassiveClock
+
+	// Endpoints returns the client URLs the operator asks etcd at, given
+	// the cluster and its member pods. Default: each pod's IP with the
+	// client port (memberEndpoints).
+	Endpoints func(c *etcdv1alpha1.EtcdCluster, pods []corev1.Pod) []string
+
+	// EtcdTimeout bounds the operator's calls to one cluster's etcd in a
+	// reconcile (member list and each member's status). Default: 5s.
+	EtcdTimeout time.Duration
+
+	// EtcdCheckInterval is how soon a cluster that is not Failed is
+	// reconciled again to ask etcd, which the operator does not watch.
+	// Default: 15s.
+	EtcdCheckInterval time.Duration
 }
 
 func (o Options) withDefaults(c client.Client) Options {
@@ -96,6 +110,15 @@ func (o Options) withDefaults(c client.Client) Options {
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
+	}
+	if o.Endpoints == nil {
+		o.Endpoints = memberEndpoints
+	}
+	if o.EtcdTimeout <= 0 {
+		o.EtcdTimeout = 5 * time.Second
+	}
+	if o.EtcdCheckInterval <= 0 {
+		o.EtcdCheckInterval = 15 * time.Second
 	}
 	return o
 }
@@ -132,10 +155,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		// Pods are owned by the StatefulSet, not the cluster: map them back
-		// by label. Only readiness matters.
+		// by label. Only readiness and the address (where etcd is asked)
+		// matter.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCluster),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-				return podReady(e.ObjectOld) != podReady(e.ObjectNew)
+				return podReady(e.ObjectOld) != podReady(e.ObjectNew) || podIP(e.ObjectOld) != podIP(e.ObjectNew)
 			}})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).
 		Complete(wrapped)
@@ -147,6 +171,13 @@ func podToCluster(_ context.Context, obj client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
+}
+
+func podIP(obj client.Object) string {
+	if pod, ok := obj.(*corev1.Pod); ok {
+		return pod.Status.PodIP
+	}
+	return ""
 }
 
 func podReady(obj client.Object) bool {
@@ -231,20 +262,31 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *etcdv1alpha1.EtcdCl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	members, err := r.members(ctx, c, s)
+	pods, err := r.pods(ctx, c)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	view := observeEtcd(ctx, r.opts.Endpoints(c, pods), r.opts.EtcdTimeout)
+	if view.err != nil && ctx.Err() != nil {
+		// Cancelled (the instance stops or hands the cluster over): say
+		// nothing about etcd rather than that it did not answer.
+		return ctrl.Result{}, ctx.Err()
+	}
+	members := desiredMembers(c, s, pods, view)
+	healthy := view.healthyVoters()
+	serving := view.answered() && view.leaderID != 0 && healthy >= quorum(s.Size)
 
 	prevPhase := c.Status.Phase
 	phase, reason := nextPhase(observation{
-		phase:   prevPhase,
-		reason:  readyReason(c),
-		failure: failure,
-		size:    s.Size,
-		ready:   ready,
+		phase:    prevPhase,
+		reason:   readyReason(c),
+		failure:  failure,
+		size:     s.Size,
+		ready:    ready,
+		serving:  serving,
+		complete: serving && view.voters() == s.Size && healthy >= s.Size,
 	})
-	r.setStatus(c, s, phase, reason, failureErr, ready, members)
+	r.setStatus(c, s, phase, reason, failureErr, ready, members, view)
 
 	if phase != prevPhase {
 		logger.Info("Phase changed", "from", prevPhase, "to", phase, "reason", reason)
@@ -264,7 +306,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *etcdv1alpha1.EtcdCl
 	if phase == etcdv1alpha1.EtcdClusterPhaseFailed {
 		return ctrl.Result{RequeueAfter: r.opts.RecoveryInterval}, nil
 	}
-	return ctrl.Result{}, nil
+	// etcd is not watched: ask it again (leader, health) after a while.
+	return ctrl.Result{RequeueAfter: r.opts.EtcdCheckInterval}, nil
 }
 
 func (r *Reconciler) reconcileDelete(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (ctrl.Result, error) {
@@ -314,32 +357,67 @@ func (r *Reconciler) readyReplicas(ctx context.Context, c *etcdv1alpha1.EtcdClus
 	return sts.Status.ReadyReplicas, nil
 }
 
-// members lists the desired members with the readiness their pods report.
-func (r *Reconciler) members(ctx context.Context, c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec) ([]etcdv1alpha1.EtcdMember, error) {
+// pods lists the cluster's member pods.
+func (r *Reconciler) pods(ctx context.Context, c *etcdv1alpha1.EtcdCluster) ([]corev1.Pod, error) {
 	pods := &corev1.PodList{}
 	if err := r.client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(selectorLabels(c))); err != nil {
 		return nil, fmt.Errorf("listing member pods: %w", err)
 	}
+	return pods.Items, nil
+}
+
+// desiredMembers lists the desired members, by ordinal, with the readiness
+// their pods report and what etcd says of them (matched by name), followed
+// by any member etcd lists that the spec does not ask for.
+func desiredMembers(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec, pods []corev1.Pod, view etcdView) []etcdv1alpha1.EtcdMember {
 	ready := map[string]bool{}
-	for i := range pods.Items {
-		ready[pods.Items[i].Name] = podReady(&pods.Items[i])
+	for i := range pods {
+		ready[pods[i].Name] = podReady(&pods[i])
+	}
+	byName := map[string]etcdMemberView{}
+	for _, m := range view.members {
+		byName[m.name] = m
 	}
 	members := make([]etcdv1alpha1.EtcdMember, 0, s.Size)
+	desired := map[string]bool{}
 	for i := int32(0); i < s.Size; i++ {
 		name := memberName(c, i)
-		members = append(members, etcdv1alpha1.EtcdMember{
+		desired[name] = true
+		m := etcdv1alpha1.EtcdMember{
 			Name:      name,
 			PeerURL:   peerURL(c, s, i),
 			ClientURL: clientURL(c, s, i),
 			Ready:     ready[name],
-		})
+		}
+		if e, ok := byName[name]; ok {
+			m.ID, m.IsLearner, m.Healthy = formatID(e.id), e.learner, e.healthy
+		}
+		members = append(members, m)
 	}
-	return members, nil
+	for _, e := range view.members {
+		if desired[e.name] {
+			continue
+		}
+		// A member added but never started has no name yet: its ID names it.
+		name := e.name
+		if name == "" {
+			name = formatID(e.id)
+		}
+		m := etcdv1alpha1.EtcdMember{Name: name, ID: formatID(e.id), IsLearner: e.learner, Healthy: e.healthy, Ready: ready[name]}
+		if len(e.peerURLs) > 0 {
+			m.PeerURL = e.peerURLs[0]
+		}
+		if len(e.clientURLs) > 0 {
+			m.ClientURL = e.clientURLs[0]
+		}
+		members = append(members, m)
+	}
+	return members
 }
 
 // setStatus writes what this reconcile observed into c.Status.
 func (r *Reconciler) setStatus(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec, phase etcdv1alpha1.EtcdClusterPhase,
-	reason string, failureErr error, ready int32, members []etcdv1alpha1.EtcdMember) {
+	reason string, failureErr error, ready int32, members []etcdv1alpha1.EtcdMember, view etcdView) {
 	st := &c.Status
 	if st.Phase != phase {
 		st.Phase = phase
@@ -349,6 +427,18 @@ func (r *Reconciler) setStatus(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdC
 	st.ReadyReplicas = ready
 	st.Members = members
 	st.ClientEndpoints = []string{clientEndpoint(c, s)}
+	healthy := view.healthyVoters()
+	st.HealthyMembers = healthy
+	// An unanswered etcd tells nothing of its ID: keep the last one known
+	// (it does not change for the life of a cluster).
+	if view.answered() {
+		st.ClusterID = formatID(view.clusterID)
+	}
+	st.LeaderID = formatID(view.leaderID)
+	st.Leader = ""
+	if m, ok := view.member(view.leaderID); ok {
+		st.Leader = m.name
+	}
 
 	var ce *childError
 	if errors.As(failureErr, &ce) {
@@ -359,12 +449,34 @@ func (r *Reconciler) setStatus(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdC
 	}
 
 	q := quorum(s.Size)
-	counts := fmt.Sprintf("%d/%d members ready, quorum %d", ready, s.Size, q)
-	if ready >= q {
-		r.setCondition(c, etcdv1alpha1.ConditionAvailable, metav1.ConditionTrue, etcdv1alpha1.ReasonQuorumReady, counts)
+	var counts string
+	if view.answered() {
+		counts = fmt.Sprintf("etcd: %d/%d voting members healthy", healthy, s.Size)
+		if v := view.voters(); v != s.Size {
+			counts += fmt.Sprintf(", %d voting members listed", v)
+		}
+		if n := len(view.members) - int(view.voters()); n > 0 {
+			counts += fmt.Sprintf(", %d learners", n)
+		}
+		if st.Leader != "" {
+			counts += ", leader " + st.Leader
+		} else {
+			counts += ", no leader"
+		}
 	} else {
+		counts = "etcd does not answer: " + view.err.Error()
+	}
+	counts += fmt.Sprintf("; %d/%d pods ready; quorum %d", ready, s.Size, q)
+	serving := view.answered() && view.leaderID != 0 && healthy >= q
+	switch {
+	case serving && ready >= q:
+		r.setCondition(c, etcdv1alpha1.ConditionAvailable, metav1.ConditionTrue, etcdv1alpha1.ReasonQuorumReady, counts)
+	case !serving && (!view.answered() || view.leaderID == 0):
+		r.setCondition(c, etcdv1alpha1.ConditionAvailable, metav1.ConditionFalse, etcdv1alpha1.ReasonEtcdUnreachable, counts)
+	default:
 		r.setCondition(c, etcdv1alpha1.ConditionAvailable, metav1.ConditionFalse, etcdv1alpha1.ReasonMembersNotReady, counts)
 	}
+	complete := serving && view.voters() == s.Size && healthy >= s.Size
 
 	switch {
 	case phase == etcdv1alpha1.EtcdClusterPhaseFailed:
@@ -373,8 +485,12 @@ func (r *Reconciler) setStatus(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdC
 			msg = failureErr.Error()
 		}
 		r.setCondition(c, etcdv1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
-	case ready >= s.Size:
+	case complete && ready >= s.Size:
 		r.setCondition(c, etcdv1alpha1.ConditionReady, metav1.ConditionTrue, etcdv1alpha1.ReasonMembersReady, counts)
+	case !view.answered() || view.leaderID == 0:
+		r.setCondition(c, etcdv1alpha1.ConditionReady, metav1.ConditionFalse, etcdv1alpha1.ReasonEtcdUnreachable, counts)
+	case view.voters() != s.Size:
+		r.setCondition(c, etcdv1alpha1.ConditionReady, metav1.ConditionFalse, etcdv1alpha1.ReasonMembersMismatch, counts)
 	default:
 		r.setCondition(c, etcdv1alpha1.ConditionReady, metav1.ConditionFalse, etcdv1alpha1.ReasonMembersNotReady, counts)
 	}

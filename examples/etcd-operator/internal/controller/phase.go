@@ -16,6 +16,12 @@ type observation struct {
 	// size is the desired number of members; ready the number the
 	// StatefulSet reports ready.
 	size, ready int32
+	// serving: etcd answered the member list and knows a leader, and a
+	// quorum of size voting members answered themselves.
+	serving bool
+	// complete: serving, etcd lists exactly size voting members, and every
+	// one of them answered.
+	complete bool
 }
 
 // nextPhase is the state machine of a cluster: it returns the phase and, for
@@ -25,8 +31,9 @@ func nextPhase(o observation) (etcdv1alpha1.EtcdClusterPhase, string) {
 	if o.failure != "" {
 		return etcdv1alpha1.EtcdClusterPhaseFailed, o.failure
 	}
-	allReady := o.ready >= o.size
-	quorate := o.ready >= quorum(o.size)
+	// Pods being ready is not enough: etcd itself must answer.
+	allReady := o.ready >= o.size && o.complete
+	quorate := o.ready >= quorum(o.size) && o.serving
 	switch o.phase {
 	case etcdv1alpha1.EtcdClusterPhaseRunning:
 		if !quorate {

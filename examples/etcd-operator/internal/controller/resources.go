@@ -265,7 +265,7 @@ func buildStatefulSet(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpe
 		VolumeMounts: []corev1.VolumeMount{{Name: volumeName, MountPath: s.Advanced.DataDir}},
 	}
 	podLabels := commonLabels(c)
-	return &appsv1.StatefulSet{
+	sts := &appsv1.StatefulSet{
 		ObjectMeta: objectMeta(c, statefulSetName(c)),
 		Spec: appsv1.StatefulSetSpec{
 			Replicas:            ptr.To(s.Size),
@@ -297,18 +297,26 @@ func buildStatefulSet(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpe
 					}},
 				},
 			},
-			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{
-				ObjectMeta: metav1.ObjectMeta{Name: volumeName, Labels: commonLabels(c)},
-				Spec: corev1.PersistentVolumeClaimSpec{
-					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-					StorageClassName: s.Storage.StorageClassName,
-					Resources: corev1.VolumeResourceRequirements{
-						Requests: corev1.ResourceList{corev1.ResourceStorage: *s.Storage.Size},
-					},
-				},
-			}},
 		},
 	}
+	if s.Storage.Ephemeral {
+		// The data lives and dies with the pod.
+		sts.Spec.Template.Spec.Volumes = []corev1.Volume{{
+			Name: volumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
+		}}
+		return sts
+	}
+	sts.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{
+		ObjectMeta: metav1.ObjectMeta{Name: volumeName, Labels: commonLabels(c)},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: s.Storage.StorageClassName,
+			Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: *s.Storage.Size},
+			},
+		},
+	}}
+	return sts
 }
 
 // buildPDB keeps voluntary disruptions (drains, evictions) from taking the

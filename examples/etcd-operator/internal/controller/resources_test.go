@@ -98,3 +98,22 @@ func TestStatefulSetImageAndStorage(t *testing.T) {
 		t.Error("config hash annotation missing")
 	}
 }
+
+// TestStatefulSetEphemeralStorage: an emptyDir named as the claim would be,
+// mounted at the data directory, and no volume claim.
+func TestStatefulSetEphemeralStorage(t *testing.T) {
+	c := testCluster(3)
+	c.Spec.Storage.Ephemeral = true
+	sts := buildStatefulSet(c, spec(c), "h")
+	if len(sts.Spec.VolumeClaimTemplates) != 0 {
+		t.Errorf("volume claims: %+v", sts.Spec.VolumeClaimTemplates)
+	}
+	vols := sts.Spec.Template.Spec.Volumes
+	if len(vols) != 1 || vols[0].Name != volumeName || vols[0].EmptyDir == nil {
+		t.Errorf("volumes = %+v", vols)
+	}
+	mounts := sts.Spec.Template.Spec.Containers[0].VolumeMounts
+	if len(mounts) != 1 || mounts[0].Name != volumeName || mounts[0].MountPath != etcdv1alpha1.DefaultDataDir {
+		t.Errorf("mounts = %+v", mounts)
+	}
+}

@@ -50,7 +50,7 @@ func startSharder(t *testing.T) {
 
 // startInstance runs one instance of the operator in ring, wired as its
 // main does: label-selected cache, Lease, wrapped reconciler, child labels.
-func startInstance(t *testing.T, ring, ns, id string) (stop func()) {
+func startInstance(t *testing.T, ring, ns, id string, endpoints func(*etcdv1alpha1.EtcdCluster, []corev1.Pod) []string) (stop func()) {
 	t.Helper()
 	cacheOpts := instance.CacheOptions(ring, id,
 		&etcdv1alpha1.EtcdCluster{}, &corev1.ConfigMap{}, &corev1.Service{},
@@ -72,9 +72,12 @@ func startInstance(t *testing.T, ring, ns, id string) (stop func()) {
 		t.Fatalf("setting up instance %s: %v", id, err)
 	}
 	r := controller.NewReconciler(mgr.GetClient(), mgr.GetScheme(), mgr.GetEventRecorder("etcd-operator"), controller.Options{
-		LabelChild:       func(owner, child client.Object) { inst.LabelChild(owner, child) },
-		APIReader:        mgr.GetAPIReader(),
-		RecoveryInterval: 200 * time.Millisecond,
+		LabelChild:        func(owner, child client.Object) { inst.LabelChild(owner, child) },
+		APIReader:         mgr.GetAPIReader(),
+		RecoveryInterval:  200 * time.Millisecond,
+		Endpoints:         endpoints,
+		EtcdTimeout:       2 * time.Second,
+		EtcdCheckInterval: 500 * time.Millisecond,
 		Wrap: func(next reconcile.Reconciler) (reconcile.Reconciler, error) {
 			return inst.Wrap(&etcdv1alpha1.EtcdCluster{}, next)
 		},
@@ -180,8 +183,9 @@ func TestShardedColocation(t *testing.T) {
 	ns := env.Namespace(t)
 	ring := newEtcdRing(t, ns)
 	startSharder(t)
-	stopA := startInstance(t, ring, ns, "etcd-a")
-	startInstance(t, ring, ns, "etcd-b")
+	endpoints := localEtcd(t)
+	stopA := startInstance(t, ring, ns, "etcd-a", endpoints)
+	startInstance(t, ring, ns, "etcd-b", endpoints)
 
 	// Pick names that the ring spreads over both instances, so that the
 	// move below has clusters to move and clusters to leave alone.

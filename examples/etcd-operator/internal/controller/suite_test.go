@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/controller"
+	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/etcdtest"
 	"github.com/sharder-dev/sharder/internal/testenv"
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
@@ -60,12 +62,77 @@ func startManager(t *testing.T, opts controller.Options, mgrOpts ctrl.Options) c
 	if opts.DeletionRecheckInterval == 0 {
 		opts.DeletionRecheckInterval = 200 * time.Millisecond
 	}
+	if opts.Endpoints == nil {
+		opts.Endpoints = localEtcd(t)
+	}
+	if opts.EtcdTimeout == 0 {
+		opts.EtcdTimeout = 2 * time.Second
+	}
+	if opts.EtcdCheckInterval == 0 {
+		opts.EtcdCheckInterval = 500 * time.Millisecond
+	}
 	r := controller.NewReconciler(mgr.GetClient(), mgr.GetScheme(), mgr.GetEventRecorder("etcd-operator"), opts)
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up the controller: %v", err)
 	}
 	testenv.StartManager(t, mgr)
 	return mgr
+}
+
+// localEtcd returns where the operator asks etcd about a cluster in these
+// tests: no kubelet runs here, so the member pods (which the tests play) run
+// no etcd. The first time a cluster is asked about, a real etcd of its size
+// (at most 3 members) starts for it, named as its members would be; until it
+// answers, the cluster has no address (a reconcile never waits for it). It
+// stays healthy, so the pods' readiness, which the tests set, decides the
+// phase.
+func localEtcd(t *testing.T) func(*etcdv1alpha1.EtcdCluster, []corev1.Pod) []string {
+	t.Helper()
+	var (
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		clusters = map[string][]string{}
+	)
+	// The managers see every namespace: clusters earlier tests left behind
+	// get no etcd (creation times have whole seconds: one made in the same
+	// second gets one, needlessly but harmlessly).
+	since := metav1.NewTime(time.Now().Truncate(time.Second))
+	// Runs after the managers stopped: no start is left behind.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	return func(c *etcdv1alpha1.EtcdCluster, _ []corev1.Pod) []string {
+		mu.Lock()
+		defer mu.Unlock()
+		key := c.Namespace + "/" + c.Name
+		if urls, ok := clusters[key]; ok {
+			return urls
+		}
+		if c.CreationTimestamp.Before(&since) {
+			return nil
+		}
+		clusters[key] = nil
+		n := min(max(c.Spec.Size, 1), 3)
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("%s-%d", c.Name, i)
+		}
+		wg.Go(func() {
+			local, err := etcdtest.StartContext(ctx, t, names...)
+			if err != nil {
+				if ctx.Err() == nil {
+					t.Errorf("etcd for %s: %v", key, err)
+				}
+				return
+			}
+			mu.Lock()
+			clusters[key] = local.ClientURLs()
+			mu.Unlock()
+		})
+		return nil
+	}
 }
 
 func newCluster(ns, name string, size int32) *etcdv1alpha1.EtcdCluster {

@@ -1,0 +1,239 @@
+// Package etcdtest runs real etcd clusters as local processes for tests: the
+// etcd binary the project builds for its test control plane, members on
+// 127.0.0.1 with ports the kernel hands out.
+package etcdtest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sharder-dev/sharder/internal/testenv"
+)
+
+// Cluster is a local etcd cluster. Its members stop when the test ends.
+type Cluster struct {
+	t       testing.TB
+	binary  string
+	token   string
+	members []*Member
+}
+
+// Member is one etcd process of a Cluster.
+type Member struct {
+	Name      string
+	ClientURL string
+	PeerURL   string
+	dataDir   string
+	logPath   string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+	// done is closed when the process exits.
+	done chan struct{}
+}
+
+// Start starts a cluster of the named members (one per name) and waits
+// until each answers /health. It fails the test if it cannot.
+func Start(t testing.TB, names ...string) *Cluster {
+	t.Helper()
+	c, err := StartContext(context.Background(), t, names...)
+	if err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	return c
+}
+
+// StartContext is Start returning the error instead of failing the test,
+// for callers outside the test's goroutine; it gives up waiting for the
+// members when ctx ends. The members stop when the test ends either way.
+func StartContext(ctx context.Context, t testing.TB, names ...string) (*Cluster, error) {
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{t: t, binary: filepath.Join(assets, "etcd"), token: fmt.Sprintf("etcdtest-%d", time.Now().UnixNano())}
+	dir := t.TempDir()
+	for _, name := range names {
+		client, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		peer, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		c.members = append(c.members, &Member{
+			Name:      name,
+			ClientURL: "http://" + client,
+			PeerURL:   "http://" + peer,
+			dataDir:   filepath.Join(dir, name),
+			logPath:   filepath.Join(dir, name+".log"),
+		})
+	}
+	t.Cleanup(func() {
+		for _, m := range c.members {
+			m.stop()
+		}
+	})
+	for _, m := range c.members {
+		if err := c.start(m); err != nil {
+			return nil, err
+		}
+	}
+	for _, m := range c.members {
+		if err := c.waitHealthy(ctx, m); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Members returns the cluster's members, in the order of their names.
+func (c *Cluster) Members() []*Member { return c.members }
+
+// ClientURLs returns every member's client URL.
+func (c *Cluster) ClientURLs() []string {
+	out := make([]string, len(c.members))
+	for i, m := range c.members {
+		out[i] = m.ClientURL
+	}
+	return out
+}
+
+// Stop stops member i (SIGTERM) and waits for it to exit.
+func (c *Cluster) Stop(i int) { c.members[i].stop() }
+
+// Restart starts member i again on its data, after Stop, and waits until it
+// answers /health.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	if err := c.start(c.members[i]); err != nil {
+		c.t.Fatalf("etcdtest: %v", err)
+	}
+	c.WaitHealthy(c.members[i])
+}
+
+func (c *Cluster) start(m *Member) error {
+	peers := make([]string, len(c.members))
+	for i, p := range c.members {
+		peers[i] = p.Name + "=" + p.PeerURL
+	}
+	log, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Close() }()
+	cmd := exec.CommandContext(context.Background(), c.binary, //nolint:gosec // the etcd built for the test control plane
+
+		"--name="+m.Name,
+		"--data-dir="+m.dataDir,
+		"--listen-client-urls="+m.ClientURL,
+		"--advertise-client-urls="+m.ClientURL,
+		"--listen-peer-urls="+m.PeerURL,
+		"--initial-advertise-peer-urls="+m.PeerURL,
+		"--initial-cluster="+strings.Join(peers, ","),
+		"--initial-cluster-state=new",
+		"--initial-cluster-token="+c.token,
+		"--heartbeat-interval=50",
+		"--election-timeout=500",
+		"--unsafe-no-fsync",
+		"--log-level=warn",
+	)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", m.Name, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	m.mu.Lock()
+	m.cmd, m.done = cmd, done
+	m.mu.Unlock()
+	return nil
+}
+
+func (m *Member) stop() {
+	m.mu.Lock()
+	cmd, done := m.cmd, m.done
+	m.cmd = nil
+	m.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// WaitHealthy waits up to a minute for m to answer /health with 200 (it has
+// a leader), failing the test with the end of its log if it does not.
+func (c *Cluster) WaitHealthy(m *Member) {
+	c.t.Helper()
+	if err := c.waitHealthy(context.Background(), m); err != nil {
+		c.t.Fatalf("etcdtest: %v", err)
+	}
+}
+
+func (c *Cluster) waitHealthy(ctx context.Context, m *Member) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	client := &http.Client{Timeout: 2 * time.Second}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.ClientURL+"/health", nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := client.Do(req); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			out, _ := os.ReadFile(m.logPath)
+			if len(out) > 4000 {
+				out = out[len(out)-4000:]
+			}
+			state := "running"
+			m.mu.Lock()
+			if m.cmd == nil {
+				state = "stopped"
+			} else {
+				select {
+				case <-m.done:
+					state = "exited: " + m.cmd.ProcessState.String()
+				default:
+				}
+			}
+			m.mu.Unlock()
+			return fmt.Errorf("%s (%s, %s) did not become healthy:\n%s", m.Name, m.ClientURL, state, out)
+		case <-tick.C:
+		}
+	}
+}
+
+// freeAddr returns a 127.0.0.1 address with a port nothing listens on.
+func freeAddr() (string, error) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String(), nil
+}
