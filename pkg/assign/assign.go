@@ -99,7 +99,14 @@ func (r *ringAssigner) act(ctx context.Context, w *resourceCache, obj *metacache
 		if err := r.labelChildren(ctx, children, s.current); err != nil {
 			return err
 		}
-		return r.requestDrain(ctx, w, obj)
+		// The drain names the target, so that the acknowledgement hands the
+		// object over, unless controlled objects must move first: those the
+		// sharder moves once the acknowledgement removed both labels.
+		target := s.target
+		if len(children) > 0 {
+			target = ""
+		}
+		return r.requestDrain(ctx, w, obj, target)
 	case actionWithdraw:
 		if err := r.patchMain(ctx, w, obj, map[string]*string{r.drainLabel: nil}); err != nil {
 			return err
@@ -119,6 +126,14 @@ func (r *ringAssigner) act(ctx context.Context, w *resourceCache, obj *metacache
 func (r *ringAssigner) record(obj *metacache.Object, s situation, d decision) {
 	if s.current != "" {
 		r.seen.Delete(obj.UID)
+		if !s.draining {
+			// A drain that ended with the object on an instance: the
+			// acknowledgement handed it over to the drain's target.
+			if took, ok := r.drains.End(obj.UID); ok {
+				metrics.DrainDuration.WithLabelValues(r.name, metrics.DrainAcknowledged).Observe(took.Seconds())
+				metrics.MovesTotal.WithLabelValues(r.name, metrics.MoveRebalance).Inc()
+			}
+		}
 	}
 	switch d.action {
 	case actionAssign:
@@ -210,10 +225,11 @@ func (r *ringAssigner) patchMain(ctx context.Context, w *resourceCache, obj *met
 // nothing is recorded for it.
 var errGone = errors.New("object deleted")
 
-// requestDrain sets the drain label, locked on the cached resourceVersion.
-// It returns errGone when the object is gone: no drain is then recorded.
-func (r *ringAssigner) requestDrain(ctx context.Context, w *resourceCache, obj *metacache.Object) error {
-	out, err := r.patchBytes(ctx, w, obj, drain.RequestPatch(r.name, obj.ResourceVersion))
+// requestDrain sets the drain label to target (empty: no target), locked on
+// the cached resourceVersion. It returns errGone when the object is gone: no
+// drain is then recorded.
+func (r *ringAssigner) requestDrain(ctx context.Context, w *resourceCache, obj *metacache.Object, target string) error {
+	out, err := r.patchBytes(ctx, w, obj, drain.RequestPatch(r.name, obj.ResourceVersion, target))
 	if apierrors.IsNotFound(err) {
 		return errGone
 	}

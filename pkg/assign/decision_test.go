@@ -44,6 +44,20 @@ func TestDecide(t *testing.T) {
 		{"from a vanished instance", situation{current: "a", target: "b", state: membership.StateVanished}, decision{action: actionHold}},
 		{"from an unknown instance during the hold", situation{current: "a", target: "b", state: membership.StateVanished,
 			heldUntil: now.Add(time.Minute), now: now}, decision{action: actionHold, at: now.Add(time.Minute)}},
+		// The acknowledgement hands the object over to the instance the drain
+		// names; the sharder takes it from there like any other object.
+		{"handed over to its target", situation{current: "c", target: "c", state: membership.StateReady, drainTimeout: timeout, now: now},
+			decision{action: actionKeep}},
+		{"handed over to a ready instance that is no longer its target", situation{current: "c", target: "b", state: membership.StateReady,
+			drainTimeout: timeout, now: now}, decision{action: actionRequestDrain}},
+		{"handed over to an instance that died meanwhile", situation{current: "c", target: "b", state: membership.StateDead,
+			drainTimeout: timeout, now: now}, decision{action: actionRelabelGone}},
+		{"handed over to an instance that expired meanwhile", situation{current: "c", target: "b", state: membership.StateExpired,
+			drainTimeout: timeout, now: now}, decision{action: actionHold}},
+		{"handed over to an instance the sharder does not know, during the hold", situation{current: "c", target: "b",
+			state: membership.StateVanished, heldUntil: now.Add(time.Minute), now: now}, decision{action: actionHold, at: now.Add(time.Minute)}},
+		{"acknowledged the old way: both labels removed", situation{target: "c", drainStarted: now.Add(-time.Second), drainTimeout: timeout, now: now},
+			decision{action: actionAssign}},
 		{"from an invalid instance", situation{current: "a", target: "b", state: membership.StateInvalid}, decision{action: actionHold}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
