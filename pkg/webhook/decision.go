@@ -140,7 +140,7 @@ func decide(req labelRequest, ring *v1alpha1.ControllerRing, identity string, ch
 		return verdict{reason: reasonDrainLabel, message: fmt.Sprintf(
 			"label %q of ring %q is set by the sharder only, when it moves an object between instances: "+
 				"leave it as it is (an instance acknowledges a drain by removing %q and, in the same request, "+
-			"setting %q to the instance the drain label names, or removing it)",
+				"setting %q to the instance the drain label names, or removing it)",
 			drain, req.ring, drain, shard)}, nil
 	}
 	return verdict{reason: reasonShardLabel, message: fmt.Sprintf(
