@@ -83,6 +83,7 @@ func (r *ringAssigner) situation(view *ringView, cfg *ringConfig, gk schema.Grou
 	}
 	if s.draining {
 		s.drainStarted, _ = r.drains.Started(obj.UID)
+		s.drainTarget, _ = drain.Target(obj, r.name)
 	}
 	return s, nil
 }
@@ -102,6 +103,13 @@ func (r *ringAssigner) act(ctx context.Context, w *resourceCache, obj *metacache
 		// The drain names the target, so that the acknowledgement hands the
 		// object over, unless controlled objects must move first: those the
 		// sharder moves once the acknowledgement removed both labels.
+		target := s.target
+		if len(children) > 0 {
+			target = ""
+		}
+		return r.requestDrain(ctx, w, obj, target)
+	case actionRetarget:
+		// As for a new drain: no target once controlled objects exist.
 		target := s.target
 		if len(children) > 0 {
 			target = ""
@@ -153,7 +161,7 @@ func (r *ringAssigner) record(obj *metacache.Object, s situation, d decision) {
 	case actionRequestDrain:
 		r.drains.Begin(obj.UID)
 		metrics.DrainsTotal.WithLabelValues(r.name).Inc()
-	case actionWait:
+	case actionWait, actionRetarget:
 		r.drains.Begin(obj.UID)
 	case actionForce:
 		r.logger.V(1).Info("Drain not acknowledged in time: released the object from its instance", "namespace", obj.Namespace, "name", obj.Name, "from", s.current)

@@ -165,6 +165,65 @@ func TestLegacyAcknowledgementIsAssigned(t *testing.T) {
 	})
 }
 
+// TestDrainFollowsTheTarget: while a drain waits for its acknowledgement,
+// the instance it names leaves and another joins. The sharder makes every
+// drain name the object's current target (or withdraws it), so the
+// acknowledgements hand the objects over to the right instance at once.
+func TestDrainFollowsTheTarget(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	reg := leases.NewRegistry()
+	abc, abd := []string{"a", "b", "c"}, []string{"a", "b", "d"}
+	reg.Set(ns, members(membership.StateReady, "a", "b"))
+	newRing(t, ns, nil)
+	names := createConfigMaps(t, ns, "cm", 80)
+	startSharder(t, reg, assign.Options{})
+	g.Eventually(assigned(ns, names, placed(t, ns, "a", "b")), timeout, poll).Should(Succeed())
+	h := watchHistory(t, configMaps, ns, ns)
+
+	// c joins: the drains name it; nobody acknowledges yet.
+	reg.Set(ns, members(membership.StateReady, abc...))
+	draining := func(ready []string) func(Gomega) {
+		return func(g Gomega) {
+			got := labelsOf(g, ns)
+			for _, name := range names {
+				from := expected(t, []string{"a", "b"}, ns, name)
+				if to := expected(t, ready, ns, name); to != from {
+					g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.DrainLabel(ns), to), name)
+				} else {
+					g.Expect(got[name]).NotTo(HaveKey(v1alpha1.DrainLabel(ns)), name)
+				}
+			}
+		}
+	}
+	g.Eventually(draining(abc), timeout, poll).Should(Succeed())
+
+	// c dies before any acknowledgement, d joins.
+	reg.Set(ns, append(members(membership.StateReady, abd...), members(membership.StateDead, "c")...))
+	g.Eventually(draining(abd), timeout, poll).Should(Succeed())
+
+	acknowledger(t, ns, ns, func(string) bool { return true })
+	g.Eventually(assigned(ns, names, placed(t, ns, abd...)), timeout, poll).Should(Succeed())
+	retargeted := 0
+	for _, name := range names {
+		from, viaC, to := expected(t, []string{"a", "b"}, ns, name), expected(t, abc, ns, name), expected(t, abd, ns, name)
+		var want []string
+		switch {
+		case viaC == from && to == from:
+			want = []string{from + "/-"}
+		case viaC == from:
+			want = []string{from + "/-", from + "/" + to, to + "/-"}
+		case to == from:
+			want = []string{from + "/-", from + "/" + viaC, from + "/-"}
+		default:
+			retargeted++
+			want = []string{from + "/-", from + "/" + viaC, from + "/" + to, to + "/-"}
+		}
+		g.Eventually(func() []string { return h.states(name) }, timeout, poll).Should(Equal(want), name)
+	}
+	g.Expect(retargeted).To(BeNumerically(">", 0))
+}
+
 // expectMoves waits until every object of names is on its instance of the
 // ring of the ready instances after, without a drain label, and checks the
 // label states each went through (shard/drain value, "-" for no drain
