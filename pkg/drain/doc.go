@@ -17,8 +17,12 @@
 //     cache no longer holds the object, and the new instance's does.
 //
 // A move thus costs two writes and needs nothing from the sharder between
-// them; the sharder checks the result like any other object's and moves
-// the object on if the target is no longer right by then. A drain label of
+// them. While the drain waits, the sharder rewrites its value when the
+// object's target changes; it checks the result of the acknowledgement like
+// any other object's and moves the object on if the target is no longer
+// right by then. An acknowledgement conflicts with a rewrite (both are
+// locked on the resourceVersion): read the object again and acknowledge
+// what it says now. A drain label of
 // NoTarget ("true", what sharders before the hand-over wrote, and what the
 // sharder writes for an object with controlled objects, which must move
 // before their owner) or of any value that is not an instance ID names no
