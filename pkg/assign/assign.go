@@ -96,20 +96,13 @@ func (r *ringAssigner) act(ctx context.Context, w *resourceCache, obj *metacache
 		return r.move(ctx, w, obj, children, s.target)
 	case actionForce:
 		return r.patchMain(ctx, w, obj, map[string]*string{r.shardLabel: nil})
-	case actionRequestDrain:
+	case actionRequestDrain, actionRetarget:
 		if err := r.labelChildren(ctx, children, s.current); err != nil {
 			return err
 		}
 		// The drain names the target, so that the acknowledgement hands the
 		// object over, unless controlled objects must move first: those the
 		// sharder moves once the acknowledgement removed both labels.
-		target := s.target
-		if len(children) > 0 {
-			target = ""
-		}
-		return r.requestDrain(ctx, w, obj, target)
-	case actionRetarget:
-		// As for a new drain: no target once controlled objects exist.
 		target := s.target
 		if len(children) > 0 {
 			target = ""

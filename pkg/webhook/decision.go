@@ -66,6 +66,7 @@ func (r labelRequest) handsOver() bool {
 	return r.oldShard.present && r.oldDrain.present && r.newShard.present &&
 		r.newShard.value == r.oldDrain.value && r.newShard.value != r.oldShard.value && drain.IsTarget(r.oldDrain.value)
 }
+
 func (r labelRequest) drainChanged() bool { return r.oldDrain != r.newDrain }
 
 // verdict is the webhook's answer.
@@ -89,9 +90,10 @@ type choice func() (instance, why string, err error)
 // decide applies DESIGN §6 to a request whose ring is known. A change to
 // either label is allowed only when it comes from the sharder, when it is a
 // drain acknowledgement (an UPDATE of an object that carried the drain label
-// that removes it and either removes the shard label or hands the object over
-// to the instance the drain label named) by one of the ring's instance service accounts
-// (and, with a pod-bound credential, from the pod of the object's instance),
+// that removes it and either removes the shard label or hands the object
+// over to the instance the drain label named) by one of the ring's instance
+// service accounts (and, with a pod-bound credential, from the pod of the
+// object's instance),
 // or when it creates an object with the shard label of the instance the
 // sharder would choose and no drain label. choose is called only in the
 // last case, podOf only for an acknowledgement with a pod-bound credential;
