@@ -151,9 +151,14 @@ func (r *reconciler) acknowledge(ctx context.Context, key inflight.Key, cached c
 		obj = cp
 	}
 	for attempt := 1; ; attempt++ {
+		target, _ := drain.Target(obj, r.inst.opts.Ring)
 		err := drain.Acknowledge(ctx, r.inst.client, obj, r.inst.opts.Ring)
 		if err == nil {
-			log.Info("Drain acknowledged", "object", klog.KObj(obj))
+			if target != "" {
+				log.Info("Drain acknowledged: object handed over", "object", klog.KObj(obj), "to", target)
+			} else {
+				log.Info("Drain acknowledged: object left to the sharder", "object", klog.KObj(obj))
+			}
 			return reconcile.Result{}, nil
 		}
 		if apierrors.IsNotFound(err) { // deleted meanwhile: nothing left to hand over
