@@ -74,8 +74,8 @@ the machine ran at the time (see the load average).
 - **Latency**: %d ConfigMaps created at %d/s, each measured from sending its
   create request to its shard label arriving on the watch.
 - **Rebalance**: a fourth instance starts; measured from its Lease's
-  acquireTime to the last object arriving on its final instance (drain, acknowledgement and
-  relabel). The moved fraction compares the assignment before and after.
+  acquireTime to the last object arriving on its final instance (drain request, then the
+  acknowledgement that hands it over). The moved fraction compares the assignment before and after.
 - **Fail-over**: one of the four instances is killed with SIGKILL; measured from
   its Lease's last renewTime to the last of its objects relabelled. The lease
   protocol waits 2 × lease duration before it takes the Lease (expired, then

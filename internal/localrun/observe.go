@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/drain"
 )
 
 // ObjectState is what a ring's labels say about one object.
@@ -49,7 +50,7 @@ func ListAssignment(ctx context.Context, c client.Reader, gvk schema.GroupVersio
 		a = append(a, ObjectState{
 			Key:        o.GetNamespace() + "/" + o.GetName(),
 			Instance:   labels[sharderv1alpha1.ShardLabel(ring)],
-			Draining:   labels[sharderv1alpha1.DrainLabel(ring)] == "true",
+			Draining:   drain.Requested(o, ring),
 			Generation: o.GetGeneration(),
 		})
 	}

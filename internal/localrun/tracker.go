@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/drain"
 )
 
 // Tracked is what a Tracker knows of one object.
@@ -99,7 +100,7 @@ func (t *Tracker) observe(obj any, deleted bool) {
 			}
 		}
 		o.ObjectState = ObjectState{Key: key, Instance: instance,
-			Draining: labels[sharderv1alpha1.DrainLabel(t.ring)] == "true", Generation: m.Generation}
+			Draining: drain.Requested(m, t.ring), Generation: m.Generation}
 	}
 	close(t.changed)
 	t.changed = make(chan struct{})

@@ -83,6 +83,7 @@ func (r *ringAssigner) situation(view *ringView, cfg *ringConfig, gk schema.Grou
 	}
 	if s.draining {
 		s.drainStarted, _ = r.drains.Started(obj.UID)
+		s.drainTarget, _ = drain.Target(obj, r.name)
 	}
 	return s, nil
 }
@@ -95,11 +96,18 @@ func (r *ringAssigner) act(ctx context.Context, w *resourceCache, obj *metacache
 		return r.move(ctx, w, obj, children, s.target)
 	case actionForce:
 		return r.patchMain(ctx, w, obj, map[string]*string{r.shardLabel: nil})
-	case actionRequestDrain:
+	case actionRequestDrain, actionRetarget:
 		if err := r.labelChildren(ctx, children, s.current); err != nil {
 			return err
 		}
-		return r.requestDrain(ctx, w, obj)
+		// The drain names the target, so that the acknowledgement hands the
+		// object over, unless controlled objects must move first: those the
+		// sharder moves once the acknowledgement removed both labels.
+		target := s.target
+		if len(children) > 0 {
+			target = ""
+		}
+		return r.requestDrain(ctx, w, obj, target)
 	case actionWithdraw:
 		if err := r.patchMain(ctx, w, obj, map[string]*string{r.drainLabel: nil}); err != nil {
 			return err
@@ -119,6 +127,14 @@ func (r *ringAssigner) act(ctx context.Context, w *resourceCache, obj *metacache
 func (r *ringAssigner) record(obj *metacache.Object, s situation, d decision) {
 	if s.current != "" {
 		r.seen.Delete(obj.UID)
+		if !s.draining {
+			// A drain that ended with the object on an instance: the
+			// acknowledgement handed it over to the drain's target.
+			if took, ok := r.drains.End(obj.UID); ok {
+				metrics.DrainDuration.WithLabelValues(r.name, metrics.DrainAcknowledged).Observe(took.Seconds())
+				metrics.MovesTotal.WithLabelValues(r.name, metrics.MoveRebalance).Inc()
+			}
+		}
 	}
 	switch d.action {
 	case actionAssign:
@@ -138,7 +154,7 @@ func (r *ringAssigner) record(obj *metacache.Object, s situation, d decision) {
 	case actionRequestDrain:
 		r.drains.Begin(obj.UID)
 		metrics.DrainsTotal.WithLabelValues(r.name).Inc()
-	case actionWait:
+	case actionWait, actionRetarget:
 		r.drains.Begin(obj.UID)
 	case actionForce:
 		r.logger.V(1).Info("Drain not acknowledged in time: released the object from its instance", "namespace", obj.Namespace, "name", obj.Name, "from", s.current)
@@ -210,10 +226,11 @@ func (r *ringAssigner) patchMain(ctx context.Context, w *resourceCache, obj *met
 // nothing is recorded for it.
 var errGone = errors.New("object deleted")
 
-// requestDrain sets the drain label, locked on the cached resourceVersion.
-// It returns errGone when the object is gone: no drain is then recorded.
-func (r *ringAssigner) requestDrain(ctx context.Context, w *resourceCache, obj *metacache.Object) error {
-	out, err := r.patchBytes(ctx, w, obj, drain.RequestPatch(r.name, obj.ResourceVersion))
+// requestDrain sets the drain label to target (empty: no target), locked on
+// the cached resourceVersion. It returns errGone when the object is gone: no
+// drain is then recorded.
+func (r *ringAssigner) requestDrain(ctx context.Context, w *resourceCache, obj *metacache.Object, target string) error {
+	out, err := r.patchBytes(ctx, w, obj, drain.RequestPatch(r.name, obj.ResourceVersion, target))
 	if apierrors.IsNotFound(err) {
 		return errGone
 	}

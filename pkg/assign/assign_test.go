@@ -15,6 +15,7 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/assign"
+	"github.com/sharder-dev/sharder/pkg/drain"
 	"github.com/sharder-dev/sharder/pkg/leases"
 	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/metrics"
@@ -116,7 +117,12 @@ func TestExpiredInstanceKeepsObjectsButGetsNoNewOnes(t *testing.T) {
 	}
 }
 
-func TestScaleOutDrainsAndMovesAfterAcknowledgement(t *testing.T) {
+// TestScaleOutHandsOverInTwoWrites: a move from a ready instance costs two
+// writes. The sharder's drain request names the new instance, and the
+// acknowledgement hands the object over to it: owner, then owner with the
+// drain naming the target, then the target, never without a shard label
+// and without the sharder writing in between.
+func TestScaleOutHandsOverInTwoWrites(t *testing.T) {
 	g := NewWithT(t)
 	ns := env.Namespace(t)
 	reg := leases.NewRegistry()
@@ -131,6 +137,99 @@ func TestScaleOutDrainsAndMovesAfterAcknowledgement(t *testing.T) {
 	reg.Set(ns, members(membership.StateReady, "a", "b", "c"))
 
 	after := []string{"a", "b", "c"}
+	expectMoves(g, t, h, ns, names, []string{"a", "b"}, after, func(before, now string) []string {
+		return []string{before + "/-", before + "/" + now, now + "/-"}
+	})
+}
+
+// TestLegacyAcknowledgementIsAssigned: an instance that acknowledges as
+// before the hand-over, removing both labels whatever the drain names, still
+// gets its objects moved: the sharder assigns them.
+func TestLegacyAcknowledgementIsAssigned(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	reg := leases.NewRegistry()
+	reg.Set(ns, members(membership.StateReady, "a", "b"))
+	newRing(t, ns, nil)
+	names := createConfigMaps(t, ns, "cm", 60)
+	startSharder(t, reg, assign.Options{})
+	g.Eventually(assigned(ns, names, placed(t, ns, "a", "b")), timeout, poll).Should(Succeed())
+
+	h := watchHistory(t, configMaps, ns, ns)
+	acknowledgerWith(t, ns, ns, func(string) bool { return true }, legacyAcknowledge)
+	reg.Set(ns, members(membership.StateReady, "a", "b", "c"))
+
+	after := []string{"a", "b", "c"}
+	expectMoves(g, t, h, ns, names, []string{"a", "b"}, after, func(before, now string) []string {
+		return []string{before + "/-", before + "/" + now, "/-", now + "/-"}
+	})
+}
+
+// TestDrainFollowsTheTarget: while a drain waits for its acknowledgement,
+// the instance it names leaves and another joins. The sharder makes every
+// drain name the object's current target (or withdraws it), so the
+// acknowledgements hand the objects over to the right instance at once.
+func TestDrainFollowsTheTarget(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	reg := leases.NewRegistry()
+	abc, abd := []string{"a", "b", "c"}, []string{"a", "b", "d"}
+	reg.Set(ns, members(membership.StateReady, "a", "b"))
+	newRing(t, ns, nil)
+	names := createConfigMaps(t, ns, "cm", 80)
+	startSharder(t, reg, assign.Options{})
+	g.Eventually(assigned(ns, names, placed(t, ns, "a", "b")), timeout, poll).Should(Succeed())
+	h := watchHistory(t, configMaps, ns, ns)
+
+	// c joins: the drains name it; nobody acknowledges yet.
+	reg.Set(ns, members(membership.StateReady, abc...))
+	draining := func(ready []string) func(Gomega) {
+		return func(g Gomega) {
+			got := labelsOf(g, ns)
+			for _, name := range names {
+				from := expected(t, []string{"a", "b"}, ns, name)
+				if to := expected(t, ready, ns, name); to != from {
+					g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.DrainLabel(ns), to), name)
+				} else {
+					g.Expect(got[name]).NotTo(HaveKey(v1alpha1.DrainLabel(ns)), name)
+				}
+			}
+		}
+	}
+	g.Eventually(draining(abc), timeout, poll).Should(Succeed())
+
+	// c dies before any acknowledgement, d joins.
+	reg.Set(ns, append(members(membership.StateReady, abd...), members(membership.StateDead, "c")...))
+	g.Eventually(draining(abd), timeout, poll).Should(Succeed())
+
+	acknowledger(t, ns, ns, func(string) bool { return true })
+	g.Eventually(assigned(ns, names, placed(t, ns, abd...)), timeout, poll).Should(Succeed())
+	retargeted := 0
+	for _, name := range names {
+		from, viaC, to := expected(t, []string{"a", "b"}, ns, name), expected(t, abc, ns, name), expected(t, abd, ns, name)
+		var want []string
+		switch {
+		case viaC == from && to == from:
+			want = []string{from + "/-"}
+		case viaC == from:
+			want = []string{from + "/-", from + "/" + to, to + "/-"}
+		case to == from:
+			want = []string{from + "/-", from + "/" + viaC, from + "/-"}
+		default:
+			retargeted++
+			want = []string{from + "/-", from + "/" + viaC, from + "/" + to, to + "/-"}
+		}
+		g.Eventually(func() []string { return h.states(name) }, timeout, poll).Should(Equal(want), name)
+	}
+	g.Expect(retargeted).To(BeNumerically(">", 0))
+}
+
+// expectMoves waits until every object of names is on its instance of the
+// ring of the ready instances after, without a drain label, and checks the
+// label states each went through (shard/drain value, "-" for no drain
+// label): none for those that stay, want(before, now) for those that move.
+func expectMoves(g Gomega, t *testing.T, h *history, ns string, names, before, after []string, want func(before, now string) []string) {
+	t.Helper()
 	g.Eventually(func(g Gomega) {
 		got := labelsOf(g, ns)
 		for _, name := range names {
@@ -141,29 +240,69 @@ func TestScaleOutDrainsAndMovesAfterAcknowledgement(t *testing.T) {
 
 	moved := 0
 	for _, name := range names {
-		before := expected(t, []string{"a", "b"}, ns, name)
-		now := expected(t, after, ns, name)
-		if before == now {
-			g.Expect(h.drained(name)).To(BeFalse(), "%s stays on %s and must not be drained", name, now)
+		from, to := expected(t, before, ns, name), expected(t, after, ns, name)
+		if from == to {
+			g.Expect(h.drained(name)).To(BeFalse(), "%s stays on %s and must not be drained", name, to)
 			continue
 		}
 		moved++
-		g.Expect(now).To(Equal("c"), "adding an instance only moves objects to it")
-		// The move went drain -> unassigned (acknowledged) -> new instance.
-		var sawDrain, sawUnassigned bool
-		for _, e := range h.of(name) {
-			switch {
-			case e.drain && e.shard == before:
-				sawDrain = true
-			case sawDrain && e.shard == "" && !e.drain:
-				sawUnassigned = true
-			case e.shard == now:
-				g.Expect(sawUnassigned).To(BeTrue(), "%s reached %s before its drain was acknowledged", name, now)
-			}
-		}
-		g.Expect(sawDrain).To(BeTrue(), "%s moved without a drain", name)
+		g.Expect(to).To(Equal("c"), "adding an instance only moves objects to it")
+		// The watch may lag behind the list above.
+		g.Eventually(func() []string { return h.states(name) }, timeout, poll).Should(Equal(want(from, to)), name)
 	}
 	g.Expect(moved).To(BeNumerically(">", 0))
+}
+
+// TestHandOverToAGoneTargetIsCorrected: the instance a drain names is dead by
+// the time the acknowledgement hands the object over to it; the sharder moves
+// the object on at once, as any object of a dead instance.
+func TestHandOverToAGoneTargetIsCorrected(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	reg := leases.NewRegistry()
+	reg.Set(ns, members(membership.StateReady, "a", "b"))
+	newRing(t, ns, nil)
+	names := createConfigMaps(t, ns, "cm", 60)
+	stop := startSharder(t, reg, assign.Options{})
+	two, three := []string{"a", "b"}, []string{"a", "b", "c"}
+	g.Eventually(assigned(ns, names, placed(t, ns, two...)), timeout, poll).Should(Succeed())
+
+	// c joins: the drains name it. No instance acknowledges yet.
+	reg.Set(ns, members(membership.StateReady, three...))
+	var toC []string
+	for _, name := range names {
+		if expected(t, three, ns, name) != expected(t, two, ns, name) {
+			toC = append(toC, name)
+		}
+	}
+	g.Expect(toC).NotTo(BeEmpty())
+	g.Eventually(func(g Gomega) {
+		got := labelsOf(g, ns)
+		for _, name := range toC {
+			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.DrainLabel(ns), "c"), name)
+		}
+	}, timeout, poll).Should(Succeed())
+
+	// The sharder is away while the acknowledgements land and c dies, so
+	// that it cannot withdraw the drains first.
+	stop()
+	for _, name := range toC {
+		cm := &metav1.PartialObjectMetadata{}
+		cm.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cm)).To(Succeed())
+		g.Expect(drain.Acknowledge(ctx, env.Client, cm, ns)).To(Succeed())
+		g.Expect(cm.Labels).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "c"), name)
+	}
+	reg.Set(ns, append(members(membership.StateReady, two...), members(membership.StateDead, "c")...))
+	startSharder(t, reg, assign.Options{})
+	g.Eventually(func(g Gomega) {
+		got := labelsOf(g, ns)
+		for _, name := range names {
+			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, two, ns, name)), name)
+			g.Expect(got[name]).NotTo(HaveKey(v1alpha1.DrainLabel(ns)), name)
+		}
+	}, timeout, poll).Should(Succeed())
 }
 
 func TestUnacknowledgedDrainIsForcedAfterTimeout(t *testing.T) {

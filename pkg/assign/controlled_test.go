@@ -21,6 +21,7 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/assign"
+	"github.com/sharder-dev/sharder/pkg/drain"
 	"github.com/sharder-dev/sharder/pkg/leases"
 	"github.com/sharder-dev/sharder/pkg/membership"
 )
@@ -119,6 +120,73 @@ func TestControlledObjectsFollowTheirOwner(t *testing.T) {
 		g.Expect(secRV).To(And(BeNumerically(">", 0), BeNumerically("<", ownerRV)), fmt.Sprintf("%s: Secret relabelled after its owner", owner))
 		g.Expect(saRV).To(And(BeNumerically(">", 0), BeNumerically("<", ownerRV)), fmt.Sprintf("%s: ServiceAccount relabelled after its owner", owner))
 	}
+}
+
+// TestOwnerWithControlledObjectsIsDrainedWithoutTarget: the drain of an
+// owner with controlled objects names no target, so that its instance's
+// acknowledgement removes both labels and the sharder moves the children
+// before the owner, as on every move.
+func TestOwnerWithControlledObjectsIsDrainedWithoutTarget(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	reg := leases.NewRegistry()
+	reg.Set(ns, members(membership.StateReady, "a", "b"))
+	newRing(t, ns, func(s *v1alpha1.ControllerRingSpec) {
+		s.Resources[0].ControlledResources = []metav1.GroupResource{{Resource: "secrets"}}
+	})
+	owners := createConfigMaps(t, ns, "owner", 30)
+	for _, owner := range owners {
+		cm := &corev1.ConfigMap{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: owner}, cm)).To(Succeed())
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: owner + "-secret", OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "ConfigMap", Name: cm.Name, UID: cm.UID, Controller: ptr.To(true),
+		}}}}
+		g.Expect(env.Client.Create(ctx, sec)).To(Succeed())
+	}
+	startSharder(t, reg, assign.Options{})
+	two, three := []string{"a", "b"}, []string{"a", "b", "c"}
+	g.Eventually(func(g Gomega) {
+		for _, owner := range owners {
+			sec := &corev1.Secret{}
+			g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: owner + "-secret"}, sec)).To(Succeed())
+			g.Expect(sec.Labels).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, two, ns, owner)), owner)
+		}
+	}, timeout, poll).Should(Succeed())
+	g.Eventually(assigned(ns, owners, placed(t, ns, two...)), timeout, poll).Should(Succeed())
+
+	cmHistory := watchHistory(t, configMaps, ns, ns)
+	secHistory := watchHistory(t, secrets, ns, ns)
+	acknowledger(t, ns, ns, func(string) bool { return true })
+	reg.Set(ns, members(membership.StateReady, three...))
+	g.Eventually(assigned(ns, owners, placed(t, ns, three...)), timeout, poll).Should(Succeed())
+
+	moved := 0
+	for _, owner := range owners {
+		from, to := expected(t, two, ns, owner), expected(t, three, ns, owner)
+		if from == to {
+			continue
+		}
+		moved++
+		want := []string{from + "/-", from + "/" + drain.NoTarget, "/-", to + "/-"}
+		g.Eventually(func() []string { return cmHistory.states(owner) }, timeout, poll).Should(Equal(want), owner)
+		var ownerRV, secRV int64
+		for _, e := range cmHistory.of(owner) {
+			if e.shard == to {
+				ownerRV = e.resourceVersion
+			}
+		}
+		g.Eventually(func() int64 {
+			for _, e := range secHistory.of(owner + "-secret") {
+				if e.shard == to {
+					secRV = e.resourceVersion
+				}
+			}
+			return secRV
+		}, timeout, poll).ShouldNot(BeZero(), owner)
+		g.Expect(secRV).To(BeNumerically("<", ownerRV), "%s: Secret relabelled after its owner", owner)
+	}
+	g.Expect(moved).To(BeNumerically(">", 0))
 }
 
 // TestNamespacedChildrenOfClusterScopedOwner: the main resource is

@@ -36,6 +36,11 @@ const (
 	// actionAssignForced: the object was released by a forced move at
 	// least ForceGrace ago: label it for the target.
 	actionAssignForced
+	// actionRetarget: a drain in flight names an instance that is no longer
+	// the target: make it name the target, so that the acknowledgement
+	// hands the object over to the right instance. The drain keeps its
+	// start and its deadline.
+	actionRetarget
 )
 
 // ForceGrace is how long a forced move leaves an object with no instance
@@ -46,7 +51,7 @@ const (
 // further behind than this).
 const ForceGrace = 2 * time.Second
 
-var actionNames = [...]string{"keep", "assign", "relabel-gone", "request-drain", "wait", "force", "withdraw", "hold", "assign-forced"}
+var actionNames = [...]string{"keep", "assign", "relabel-gone", "request-drain", "wait", "force", "withdraw", "hold", "assign-forced", "retarget"}
 
 func (a action) String() string { return actionNames[a] }
 
@@ -70,6 +75,9 @@ type situation struct {
 	heldUntil time.Time
 	// draining reports whether the object carries the drain label.
 	draining bool
+	// drainTarget is the instance the drain label names (drain.Target);
+	// empty when it names none.
+	drainTarget string
 	// drainStarted is when the sharder saw the drain begin; zero when it did
 	// not (a drain requested before it started).
 	drainStarted time.Time
@@ -119,10 +127,14 @@ func decide(s situation) decision {
 		if started.IsZero() {
 			started = s.now // a drain from before the sharder started gets a full timeout
 		}
-		if deadline := started.Add(s.drainTimeout); s.now.Before(deadline) {
-			return decision{action: actionWait, at: deadline}
+		deadline := started.Add(s.drainTimeout)
+		switch {
+		case !s.now.Before(deadline):
+			return decision{action: actionForce}
+		case s.drainTarget != "" && s.drainTarget != s.target:
+			return decision{action: actionRetarget, at: deadline}
 		}
-		return decision{action: actionForce}
+		return decision{action: actionWait, at: deadline}
 	}
 	return decision{action: actionHold, at: s.heldUntil}
 }

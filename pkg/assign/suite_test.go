@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
@@ -196,6 +197,7 @@ func placed(t testing.TB, ns string, ready ...string) func(name string) string {
 type labelEvent struct {
 	name, shard     string
 	drain           bool
+	drainValue      string
 	resourceVersion int64
 	at              time.Time
 }
@@ -224,7 +226,8 @@ func watchHistory(t testing.TB, gvr schema.GroupVersionResource, ns, ringName st
 		h.mu.Lock()
 		h.events = append(h.events, labelEvent{
 			name: m.Name, shard: m.Labels[v1alpha1.ShardLabel(ringName)],
-			drain: drain.Requested(m, ringName), resourceVersion: rv, at: time.Now(),
+			drain: drain.Requested(m, ringName), drainValue: m.Labels[v1alpha1.DrainLabel(ringName)],
+			resourceVersion: rv, at: time.Now(),
 		})
 		h.mu.Unlock()
 	}
@@ -253,6 +256,21 @@ func (h *history) of(name string) []labelEvent {
 	return out
 }
 
+// states lists the label states name went through, each as
+// "<shard>/<drain value>" ("-" for no drain label), one per write the watch
+// delivered.
+func (h *history) states(name string) []string {
+	var out []string
+	for _, e := range h.of(name) {
+		d := "-"
+		if e.drain {
+			d = e.drainValue
+		}
+		out = append(out, e.shard+"/"+d)
+	}
+	return out
+}
+
 func (h *history) drained(name string) bool {
 	for _, e := range h.of(name) {
 		if e.drain {
@@ -263,8 +281,25 @@ func (h *history) drained(name string) bool {
 }
 
 // acknowledger plays the instances of a ring: it acknowledges every drain of
-// a ConfigMap in ns held by an instance for which ack returns true.
+// a ConfigMap in ns held by an instance for which ack returns true, as
+// pkg/instance does (drain.Acknowledge).
 func acknowledger(t testing.TB, ns, ringName string, ack func(instance string) bool) {
+	t.Helper()
+	acknowledgerWith(t, ns, ringName, ack, drain.Acknowledge)
+}
+
+// legacyAcknowledge acknowledges a drain as instances did before the
+// hand-over: it removes both labels, whatever the drain names.
+func legacyAcknowledge(ctx context.Context, c client.Client, obj client.Object, ringName string) error {
+	patch := drain.LabelPatch(obj.GetResourceVersion(), map[string]*string{
+		v1alpha1.ShardLabel(ringName): nil, v1alpha1.DrainLabel(ringName): nil,
+	})
+	return c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch))
+}
+
+// acknowledgerWith is acknowledger with the acknowledgement acknowledge.
+func acknowledgerWith(t testing.TB, ns, ringName string, ack func(instance string) bool,
+	acknowledge func(context.Context, client.Client, client.Object, string) error) {
 	t.Helper()
 	mc, err := metadata.NewForConfig(env.Config)
 	if err != nil {
@@ -282,7 +317,7 @@ func acknowledger(t testing.TB, ns, ringName string, ack func(instance string) b
 		}
 		cp := m.DeepCopy()
 		cp.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
-		err := drain.Acknowledge(ctx, env.Client, cp, ringName)
+		err := acknowledge(ctx, env.Client, cp, ringName)
 		if err != nil && !errors.Is(err, drain.ErrNotDraining) && ctx.Err() == nil {
 			t.Logf("acknowledging %s: %v", m.Name, err)
 		}

@@ -98,7 +98,7 @@ func (r *ringAssigner) rebuild(ctx context.Context, all bool) {
 			switch d.action {
 			case actionRelabelGone:
 				dead++
-			case actionRequestDrain, actionWait, actionForce, actionAssignForced:
+			case actionRequestDrain, actionWait, actionRetarget, actionForce, actionAssignForced:
 				drains++
 			case actionHold:
 				if s.current != "" && s.target != "" {

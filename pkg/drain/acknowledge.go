@@ -17,10 +17,14 @@ import (
 // acknowledge, and removing the shard label alone is not an instance's call.
 var ErrNotDraining = errors.New("object carries no drain label")
 
-// Acknowledge is an instance's answer to a drain request: it removes both the
-// shard label and the drain label of ring from obj, telling the sharder that
-// this instance has stopped working on the object and it may be assigned
-// elsewhere.
+// Acknowledge is an instance's answer to a drain request: it tells the
+// sharder that this instance has stopped working on obj. When the drain names
+// the instance to move to (Target), the acknowledgement hands the object over:
+// it sets the shard label of ring to that instance and removes the drain
+// label, so that the move is done without the sharder writing again. A drain
+// that names no target (NoTarget, written for objects with controlled objects
+// and by older sharders) is acknowledged by removing both the shard and the
+// drain label; the sharder then assigns the object.
 //
 // The patch is a JSON merge patch of the two labels plus obj's
 // resourceVersion, so the API server applies it only if the object has not
@@ -30,9 +34,9 @@ var ErrNotDraining = errors.New("object carries no drain label")
 // reassigned in between.
 //
 // The caller must have finished every reconcile of the object before calling
-// Acknowledge: once the labels are gone the sharder assigns the object to its
-// new instance at once. On success obj is updated with the server's answer,
-// so pass a copy, never an object from a cache.
+// Acknowledge: once the patch is applied the new instance may start on the
+// object at once. On success obj is updated with the server's answer, so
+// pass a copy, never an object from a cache.
 //
 // Acknowledge works with typed objects, unstructured objects and
 // metav1.PartialObjectMetadata alike. It returns ErrNotDraining, without a
@@ -49,9 +53,11 @@ func Acknowledge(ctx context.Context, c client.Client, obj client.Object, ring s
 }
 
 // AcknowledgePatch returns the JSON merge patch that acknowledges the drain of
-// obj in ring: it removes the ring's shard and drain labels and carries obj's
-// resourceVersion for optimistic locking. It is the building block for
-// controllers built on plain client-go, which send it with their clientset:
+// obj in ring: it sets the ring's shard label to the drain's target and
+// removes the drain label (Target), or, for a drain that names no target,
+// removes both labels; it carries obj's resourceVersion for optimistic
+// locking. It is the building block for controllers built on plain
+// client-go, which send it with their clientset:
 //
 //	patch, err := drain.AcknowledgePatch(obj, ring)
 //	if err != nil { ... }
@@ -69,8 +75,12 @@ func AcknowledgePatch(obj metav1.Object, ring string) ([]byte, error) {
 	if obj.GetResourceVersion() == "" {
 		return nil, fmt.Errorf("acknowledging drain of %s/%s for ring %s: object has no resourceVersion", obj.GetNamespace(), obj.GetName(), ring)
 	}
+	var next *string // no target: remove the shard label too
+	if target, ok := Target(obj, ring); ok {
+		next = &target
+	}
 	return LabelPatch(obj.GetResourceVersion(), map[string]*string{
-		v1alpha1.ShardLabel(ring): nil,
+		v1alpha1.ShardLabel(ring): next,
 		v1alpha1.DrainLabel(ring): nil,
 	}), nil
 }

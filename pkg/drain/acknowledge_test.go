@@ -28,8 +28,33 @@ func TestAcknowledgePatch(t *testing.T) {
 		want    string
 		wantErr error
 	}{{
-		name:   "draining",
-		labels: map[string]string{v1alpha1.ShardLabel(ring): "a", v1alpha1.DrainLabel(ring): "true", "app": "x"},
+		name:   "drain naming the target: hand-over",
+		labels: map[string]string{v1alpha1.ShardLabel(ring): "a", v1alpha1.DrainLabel(ring): "b", "app": "x"},
+		rv:     "42",
+		want:   `{"metadata":{"labels":{"drain.sharder.dev/web":null,"shard.sharder.dev/web":"b"},"resourceVersion":"42"}}`,
+	}, {
+		name:   "drain naming no target",
+		labels: map[string]string{v1alpha1.ShardLabel(ring): "a", v1alpha1.DrainLabel(ring): drain.NoTarget, "app": "x"},
+		rv:     "42",
+		want:   `{"metadata":{"labels":{"drain.sharder.dev/web":null,"shard.sharder.dev/web":null},"resourceVersion":"42"}}`,
+	}, {
+		name:   "drain value that is not an instance ID",
+		labels: map[string]string{v1alpha1.ShardLabel(ring): "a", v1alpha1.DrainLabel(ring): "Not_An_ID"},
+		rv:     "42",
+		want:   `{"metadata":{"labels":{"drain.sharder.dev/web":null,"shard.sharder.dev/web":null},"resourceVersion":"42"}}`,
+	}, {
+		name:   "empty drain value",
+		labels: map[string]string{v1alpha1.ShardLabel(ring): "a", v1alpha1.DrainLabel(ring): ""},
+		rv:     "42",
+		want:   `{"metadata":{"labels":{"drain.sharder.dev/web":null,"shard.sharder.dev/web":null},"resourceVersion":"42"}}`,
+	}, {
+		name:   "drain naming the current instance",
+		labels: map[string]string{v1alpha1.ShardLabel(ring): "a", v1alpha1.DrainLabel(ring): "a"},
+		rv:     "42",
+		want:   `{"metadata":{"labels":{"drain.sharder.dev/web":null,"shard.sharder.dev/web":null},"resourceVersion":"42"}}`,
+	}, {
+		name:   "released object: no instance to hand over from",
+		labels: map[string]string{v1alpha1.DrainLabel(ring): "b"},
 		rv:     "42",
 		want:   `{"metadata":{"labels":{"drain.sharder.dev/web":null,"shard.sharder.dev/web":null},"resourceVersion":"42"}}`,
 	}, {
@@ -93,7 +118,22 @@ func TestAcknowledge(t *testing.T) {
 			v1alpha1.ShardLabel("other"): "b"}
 	}
 
-	t.Run("removes both labels and nothing else", func(t *testing.T) {
+	t.Run("hands the object over to the drain's target and changes nothing else", func(t *testing.T) {
+		g := NewWithT(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		labels := draining()
+		labels[v1alpha1.DrainLabel(ring)] = "c"
+		cm := create(t, env.Namespace(t), labels)
+
+		g.Expect(drain.Acknowledge(ctx, c, cm.DeepCopy(), ring)).To(Succeed())
+
+		got := &corev1.ConfigMap{}
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(cm), got)).To(Succeed())
+		g.Expect(got.Labels).To(Equal(map[string]string{v1alpha1.ShardLabel(ring): "c", "app": "x", v1alpha1.ShardLabel("other"): "b"}))
+	})
+
+	t.Run("a drain naming no target: removes both labels and nothing else", func(t *testing.T) {
 		g := NewWithT(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

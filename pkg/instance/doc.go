@@ -13,9 +13,11 @@
 //     shutdown the Lease is released after the reconciles in flight ended, so
 //     the sharder moves the objects at once.
 //   - Drains are acknowledged: Instance.Wrap wraps a reconciler so that an
-//     object carrying the ring's drain label is handed back (both labels
-//     removed) instead of reconciled, never while a reconcile of it still runs
-//     in this instance, and so that an object assigned elsewhere is never
+//     object carrying the ring's drain label is handed over to the instance
+//     the label names (shard label set to it, drain label removed, in one
+//     patch; both labels removed for a drain that names no instance) instead
+//     of reconciled, never while a reconcile of it still runs in this
+//     instance, and so that an object assigned elsewhere is never
 //     reconciled, even from a request queued before it moved.
 //
 // Notifier reports objects gained, drained and lost. LabelChild gives a new

@@ -23,7 +23,8 @@ type Notifier interface {
 	// object already assigned is reported once the cache has listed it.
 	OnGained(obj client.Object)
 	// OnDrained: this instance acknowledged the sharder's drain request and
-	// the object left its cache; the sharder assigns it elsewhere.
+	// the object left its cache: handed over to the instance the drain
+	// named, or, for a drain naming none, left for the sharder to assign.
 	OnDrained(obj client.Object)
 	// OnLost: the object left this instance without its acknowledgement: it
 	// was deleted, or the sharder moved it away at once (this instance was

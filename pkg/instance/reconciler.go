@@ -28,9 +28,11 @@ const acknowledgeAttempts = 3
 // the object from the manager's cache and:
 //
 //   - assigned to this instance: calls next;
-//   - carrying the ring's drain label: acknowledges the drain (drain.Acknowledge)
-//     instead of calling next, once no other reconcile of the object runs in
-//     this instance; reconciles of the object that arrive meanwhile are
+//   - carrying the ring's drain label: acknowledges the drain (drain.Acknowledge:
+//     hands the object over to the instance the drain names, or removes both
+//     labels for a drain that names none) instead of calling next, once no
+//     other reconcile of the object runs in this instance; reconciles of the
+//     object that arrive meanwhile are
 //     retried after Options.RetryPeriod (and then dropped if it moved);
 //   - assigned to another instance or to none: drops the request, even when it
 //     was queued while the object was still assigned here;
@@ -149,9 +151,14 @@ func (r *reconciler) acknowledge(ctx context.Context, key inflight.Key, cached c
 		obj = cp
 	}
 	for attempt := 1; ; attempt++ {
+		target, _ := drain.Target(obj, r.inst.opts.Ring)
 		err := drain.Acknowledge(ctx, r.inst.client, obj, r.inst.opts.Ring)
 		if err == nil {
-			log.Info("Drain acknowledged", "object", klog.KObj(obj))
+			if target != "" {
+				log.Info("Drain acknowledged: object handed over", "object", klog.KObj(obj), "to", target)
+			} else {
+				log.Info("Drain acknowledged: object left to the sharder", "object", klog.KObj(obj))
+			}
 			return reconcile.Result{}, nil
 		}
 		if apierrors.IsNotFound(err) { // deleted meanwhile: nothing left to hand over

@@ -134,6 +134,30 @@ func TestDrainWaitsForReconcileInFlight(t *testing.T) {
 	}
 }
 
+// TestDrainHandsTheObjectOver: a drain naming the next instance is
+// acknowledged, once no reconcile is in flight, by one patch that sets the
+// shard label to that instance and removes the drain label.
+func TestDrainHandsTheObjectOver(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	const ring, id = "hand-over", "i1"
+	rec := newRecorder()
+	gt := newGate("handed")
+	startInstance(t, instanceConfig{ring: ring, namespace: ns, id: id, rec: rec, hook: gt.hook})
+
+	cm := createConfigMap(t, ns, "handed", map[string]string{v1alpha1.ShardLabel(ring): id})
+	g.Eventually(gt.entered["handed"], 20*time.Second).Should(BeClosed())
+	patchLabels(g, cm, map[string]*string{v1alpha1.DrainLabel(ring): ptr.To("i2")})
+	g.Consistently(func(g Gomega) map[string]string { return labelsOf(g, cm) }, 500*time.Millisecond).
+		Should(HaveKeyWithValue(v1alpha1.DrainLabel(ring), "i2"), "no acknowledgement while a reconcile is in flight")
+
+	close(gt.released["handed"])
+	g.Eventually(func(g Gomega) map[string]string { return labelsOf(g, cm) }, 10*time.Second).
+		Should(And(HaveKeyWithValue(v1alpha1.ShardLabel(ring), "i2"), Not(HaveKey(v1alpha1.DrainLabel(ring)))))
+	g.Eventually(func() int { return rec.drainedOf(id, "handed") }, 10*time.Second).Should(Equal(1))
+	g.Expect(rec.lostOf(id, "handed")).To(BeZero())
+}
+
 func TestStaleRequestForMovedObjectIsDropped(t *testing.T) {
 	g := NewWithT(t)
 	ns := env.Namespace(t)

@@ -92,6 +92,18 @@ func TestDrainAcknowledgedOnlyByTheInstancePod(t *testing.T) {
 		g.Expect(relabel(clientAsPod(t, nsInstanceUser, "operator-7d9f"), cm, ack)).To(Succeed())
 	})
 
+	t.Run("a hand-over to the drain's target comes from the pod of the instance holding the object", func(t *testing.T) {
+		g := NewWithT(t)
+		cm := labelled(ns, "hand-over", map[string]string{shard: "inst-a", drain: "inst-b"})
+		g.Expect(sh.Create(ctx, cm)).To(Succeed())
+		handOver := func(l map[string]string) { l[shard] = "inst-b"; delete(l, drain) }
+		expectDenied(g, relabel(clientAsPod(t, instanceUser, "inst-b"), cm, handOver), `instance "inst-a"`)
+		g.Expect(relabel(clientAsPod(t, instanceUser, "inst-a"), cm, handOver)).To(Succeed())
+		g.Expect(sh.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
+		g.Expect(cm.Labels).To(HaveKeyWithValue(shard, "inst-b"))
+		g.Expect(cm.Labels).NotTo(HaveKey(drain))
+	})
+
 	t.Run("a credential not bound to a pod keeps the service account rule", func(t *testing.T) {
 		g := NewWithT(t)
 		cm := draining(g, "unbound", "inst-a")

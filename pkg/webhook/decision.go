@@ -8,6 +8,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/drain"
 )
 
 // Reasons of a decision (the "reason" label of the decision metric).
@@ -54,6 +55,18 @@ type labelRequest struct {
 }
 
 func (r labelRequest) shardChanged() bool { return r.oldShard != r.newShard }
+
+// handsOver reports whether the request moves the shard label from the
+// object's instance to the instance its drain label names
+// (drain.Target): the new value of the shard label is the old value of the
+// drain label, an instance ID other than drain.NoTarget and other than the
+// old instance. Whether the drain label goes in the same request is the
+// caller's check.
+func (r labelRequest) handsOver() bool {
+	return r.oldShard.present && r.oldDrain.present && r.newShard.present &&
+		r.newShard.value == r.oldDrain.value && r.newShard.value != r.oldShard.value && drain.IsTarget(r.oldDrain.value)
+}
+
 func (r labelRequest) drainChanged() bool { return r.oldDrain != r.newDrain }
 
 // verdict is the webhook's answer.
@@ -76,9 +89,11 @@ type choice func() (instance, why string, err error)
 
 // decide applies DESIGN §6 to a request whose ring is known. A change to
 // either label is allowed only when it comes from the sharder, when it is a
-// drain acknowledgement (an UPDATE removing both labels from an object that
-// carried the drain label) by one of the ring's instance service accounts
-// (and, with a pod-bound credential, from the pod of the object's instance),
+// drain acknowledgement (an UPDATE of an object that carried the drain label
+// that removes it and either removes the shard label or hands the object
+// over to the instance the drain label named) by one of the ring's instance
+// service accounts (and, with a pod-bound credential, from the pod of the
+// object's instance),
 // or when it creates an object with the shard label of the instance the
 // sharder would choose and no drain label. choose is called only in the
 // last case, podOf only for an acknowledgement with a pod-bound credential;
@@ -92,13 +107,14 @@ func decide(req labelRequest, ring *v1alpha1.ControllerRing, identity string, ch
 		return verdict{allowed: true, reason: reasonSharder}, nil
 	}
 
-	if req.op == admissionv1.Update && req.oldDrain.present && !req.newShard.present && !req.newDrain.present {
+	if req.op == admissionv1.Update && req.oldDrain.present && !req.newDrain.present && (!req.newShard.present || req.handsOver()) {
 		if !isInstance(ring, req.username) {
 			return verdict{reason: reasonNotInstance, message: fmt.Sprintf(
-				"removing labels %q and %q acknowledges a drain of ring %q, which only the ring's instances may do "+
+				"removing label %q and with it removing label %q or setting it to the instance the drain label names "+
+					"acknowledges a drain of ring %q, which only the ring's instances may do "+
 					"(spec.instanceServiceAccounts of ControllerRing %q; the request came from %q): leave both labels as they are, "+
 					"or add the instance's service account to the ring",
-				shard, drain, req.ring, req.ring, req.username)}, nil
+				drain, shard, req.ring, req.ring, req.username)}, nil
 		}
 		return acknowledgedBy(req, podOf)
 	}
@@ -125,8 +141,9 @@ func decide(req labelRequest, ring *v1alpha1.ControllerRing, identity string, ch
 	if req.drainChanged() {
 		return verdict{reason: reasonDrainLabel, message: fmt.Sprintf(
 			"label %q of ring %q is set by the sharder only, when it moves an object between instances: "+
-				"leave it as it is (an instance acknowledges a drain by removing both %q and %q)",
-			drain, req.ring, shard, drain)}, nil
+				"leave it as it is (an instance acknowledges a drain by removing %q and, in the same request, "+
+				"setting %q to the instance the drain label names, or removing it)",
+			drain, req.ring, drain, shard)}, nil
 	}
 	return verdict{reason: reasonShardLabel, message: fmt.Sprintf(
 		"label %q of ring %q is set by the sharder only: leave it as it is; the sharder assigns every object of the ring "+
@@ -158,9 +175,9 @@ func acknowledgedBy(req labelRequest, podOf instancePod) (verdict, error) {
 		want = "pod " + wantNS + "/" + wantPod + " (the owner of its Lease)"
 	}
 	return verdict{reason: reasonOtherInstance, message: fmt.Sprintf(
-		"removing labels %q and %q acknowledges a drain of ring %q, which only the object's instance %q may do, "+
+		"removing label %q (and removing %q or handing the object over) acknowledges a drain of ring %q, which only the object's instance %q may do, "+
 			"running in %s; the request came from pod %s/%s: leave both labels as they are, the instance acknowledges the drain itself",
-		v1alpha1.ShardLabel(req.ring), v1alpha1.DrainLabel(req.ring), req.ring, instance, want, podNS, strings.Join(req.pods, ","))}, nil
+		v1alpha1.DrainLabel(req.ring), v1alpha1.ShardLabel(req.ring), req.ring, instance, want, podNS, strings.Join(req.pods, ","))}, nil
 }
 
 // isInstance reports whether username is one of the ring's instance

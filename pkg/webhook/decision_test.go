@@ -88,7 +88,7 @@ func TestDecide(t *testing.T) {
 	}, {
 		name:   "user adds a drain label",
 		req:    labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), newShard: present("a"), newDrain: present("true")},
-		reason: reasonDrainLabel, message: []string{`"drain.sharder.dev/etcd"`, `ring "etcd"`, "acknowledges a drain by removing both"},
+		reason: reasonDrainLabel, message: []string{`"drain.sharder.dev/etcd"`, `ring "etcd"`, "acknowledges a drain by removing", "the instance the drain label names"},
 	}, {
 		name:   "user removes only the drain label",
 		req:    labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), newShard: present("a"), oldDrain: present("true")},
@@ -147,6 +147,56 @@ func TestDecide(t *testing.T) {
 		name:   "instance keeps the shard label while removing the drain label",
 		req:    labelRequest{op: admissionv1.Update, username: testInstance, oldShard: present("a"), newShard: present("a"), oldDrain: present("true")},
 		reason: reasonDrainLabel,
+	}, {
+		name:    "instance hands the object over to the drain's target",
+		req:     labelRequest{op: admissionv1.Update, username: testInstance, oldShard: present("a"), newShard: present("b"), oldDrain: present("b")},
+		allowed: true, reason: reasonAcknowledgement,
+	}, {
+		name:    "the instance's own pod hands the object over",
+		req:     labelRequest{op: admissionv1.Update, username: testInstance, pods: []string{"a"}, oldShard: present("a"), newShard: present("b"), oldDrain: present("b")},
+		podOf:   podOf("", ""),
+		allowed: true, reason: reasonAcknowledgement,
+	}, {
+		name:   "the target's pod hands the object over to itself",
+		req:    labelRequest{op: admissionv1.Update, username: testInstance, pods: []string{"b"}, oldShard: present("a"), newShard: present("b"), oldDrain: present("b")},
+		podOf:  podOf("", ""),
+		reason: reasonOtherInstance, message: []string{`instance "a"`, "leave both labels as they are"},
+	}, {
+		name:   "user hands the object over",
+		req:    labelRequest{op: admissionv1.Update, username: "alice", oldShard: present("a"), newShard: present("b"), oldDrain: present("b")},
+		reason: reasonNotInstance, message: []string{"spec.instanceServiceAccounts", `"alice"`},
+	}, {
+		name:   "instance hands the object over to another instance than the drain names",
+		req:    labelRequest{op: admissionv1.Update, username: testInstance, oldShard: present("a"), newShard: present("c"), oldDrain: present("b")},
+		reason: reasonDrainLabel,
+	}, {
+		name:   "instance sets the drain's target but keeps the drain label",
+		req:    labelRequest{op: admissionv1.Update, username: testInstance, oldShard: present("a"), newShard: present("b"), oldDrain: present("b"), newDrain: present("b")},
+		reason: reasonShardLabel,
+	}, {
+		name:   "instance sets the shard label to the drain's target of another value",
+		req:    labelRequest{op: admissionv1.Update, username: testInstance, oldShard: present("a"), newShard: present("b"), oldDrain: present("b"), newDrain: present("c")},
+		reason: reasonDrainLabel,
+	}, {
+		name:   "instance hands over a drain that names no target",
+		req:    labelRequest{op: admissionv1.Update, username: testInstance, oldShard: present("a"), newShard: present("true"), oldDrain: present("true")},
+		reason: reasonDrainLabel,
+	}, {
+		name:   "instance hands over to a drain value that is not an instance ID",
+		req:    labelRequest{op: admissionv1.Update, username: testInstance, oldShard: present("a"), newShard: present(""), oldDrain: present("")},
+		reason: reasonDrainLabel,
+	}, {
+		name:   "instance hands a released object over (no instance holds it)",
+		req:    labelRequest{op: admissionv1.Update, username: testInstance, newShard: present("b"), oldDrain: present("b")},
+		reason: reasonDrainLabel,
+	}, {
+		name:   "instance adds a drain label naming another instance",
+		req:    labelRequest{op: admissionv1.Update, username: testInstance, oldShard: present("a"), newShard: present("a"), newDrain: present("b")},
+		reason: reasonDrainLabel,
+	}, {
+		name:   "instance sets the shard label to another instance without a drain",
+		req:    labelRequest{op: admissionv1.Update, username: testInstance, oldShard: present("a"), newShard: present("b")},
+		reason: reasonShardLabel,
 	}, {
 		name:    "create with the chosen instance",
 		req:     labelRequest{op: admissionv1.Create, username: testInstance, newShard: present("a")},

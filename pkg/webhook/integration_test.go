@@ -26,6 +26,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	sharderdrain "github.com/sharder-dev/sharder/pkg/drain"
 	"github.com/sharder-dev/sharder/pkg/ring"
 	"github.com/sharder-dev/sharder/pkg/webhook"
 	"github.com/sharder-dev/sharder/pkg/webhook/internal/pki"
@@ -136,6 +137,35 @@ func TestLabelsProtected(t *testing.T) {
 		owned := labelled(ns, "not-drained", map[string]string{shard: "inst-a"})
 		g.Expect(sh.Create(ctx, owned)).To(Succeed())
 		expectDenied(g, relabel(inst, owned, ack), shard)
+	})
+
+	t.Run("an instance hands a drained object over to the drain's target, and only so", func(t *testing.T) {
+		g := NewWithT(t)
+		cm := labelled(ns, "handed-over", map[string]string{shard: "inst-a", drain: "inst-b"})
+		g.Expect(sh.Create(ctx, cm)).To(Succeed())
+
+		expectDenied(g, relabel(alice, cm, func(l map[string]string) { l[shard] = "inst-b"; delete(l, drain) }),
+			"acknowledges a drain", "spec.instanceServiceAccounts")
+		expectDenied(g, relabel(inst, cm, func(l map[string]string) { l[shard] = "inst-c"; delete(l, drain) }), drain)
+		expectDenied(g, relabel(inst, cm, func(l map[string]string) { l[shard] = "inst-b" }), shard)
+		expectDenied(g, relabel(inst, cm, func(l map[string]string) { l[drain] = "inst-c" }), drain)
+
+		// The instance library's acknowledgement, as sent.
+		g.Expect(sh.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
+		g.Expect(sharderdrain.Acknowledge(ctx, inst, cm, r.Name)).To(Succeed())
+		g.Expect(sh.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
+		g.Expect(cm.Labels).To(HaveKeyWithValue(shard, "inst-b"))
+		g.Expect(cm.Labels).NotTo(HaveKey(drain))
+
+		// Handing over a drain that names no target is not an acknowledgement.
+		legacy := labelled(ns, "legacy-drain", map[string]string{shard: "inst-a", drain: sharderdrain.NoTarget})
+		g.Expect(sh.Create(ctx, legacy)).To(Succeed())
+		expectDenied(g, relabel(inst, legacy, func(l map[string]string) { l[shard] = sharderdrain.NoTarget; delete(l, drain) }), drain)
+		g.Expect(sh.Get(ctx, client.ObjectKeyFromObject(legacy), legacy)).To(Succeed())
+		g.Expect(sharderdrain.Acknowledge(ctx, inst, legacy, r.Name)).To(Succeed())
+		g.Expect(sh.Get(ctx, client.ObjectKeyFromObject(legacy), legacy)).To(Succeed())
+		g.Expect(legacy.Labels).NotTo(HaveKey(shard))
+		g.Expect(legacy.Labels).NotTo(HaveKey(drain))
 	})
 
 	t.Run("a child created with its owner's label is allowed, with another label denied", func(t *testing.T) {

@@ -101,8 +101,9 @@ type ControllerRingSpec struct {
 	DrainTimeout *metav1.Duration `json:"drainTimeout,omitempty"`
 
 	// InstanceServiceAccounts are the identities of the ring's instances: the
-	// webhook lets only them (and the sharder) acknowledge a drain by removing
-	// both labels.
+	// webhook lets only them (and the sharder) acknowledge a drain: remove the
+	// drain label and hand the object over to the instance it names, or
+	// remove both labels.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
