@@ -12,6 +12,9 @@ import (
 	"os"
 	"time"
 
+	"k8s.io/utils/ptr"
+	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
+
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -59,6 +62,10 @@ type options struct {
 	kubeAPIQPS              float32
 	kubeAPIBurst            int
 	zap                     zap.Options
+	// repeatedRun lets run start in a process that ran it before (the
+	// tests): controller-runtime refuses a controller name it has seen in
+	// the process, since the metrics of the two would mix.
+	repeatedRun bool
 }
 
 // parseFlags reads args (without the program name). Defaults that depend on
@@ -176,6 +183,7 @@ func run(ctx context.Context, o *options) error {
 		HealthProbeBindAddress: o.healthProbeBindAddress,
 		// No leader election: every instance works, on its own objects.
 		LeaderElection: false,
+		Controller:     crconfig.Controller{SkipNameValidation: ptr.To(o.repeatedRun)},
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,6 +135,7 @@ func TestRun(t *testing.T) {
 		func(string) string { return "" })
 	g.Expect(err).NotTo(HaveOccurred())
 
+	o.repeatedRun = true // go test -count=N runs this test N times in one process
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
@@ -141,6 +143,11 @@ func TestRun(t *testing.T) {
 
 	lease := &coordinationv1.Lease{}
 	g.Eventually(func(g Gomega) {
+		select {
+		case err := <-done: // an operator that stopped never holds its Lease: say why at once
+			StopTrying(fmt.Sprintf("the operator stopped before holding its Lease: run returned %v", err)).Now()
+		default:
+		}
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "op-0"}, lease)).To(Succeed())
 		g.Expect(lease.Labels).To(HaveKeyWithValue(sharderv1alpha1.LabelRing, "etcd"))
 		g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal("op-0")))
