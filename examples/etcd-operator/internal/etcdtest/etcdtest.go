@@ -5,6 +5,7 @@ package etcdtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,6 +27,9 @@ type Cluster struct {
 	binary  string
 	token   string
 	members []*Member
+	// ending is set when the test's cleanup stops the members: an exit
+	// then is no failed start to try again.
+	ending atomic.Bool
 }
 
 // Member is one etcd process of a Cluster.
@@ -60,7 +65,39 @@ func StartContext(ctx context.Context, t testing.TB, names ...string) (*Cluster,
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{t: t, binary: filepath.Join(assets, "etcd"), token: fmt.Sprintf("etcdtest-%d", time.Now().UnixNano())}
+	binary := filepath.Join(assets, "etcd")
+	var lastErr error
+	for range startAttempts {
+		c, err := start(ctx, t, binary, names)
+		if err == nil {
+			return c, nil
+		}
+		lastErr = err
+		if !errors.Is(err, errExited) || ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, lastErr
+}
+
+// startAttempts is how often StartContext starts a cluster whose member
+// exits before it is healthy. The ports are free when chosen but not
+// reserved: another process (an outgoing connection's ephemeral port, the
+// tests of other packages) may take one before etcd listens on it, and etcd
+// then exits. Each attempt chooses new ports.
+const startAttempts = 3
+
+// ErrTestEnded reports a start that the test's end cut short: its cleanup
+// stopped the members (or found them not started yet).
+var ErrTestEnded = errors.New("the test ended before the cluster was healthy")
+
+// errExited reports a member that exited before it answered /health.
+var errExited = errors.New("exited before it was healthy")
+
+// start makes one attempt of StartContext; on failure the members it
+// started are stopped.
+func start(ctx context.Context, t testing.TB, binary string, names []string) (*Cluster, error) {
+	c := &Cluster{t: t, binary: binary, token: fmt.Sprintf("etcdtest-%d", time.Now().UnixNano())}
 	dir := t.TempDir()
 	for _, name := range names {
 		client, err := freeAddr()
@@ -80,17 +117,25 @@ func StartContext(ctx context.Context, t testing.TB, names ...string) (*Cluster,
 		})
 	}
 	t.Cleanup(func() {
+		c.ending.Store(true)
 		for _, m := range c.members {
 			m.stop()
 		}
 	})
+	stopAll := func() {
+		for _, m := range c.members {
+			m.stop()
+		}
+	}
 	for _, m := range c.members {
 		if err := c.start(m); err != nil {
+			stopAll()
 			return nil, err
 		}
 	}
 	for _, m := range c.members {
 		if err := c.waitHealthy(ctx, m); err != nil {
+			stopAll()
 			return nil, err
 		}
 	}
@@ -149,14 +194,20 @@ func (c *Cluster) start(m *Member) error {
 		"--log-level=warn",
 	)
 	cmd.Stdout, cmd.Stderr = log, log
+	// Under the member's lock, so that the test's cleanup, which sets
+	// ending and then stops each member under its lock, either stops this
+	// process or finds it never started.
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c.ending.Load() {
+		return fmt.Errorf("not starting %s: %w", m.Name, ErrTestEnded)
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s: %w", m.Name, err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	m.mu.Lock()
 	m.cmd, m.done = cmd, done
-	m.mu.Unlock()
 	return nil
 }
 
@@ -203,7 +254,19 @@ func (c *Cluster) waitHealthy(ctx context.Context, m *Member) error {
 				return nil
 			}
 		}
+		m.mu.Lock()
+		done := m.done
+		m.mu.Unlock()
 		select {
+		case <-done:
+			if c.ending.Load() {
+				return fmt.Errorf("%s: %w", m.Name, ErrTestEnded)
+			}
+			out, _ := os.ReadFile(m.logPath)
+			if len(out) > 4000 {
+				out = out[len(out)-4000:]
+			}
+			return fmt.Errorf("%s (%s) %w:\n%s", m.Name, m.ClientURL, errExited, out)
 		case <-ctx.Done():
 			out, _ := os.ReadFile(m.logPath)
 			if len(out) > 4000 {
