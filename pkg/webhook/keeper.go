@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -179,43 +180,65 @@ func (k *keeper) keepMeta(cfg client.Object, owners []metav1.OwnerReference) boo
 
 // writeValidating writes the ValidatingWebhookConfiguration of the rings.
 func (k *keeper) writeValidating(ctx context.Context, active []v1alpha1.ControllerRing, p configParams, owners []metav1.OwnerReference) error {
-	log := logf.FromContext(ctx).WithValues("configuration", k.opts.ConfigurationName)
 	desired := buildConfiguration(active, p)
-	desired.OwnerReferences = owners
-	current := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	return writeConfiguration(ctx, k, desired, &admissionregistrationv1.ValidatingWebhookConfiguration{},
+		func(c *admissionregistrationv1.ValidatingWebhookConfiguration) *[]admissionregistrationv1.ValidatingWebhook {
+			return &c.Webhooks
+		},
+		func(w *admissionregistrationv1.ValidatingWebhook) *admissionregistrationv1.WebhookClientConfig {
+			return &w.ClientConfig
+		},
+		p, owners)
+}
+
+// writeConfiguration creates desired, or updates the configuration of its
+// name (read into current, empty) to it, for a validating or a mutating
+// configuration: webhooksOf gives a configuration's webhooks, clientConfigOf
+// a webhook's client configuration. With cert-manager injecting the CA
+// bundle, the bundle it injected is kept.
+func writeConfiguration[C client.Object, W any](ctx context.Context, k *keeper, desired, current C,
+	webhooksOf func(C) *[]W, clientConfigOf func(*W) *admissionregistrationv1.WebhookClientConfig,
+	p configParams, owners []metav1.OwnerReference) error {
+	kind := strings.TrimPrefix(fmt.Sprintf("%T", current), "*v1.")
+	webhooks := webhooksOf(desired)
+	log := logf.FromContext(ctx).WithValues("configuration", k.opts.ConfigurationName, "kind", kind)
+	desired.SetOwnerReferences(owners)
 	err := k.client.Get(ctx, types.NamespacedName{Name: k.opts.ConfigurationName}, current)
 	if apierrors.IsNotFound(err) {
 		if err := k.client.Create(ctx, desired); err != nil {
-			return fmt.Errorf("creating ValidatingWebhookConfiguration %s: %w", desired.Name, err)
+			return fmt.Errorf("creating %s %s: %w", kind, desired.GetName(), err)
 		}
-		log.Info("Created the webhook configuration", "webhooks", len(desired.Webhooks))
+		log.Info("Created the webhook configuration", "webhooks", len(*webhooks))
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("reading ValidatingWebhookConfiguration %s: %w", k.opts.ConfigurationName, err)
+		return fmt.Errorf("reading %s %s: %w", kind, k.opts.ConfigurationName, err)
 	}
 	if p.injectFrom != "" {
 		// cert-manager owns the bundle: keep what it injected.
 		var injected []byte
-		for _, w := range current.Webhooks {
-			if len(w.ClientConfig.CABundle) > 0 {
-				injected = w.ClientConfig.CABundle
+		for i := range *webhooksOf(current) {
+			if bundle := clientConfigOf(&(*webhooksOf(current))[i]).CABundle; len(bundle) > 0 {
+				injected = bundle
 			}
 		}
-		for i := range desired.Webhooks {
-			desired.Webhooks[i].ClientConfig.CABundle = injected
+		for i := range *webhooks {
+			clientConfigOf(&(*webhooks)[i]).CABundle = injected
 		}
 	}
-	updated := current.DeepCopy()
+	updated, ok := current.DeepCopyObject().(C)
+	if !ok {
+		return fmt.Errorf("copying %s %s", kind, current.GetName())
+	}
 	metaChanged := k.keepMeta(updated, owners)
-	if !metaChanged && equality.Semantic.DeepEqual(current.Webhooks, desired.Webhooks) {
+	if !metaChanged && equality.Semantic.DeepEqual(*webhooksOf(current), *webhooks) {
 		return nil
 	}
-	updated.Webhooks = desired.Webhooks
+	*webhooksOf(updated) = *webhooks
 	if err := k.client.Update(ctx, updated); err != nil {
-		return fmt.Errorf("updating ValidatingWebhookConfiguration %s: %w", updated.Name, err)
+		return fmt.Errorf("updating %s %s: %w", kind, updated.GetName(), err)
 	}
-	log.Info("Updated the webhook configuration", "webhooks", len(desired.Webhooks))
+	log.Info("Updated the webhook configuration", "webhooks", len(*webhooks))
 	return nil
 }
 

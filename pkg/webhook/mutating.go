@@ -3,17 +3,12 @@ package webhook
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
@@ -100,46 +95,16 @@ func createRules(spec *v1alpha1.ControllerRingSpec) []admissionregistrationv1.Ru
 // writeMutating writes the MutatingWebhookConfiguration of the rings in
 // admission mode, or deletes it when there is none.
 func (k *keeper) writeMutating(ctx context.Context, active []v1alpha1.ControllerRing, p configParams, owners []metav1.OwnerReference) error {
-	const kind = "MutatingWebhookConfiguration"
 	desired := buildMutatingConfiguration(active, p)
 	if desired == nil {
-		return k.deleteManaged(ctx, kind, &admissionregistrationv1.MutatingWebhookConfiguration{})
+		return k.deleteManaged(ctx, "MutatingWebhookConfiguration", &admissionregistrationv1.MutatingWebhookConfiguration{})
 	}
-	log := logf.FromContext(ctx).WithValues("configuration", k.opts.ConfigurationName, "kind", kind)
-	desired.OwnerReferences = owners
-	current := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	err := k.client.Get(ctx, types.NamespacedName{Name: k.opts.ConfigurationName}, current)
-	if apierrors.IsNotFound(err) {
-		if err := k.client.Create(ctx, desired); err != nil {
-			return fmt.Errorf("creating %s %s: %w", kind, desired.Name, err)
-		}
-		log.Info("Created the webhook configuration", "webhooks", len(desired.Webhooks))
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("reading %s %s: %w", kind, k.opts.ConfigurationName, err)
-	}
-	if p.injectFrom != "" {
-		// cert-manager owns the bundle: keep what it injected.
-		var injected []byte
-		for _, w := range current.Webhooks {
-			if len(w.ClientConfig.CABundle) > 0 {
-				injected = w.ClientConfig.CABundle
-			}
-		}
-		for i := range desired.Webhooks {
-			desired.Webhooks[i].ClientConfig.CABundle = injected
-		}
-	}
-	updated := current.DeepCopy()
-	metaChanged := k.keepMeta(updated, owners)
-	if !metaChanged && equality.Semantic.DeepEqual(current.Webhooks, desired.Webhooks) {
-		return nil
-	}
-	updated.Webhooks = desired.Webhooks
-	if err := k.client.Update(ctx, updated); err != nil {
-		return fmt.Errorf("updating %s %s: %w", kind, updated.Name, err)
-	}
-	log.Info("Updated the webhook configuration", "webhooks", len(desired.Webhooks))
-	return nil
+	return writeConfiguration(ctx, k, desired, &admissionregistrationv1.MutatingWebhookConfiguration{},
+		func(c *admissionregistrationv1.MutatingWebhookConfiguration) *[]admissionregistrationv1.MutatingWebhook {
+			return &c.Webhooks
+		},
+		func(w *admissionregistrationv1.MutatingWebhook) *admissionregistrationv1.WebhookClientConfig {
+			return &w.ClientConfig
+		},
+		p, owners)
 }
