@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -87,23 +88,51 @@ func formatID(id uint64) string {
 // errNoEndpoints: no member pod has an address yet, so there is nobody to ask.
 var errNoEndpoints = errors.New("no member has an address yet")
 
+// etcdAccess is how the operator authenticates to a cluster's etcd. The zero
+// value is plain HTTP without credentials.
+type etcdAccess struct {
+	// TLS, when set, is the client's TLS configuration (server CA and, for
+	// client certificate authentication, the operator's certificate).
+	TLS *tls.Config
+	// Username and Password, when set, authenticate with etcd's basic auth.
+	Username, Password string
+}
+
+// newEtcdClient opens a client to a cluster's etcd at endpoints (client URLs
+// of its members). Every connection the operator makes to etcd is opened
+// here. The client lives as long as ctx or until it is closed; dialing is
+// bounded by timeout.
+func newEtcdClient(ctx context.Context, access etcdAccess, endpoints []string, timeout time.Duration) (*clientv3.Client, error) {
+	if len(endpoints) == 0 {
+		return nil, errNoEndpoints
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: timeout,
+		Context:     ctx,
+		TLS:         access.TLS,
+		Username:    access.Username,
+		Password:    access.Password,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	return cli, nil
+}
+
 // observeEtcd asks etcd, through endpoints (client URLs of the members), for
 // its member list, then asks every endpoint for its own status. Every call is
 // bounded by timeout and by ctx; the client is closed before it returns.
-func observeEtcd(ctx context.Context, endpoints []string, timeout time.Duration) etcdView {
+func observeEtcd(ctx context.Context, access etcdAccess, endpoints []string, timeout time.Duration) etcdView {
 	if len(endpoints) == 0 {
 		return etcdView{err: errNoEndpoints}
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		DialTimeout: timeout,
-		Context:     ctx,
-		Logger:      zap.NewNop(),
-	})
+	cli, err := newEtcdClient(ctx, access, endpoints, timeout)
 	if err != nil {
-		return etcdView{err: fmt.Errorf("etcd client: %w", err)}
+		return etcdView{err: err}
 	}
 	defer func() { _ = cli.Close() }()
 
@@ -170,7 +199,7 @@ func memberEndpoints(c *etcdv1alpha1.EtcdCluster, pods []corev1.Pod) []string {
 		if p.DeletionTimestamp != nil || p.Status.PodIP == "" {
 			continue
 		}
-		out = append(out, "http://"+net.JoinHostPort(p.Status.PodIP, port))
+		out = append(out, clientScheme(spec(c))+"://"+net.JoinHostPort(p.Status.PodIP, port))
 	}
 	sort.Strings(out)
 	return out

@@ -31,7 +31,7 @@ func TestObserveRealEtcd(t *testing.T) {
 	local := etcdtest.Start(t, "main-0", "main-1", "main-2")
 	c := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "main"}, Spec: etcdv1alpha1.EtcdClusterSpec{Size: 3}}
 	s := spec(c)
-	observe := func() etcdView { return observeEtcd(ctx, local.ClientURLs(), 3*time.Second) }
+	observe := func() etcdView { return observeEtcd(ctx, etcdAccess{}, local.ClientURLs(), 3*time.Second) }
 	phaseFrom := func(prev etcdv1alpha1.EtcdClusterPhase, v etcdView) etcdv1alpha1.EtcdClusterPhase {
 		healthy := v.healthyVoters()
 		serving := v.answered() && v.leaderID != 0 && healthy >= quorum(3)
@@ -89,7 +89,7 @@ func TestObserveRealEtcd(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	v = observeEtcd(ctx, local.ClientURLs(), 2*time.Second)
+	v = observeEtcd(ctx, etcdAccess{}, local.ClientURLs(), 2*time.Second)
 	g.Expect(v.err).To(HaveOccurred())
 	g.Expect(time.Since(start)).To(BeNumerically("<", 10*time.Second))
 	g.Expect(phaseFrom(etcdv1alpha1.EtcdClusterPhaseRunning, v)).To(Equal(etcdv1alpha1.EtcdClusterPhaseFailed))
@@ -116,18 +116,18 @@ func TestObserveRealEtcd(t *testing.T) {
 // nothing listens each end with an error, promptly.
 func TestObserveBounded(t *testing.T) {
 	g := NewWithT(t)
-	v := observeEtcd(t.Context(), nil, time.Second)
+	v := observeEtcd(t.Context(), etcdAccess{}, nil, time.Second)
 	g.Expect(errors.Is(v.err, errNoEndpoints)).To(BeTrue())
 
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	start := time.Now()
-	v = observeEtcd(ctx, []string{"http://127.0.0.1:1"}, 30*time.Second)
+	v = observeEtcd(ctx, etcdAccess{}, []string{"http://127.0.0.1:1"}, 30*time.Second)
 	g.Expect(v.err).To(HaveOccurred())
 	g.Expect(time.Since(start)).To(BeNumerically("<", 5*time.Second))
 
 	start = time.Now()
-	v = observeEtcd(t.Context(), []string{"http://127.0.0.1:1"}, time.Second)
+	v = observeEtcd(t.Context(), etcdAccess{}, []string{"http://127.0.0.1:1"}, time.Second)
 	g.Expect(v.err).To(HaveOccurred())
 	g.Expect(time.Since(start)).To(BeNumerically("<", 5*time.Second))
 }
@@ -200,7 +200,7 @@ func TestMemberSettingsRunEtcd(t *testing.T) {
 	endpoint := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
 	var v etcdView
 	g.Eventually(func(g Gomega) {
-		v = observeEtcd(t.Context(), []string{endpoint}, 2*time.Second)
+		v = observeEtcd(t.Context(), etcdAccess{}, []string{endpoint}, 2*time.Second)
 		g.Expect(v.err).NotTo(HaveOccurred())
 		g.Expect(v.healthyVoters()).To(Equal(int32(1)))
 	}).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())

@@ -126,17 +126,22 @@ func memberHost(c *etcdv1alpha1.EtcdCluster, i int32) string {
 	return fmt.Sprintf("%s.%s.%s.svc", memberName(c, i), peerServiceName(c), c.Namespace)
 }
 
+// clientScheme and peerScheme are the URL schemes of a cluster's client and
+// peer traffic. Every URL of a member is built with them.
+func clientScheme(etcdv1alpha1.EtcdClusterSpec) string { return "http" }
+func peerScheme(etcdv1alpha1.EtcdClusterSpec) string   { return "http" }
+
 func peerURL(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec, i int32) string {
-	return fmt.Sprintf("http://%s:%d", memberHost(c, i), s.Network.PeerPort)
+	return fmt.Sprintf("%s://%s:%d", peerScheme(s), memberHost(c, i), s.Network.PeerPort)
 }
 
 func clientURL(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec, i int32) string {
-	return fmt.Sprintf("http://%s:%d", memberHost(c, i), s.Network.ClientPort)
+	return fmt.Sprintf("%s://%s:%d", clientScheme(s), memberHost(c, i), s.Network.ClientPort)
 }
 
 // clientEndpoint is the URL of the client Service.
 func clientEndpoint(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec) string {
-	return fmt.Sprintf("http://%s.%s.svc:%d", clientServiceName(c), c.Namespace, s.Network.ClientPort)
+	return fmt.Sprintf("%s://%s.%s.svc:%d", clientScheme(s), clientServiceName(c), c.Namespace, s.Network.ClientPort)
 }
 
 // envName turns an etcd flag name into the environment variable etcd reads
@@ -163,8 +168,8 @@ func configData(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec) map
 	data["ETCD_INITIAL_CLUSTER_STATE"] = "new"
 	data["ETCD_INITIAL_CLUSTER_TOKEN"] = c.Namespace + "-" + c.Name + "-" + string(c.UID)
 	data["ETCD_DATA_DIR"] = strings.TrimSuffix(s.Advanced.DataDir, "/") + "/data"
-	data["ETCD_LISTEN_PEER_URLS"] = fmt.Sprintf("http://0.0.0.0:%d", s.Network.PeerPort)
-	data["ETCD_LISTEN_CLIENT_URLS"] = fmt.Sprintf("http://0.0.0.0:%d", s.Network.ClientPort)
+	data["ETCD_LISTEN_PEER_URLS"] = fmt.Sprintf("%s://0.0.0.0:%d", peerScheme(s), s.Network.PeerPort)
+	data["ETCD_LISTEN_CLIENT_URLS"] = fmt.Sprintf("%s://0.0.0.0:%d", clientScheme(s), s.Network.ClientPort)
 	return data
 }
 
@@ -252,8 +257,8 @@ func buildStatefulSet(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpe
 			{Name: "ETCD_NAME", ValueFrom: &corev1.EnvVarSource{
 				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"},
 			}},
-			{Name: "ETCD_INITIAL_ADVERTISE_PEER_URLS", Value: fmt.Sprintf("http://%s:%d", host, s.Network.PeerPort)},
-			{Name: "ETCD_ADVERTISE_CLIENT_URLS", Value: fmt.Sprintf("http://%s:%d", host, s.Network.ClientPort)},
+			{Name: "ETCD_INITIAL_ADVERTISE_PEER_URLS", Value: fmt.Sprintf("%s://%s:%d", peerScheme(s), host, s.Network.PeerPort)},
+			{Name: "ETCD_ADVERTISE_CLIENT_URLS", Value: fmt.Sprintf("%s://%s:%d", clientScheme(s), host, s.Network.ClientPort)},
 		},
 		Resources: corev1.ResourceRequirements{Requests: s.Resources.Requests, Limits: s.Resources.Limits},
 		ReadinessProbe: &corev1.Probe{
