@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 )
@@ -96,6 +97,13 @@ type etcdAccess struct {
 	TLS *tls.Config
 	// Username and Password, when set, authenticate with etcd's basic auth.
 	Username, Password string
+}
+
+// clusterAccess returns how to authenticate to c's etcd, reading what it
+// needs (certificates, credentials) through reader. Every controller that
+// talks to a cluster's etcd asks here.
+func clusterAccess(_ context.Context, _ client.Reader, _ *etcdv1alpha1.EtcdCluster) (etcdAccess, error) {
+	return etcdAccess{}, nil
 }
 
 // newEtcdClient opens a client to a cluster's etcd at endpoints (client URLs

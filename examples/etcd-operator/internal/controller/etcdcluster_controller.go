@@ -266,7 +266,11 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *etcdv1alpha1.EtcdCl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	view := observeEtcd(ctx, etcdAccess{}, r.opts.Endpoints(c, pods), r.opts.EtcdTimeout)
+	access, err := clusterAccess(ctx, r.client, c)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	view := observeEtcd(ctx, access, r.opts.Endpoints(c, pods), r.opts.EtcdTimeout)
 	if view.err != nil && ctx.Err() != nil {
 		// Cancelled (the instance stops or hands the cluster over): say
 		// nothing about etcd rather than that it did not answer.
