@@ -16,6 +16,8 @@ const (
 	DefaultDataDir    = "/var/lib/etcd"
 	// DefaultStorageSize is the size of each member's volume.
 	DefaultStorageSize = "10Gi"
+	// MaxSize is the largest size.
+	MaxSize = 9
 )
 
 // EtcdClusterSpec is the desired state of an etcd cluster.
@@ -173,8 +175,7 @@ type EtcdAdvancedSpec struct {
 // +kubebuilder:validation:Enum=Creating;Running;Scaling;Upgrading;Failed;Deleting
 type EtcdClusterPhase string
 
-// Phases. Scaling and Upgrading are reserved for member management, which
-// this version of the operator does not do.
+// Phases.
 const (
 	// EtcdClusterPhaseCreating: the cluster's objects exist or are being
 	// created, and etcd has not yet answered with every member healthy and
@@ -184,8 +185,13 @@ const (
 	// desired voting members, each healthy, and every member pod was ready;
 	// the cluster stays Running while etcd answers with a leader and a
 	// quorum of healthy, ready members.
-	EtcdClusterPhaseRunning   EtcdClusterPhase = "Running"
-	EtcdClusterPhaseScaling   EtcdClusterPhase = "Scaling"
+	EtcdClusterPhaseRunning EtcdClusterPhase = "Running"
+	// EtcdClusterPhaseScaling: a cluster that ran is adding or removing
+	// members, one at a time (to a new size, or replacing a member whose
+	// data was lost); the Progressing condition says which step runs.
+	EtcdClusterPhaseScaling EtcdClusterPhase = "Scaling"
+	// EtcdClusterPhaseUpgrading: a cluster that ran is restarting its
+	// members on a new version, one at a time.
 	EtcdClusterPhaseUpgrading EtcdClusterPhase = "Upgrading"
 	// EtcdClusterPhaseFailed: an object of the cluster could not be created
 	// or updated, or a running cluster lost its quorum (etcd no longer
@@ -208,6 +214,11 @@ const (
 	// ConditionReady is True when etcd lists exactly the desired voting
 	// members and every one of them is healthy and ready.
 	ConditionReady = "Ready"
+	// ConditionProgressing is True while the operator changes the
+	// membership (adds, promotes, removes or restarts a member) or waits to
+	// do so; its reason and message name the step. False with
+	// MembersStable when there is nothing to do.
+	ConditionProgressing = "Progressing"
 )
 
 // Condition reasons of an EtcdCluster; the phase Failed carries one of the
@@ -224,9 +235,24 @@ const (
 	// an address yet), or etcd has no leader.
 	ReasonEtcdUnreachable = "EtcdUnreachable"
 	// ReasonMembersMismatch: etcd lists other voting members than the spec
-	// asks for (member management is not done by this version).
+	// asks for (while scaling, or members the operator did not add).
 	ReasonMembersMismatch = "MembersMismatch"
 	ReasonDeleting        = "Deleting"
+)
+
+// Reasons of the Progressing condition, and of the events of its steps.
+const (
+	ReasonMembersStable            = "MembersStable"
+	ReasonBootstrapping            = "Bootstrapping"
+	ReasonAddingLearner            = "AddingLearner"
+	ReasonStartingMember           = "StartingMember"
+	ReasonPromotingLearner         = "PromotingLearner"
+	ReasonRemovingMember           = "RemovingMember"
+	ReasonMovingLeader             = "MovingLeader"
+	ReasonReplacingMember          = "ReplacingMember"
+	ReasonRestartingMember         = "RestartingMember"
+	ReasonWaitingForHealthyMembers = "WaitingForHealthyMembers"
+	ReasonWaitingForQuorum         = "WaitingForQuorum"
 )
 
 // EtcdMember is one member of a cluster: a pod of its StatefulSet.
@@ -251,15 +277,18 @@ type EtcdMember struct {
 	// Healthy is true when the member itself answered the operator's
 	// status request, in the cluster etcd reports, without errors.
 	Healthy bool `json:"healthy"`
+	// Version is the etcd version the member reported, when healthy.
+	// +optional
+	Version string `json:"version,omitempty"`
 }
 
 // EtcdClusterStatus is the observed state of an etcd cluster.
 type EtcdClusterStatus struct {
-	// Phase: Creating, Running, Failed or Deleting.
+	// Phase: Creating, Running, Scaling, Upgrading, Failed or Deleting.
 	// +optional
 	Phase EtcdClusterPhase `json:"phase,omitempty"`
 
-	// Conditions: ResourcesReady, Available, Ready.
+	// Conditions: ResourcesReady, Available, Ready, Progressing.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -49,12 +49,13 @@ type child struct {
 
 // children returns the desired children of c in the order they are made:
 // configuration first, Services before the StatefulSet that names them.
-func (r *Reconciler) children(c *etcdv1alpha1.EtcdCluster) []child {
+// replicas is the StatefulSet's replica count (see nextReplicas).
+func (r *Reconciler) children(c *etcdv1alpha1.EtcdCluster, replicas int32) []child {
 	s := spec(c)
 	cm := buildConfigMap(c, s)
 	peer := buildPeerService(c, s)
 	clientSvc := buildClientService(c, s)
-	sts := buildStatefulSet(c, s, hashData(cm.Data))
+	sts := buildStatefulSet(c, s, hashData(cm.Data), replicas)
 	pdb := buildPDB(c, s)
 	return []child{
 		{desired: cm, update: func(o client.Object) bool {
@@ -248,7 +249,7 @@ func mergeLabels(obj client.Object, want map[string]string) bool {
 func (r *Reconciler) deleteChildren(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (int, error) {
 	remaining := 0
 	var errs []error
-	for _, ch := range r.children(c) {
+	for _, ch := range r.children(c, 0) {
 		obj := ch.desired.DeepCopyObject().(client.Object)
 		kind := kindOf(obj)
 		key := client.ObjectKeyFromObject(obj)

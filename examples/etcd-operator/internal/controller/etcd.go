@@ -40,6 +40,9 @@ type etcdMemberView struct {
 	// healthy: the member answered a status request at one of the
 	// endpoints, in the same cluster, knowing a leader, without errors.
 	healthy bool
+	// endpoint is where it answered and version the etcd version it
+	// reported; both "" unless healthy.
+	endpoint, version string
 }
 
 // answered reports whether etcd answered the (linearizable, so quorum-backed)
@@ -157,7 +160,8 @@ func observeEtcd(ctx context.Context, access etcdAccess, endpoints []string, tim
 
 	// Each endpoint answers for the member behind it.
 	type answer struct {
-		member, leader uint64
+		member, leader    uint64
+		endpoint, version string
 	}
 	var (
 		mu      sync.Mutex
@@ -171,7 +175,7 @@ func observeEtcd(ctx context.Context, access etcdAccess, endpoints []string, tim
 				return
 			}
 			mu.Lock()
-			answers = append(answers, answer{member: st.Header.MemberId, leader: st.Leader})
+			answers = append(answers, answer{member: st.Header.MemberId, leader: st.Leader, endpoint: ep, version: st.Version})
 			mu.Unlock()
 		})
 	}
@@ -184,6 +188,7 @@ func observeEtcd(ctx context.Context, access etcdAccess, endpoints []string, tim
 		for i := range view.members {
 			if view.members[i].id == a.member {
 				view.members[i].healthy = true
+				view.members[i].endpoint, view.members[i].version = a.endpoint, a.version
 			}
 		}
 		votes[a.leader]++

@@ -52,7 +52,7 @@ func TestObserveRealEtcd(t *testing.T) {
 	g.Expect(v.voters()).To(Equal(int32(3)))
 	leader, ok := v.member(v.leaderID)
 	g.Expect(ok).To(BeTrue(), "the leader %x is a listed member", v.leaderID)
-	members := desiredMembers(c, s, nil, v)
+	members := desiredMembers(c, s, nil, v, func(i int32) string { return peerURL(c, s, i) })
 	g.Expect(members).To(HaveLen(3))
 	for i, m := range members {
 		g.Expect(m.Name).To(Equal(memberName(c, int32(i))))
@@ -76,7 +76,7 @@ func TestObserveRealEtcd(t *testing.T) {
 	}).WithTimeout(20 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
 	g.Expect(v.voters()).To(Equal(int32(3)), "a stopped member is still a member")
 	g.Expect(v.clusterID).NotTo(BeZero())
-	for _, m := range desiredMembers(c, s, nil, v) {
+	for _, m := range desiredMembers(c, s, nil, v, func(i int32) string { return peerURL(c, s, i) }) {
 		g.Expect(m.Healthy).To(Equal(m.Name != memberName(c, int32(stopped))), m.Name)
 	}
 	g.Expect(phaseFrom(etcdv1alpha1.EtcdClusterPhaseCreating, v)).To(Equal(etcdv1alpha1.EtcdClusterPhaseCreating), "never complete: stays Creating")
@@ -93,7 +93,7 @@ func TestObserveRealEtcd(t *testing.T) {
 	g.Expect(v.err).To(HaveOccurred())
 	g.Expect(time.Since(start)).To(BeNumerically("<", 10*time.Second))
 	g.Expect(phaseFrom(etcdv1alpha1.EtcdClusterPhaseRunning, v)).To(Equal(etcdv1alpha1.EtcdClusterPhaseFailed))
-	for _, m := range desiredMembers(c, s, nil, v) {
+	for _, m := range desiredMembers(c, s, nil, v, func(i int32) string { return peerURL(c, s, i) }) {
 		g.Expect(m.Healthy).To(BeFalse(), m.Name)
 	}
 
@@ -171,17 +171,26 @@ func TestMemberSettingsRunEtcd(t *testing.T) {
 	c.Spec.Advanced.DataDir = t.TempDir()
 	s := spec(c)
 	cm := buildConfigMap(c, s)
-	sts := buildStatefulSet(c, s, hashData(cm.Data))
+	sts := buildStatefulSet(c, s, hashData(cm.Data), 1)
 	container := sts.Spec.Template.Spec.Containers[0]
 	env := []string{}
 	for k, v := range cm.Data {
 		env = append(env, k+"="+v)
 	}
 	name := memberName(c, 0)
+	// What the Downward API gives the container: the pod's name, and the
+	// annotations the operator writes before it lets a new cluster's pod start.
+	fields := map[string]string{
+		"metadata.name": name,
+		"metadata.annotations['" + annotationInitialCluster + "']":      name + "=" + peerURL(c, s, 0),
+		"metadata.annotations['" + annotationInitialClusterState + "']": "new",
+	}
 	for _, e := range container.Env {
 		v := e.Value
 		if e.ValueFrom != nil {
-			v = name // metadata.name
+			var ok bool
+			v, ok = fields[e.ValueFrom.FieldRef.FieldPath]
+			g.Expect(ok).To(BeTrue(), "unknown field %s", e.ValueFrom.FieldRef.FieldPath)
 		}
 		env = append(env, e.Name+"="+strings.ReplaceAll(v, "$(ETCD_NAME)", name))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -87,6 +88,16 @@ type Options struct {
 	// reconciled again to ask etcd, which the operator does not watch.
 	// Default: 15s.
 	EtcdCheckInterval time.Duration
+
+	// ProgressInterval is how soon a cluster whose membership is changing
+	// (a learner catching up, a member being added, removed or restarted)
+	// is reconciled again to take the next step. Default: 2s.
+	ProgressInterval time.Duration
+
+	// PeerURL returns the peer URL member ordinal of the cluster
+	// advertises: the URL it is added to etcd with and recognised by.
+	// Default: its stable DNS name through the peer Service (peerURL).
+	PeerURL func(c *etcdv1alpha1.EtcdCluster, ordinal int32) string
 }
 
 func (o Options) withDefaults(c client.Client) Options {
@@ -119,6 +130,12 @@ func (o Options) withDefaults(c client.Client) Options {
 	}
 	if o.EtcdCheckInterval <= 0 {
 		o.EtcdCheckInterval = 15 * time.Second
+	}
+	if o.ProgressInterval <= 0 {
+		o.ProgressInterval = 2 * time.Second
+	}
+	if o.PeerURL == nil {
+		o.PeerURL = func(c *etcdv1alpha1.EtcdCluster, i int32) string { return peerURL(c, spec(c), i) }
 	}
 	return o
 }
@@ -155,11 +172,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		// Pods are owned by the StatefulSet, not the cluster: map them back
-		// by label. Only readiness and the address (where etcd is asked)
-		// matter.
+		// by label. Only creation, deletion, readiness, the address (where
+		// etcd is asked) and the membership gate matter.
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCluster),
 			builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-				return podReady(e.ObjectOld) != podReady(e.ObjectNew) || podIP(e.ObjectOld) != podIP(e.ObjectNew)
+				return podReady(e.ObjectOld) != podReady(e.ObjectNew) || podIP(e.ObjectOld) != podIP(e.ObjectNew) ||
+					podGated(e.ObjectOld) != podGated(e.ObjectNew)
 			}})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).
 		Complete(wrapped)
@@ -178,6 +196,11 @@ func podIP(obj client.Object) string {
 		return pod.Status.PodIP
 	}
 	return ""
+}
+
+func podGated(obj client.Object) bool {
+	pod, ok := obj.(*corev1.Pod)
+	return ok && gated(pod)
 }
 
 func podReady(obj client.Object) bool {
@@ -199,7 +222,7 @@ func podReady(obj client.Object) bool {
 // +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one EtcdCluster's children to its spec and reports what
@@ -242,9 +265,34 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *etcdv1alpha1.EtcdCl
 	logger := log.FromContext(ctx)
 	s := spec(c)
 
+	// What etcd, the StatefulSet and the pods say now decides the
+	// StatefulSet's replicas and the next membership step.
+	sts, err := r.statefulSet(ctx, c)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	pods, err := r.pods(ctx, c)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	access, err := clusterAccess(ctx, r.client, c)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	endpoints := r.opts.Endpoints(c, pods)
+	view := observeEtcd(ctx, access, endpoints, r.opts.EtcdTimeout)
+	if view.err != nil && ctx.Err() != nil {
+		// Cancelled (the instance stops or hands the cluster over): say
+		// nothing about etcd rather than that it did not answer.
+		return ctrl.Result{}, ctx.Err()
+	}
+	configHash := hashData(configData(c, s))
+	ms := r.newMemberState(c, s, sts, pods, endpoints, view, configHash)
+	replicas := ms.nextReplicas()
+
 	failure := ""
 	var failureErr error
-	for _, ch := range r.children(c) {
+	for _, ch := range r.children(c, replicas) {
 		err := r.ensure(ctx, c, ch)
 		var ce *childError
 		if errors.As(err, &ce) {
@@ -258,39 +306,37 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *etcdv1alpha1.EtcdCl
 		}
 	}
 
-	ready, err := r.readyReplicas(ctx, c)
-	if err != nil {
-		return ctrl.Result{}, err
+	var step memberStep
+	if failure == "" && sts != nil {
+		step, err = r.stepMembers(ctx, ms, access, replicas)
+		if err != nil {
+			r.event(c, corev1.EventTypeWarning, "MembershipFailed", "Reconcile", "Membership step failed: %v", err)
+			return ctrl.Result{}, err
+		}
 	}
-	pods, err := r.pods(ctx, c)
-	if err != nil {
-		return ctrl.Result{}, err
+
+	ready := int32(0)
+	if sts != nil {
+		ready = sts.Status.ReadyReplicas
 	}
-	access, err := clusterAccess(ctx, r.client, c)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	view := observeEtcd(ctx, access, r.opts.Endpoints(c, pods), r.opts.EtcdTimeout)
-	if view.err != nil && ctx.Err() != nil {
-		// Cancelled (the instance stops or hands the cluster over): say
-		// nothing about etcd rather than that it did not answer.
-		return ctrl.Result{}, ctx.Err()
-	}
-	members := desiredMembers(c, s, pods, view)
+	members := desiredMembers(c, s, pods, view, ms.peerURL)
 	healthy := view.healthyVoters()
 	serving := view.answered() && view.leaderID != 0 && healthy >= quorum(s.Size)
 
 	prevPhase := c.Status.Phase
 	phase, reason := nextPhase(observation{
-		phase:    prevPhase,
-		reason:   readyReason(c),
-		failure:  failure,
-		size:     s.Size,
-		ready:    ready,
-		serving:  serving,
-		complete: serving && view.voters() == s.Size && healthy >= s.Size,
+		phase:     prevPhase,
+		reason:    readyReason(c),
+		failure:   failure,
+		size:      s.Size,
+		ready:     ready,
+		serving:   serving,
+		complete:  serving && view.voters() == s.Size && healthy >= s.Size,
+		scaling:   ms.scaling(replicas),
+		upgrading: ms.upgrading(),
 	})
 	r.setStatus(c, s, phase, reason, failureErr, ready, members, view)
+	r.setProgress(c, step)
 
 	if phase != prevPhase {
 		logger.Info("Phase changed", "from", prevPhase, "to", phase, "reason", reason)
@@ -310,8 +356,32 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *etcdv1alpha1.EtcdCl
 	if phase == etcdv1alpha1.EtcdClusterPhaseFailed {
 		return ctrl.Result{RequeueAfter: r.opts.RecoveryInterval}, nil
 	}
+	if step.progressing() && sts != nil {
+		return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil
+	}
 	// etcd is not watched: ask it again (leader, health) after a while.
 	return ctrl.Result{RequeueAfter: r.opts.EtcdCheckInterval}, nil
+}
+
+// setProgress writes the membership step into the Progressing condition,
+// and records an event for a step that changed something.
+func (r *Reconciler) setProgress(c *etcdv1alpha1.EtcdCluster, step memberStep) {
+	if step.reason == "" {
+		return
+	}
+	status := metav1.ConditionTrue
+	if !step.progressing() {
+		status = metav1.ConditionFalse
+	}
+	prev := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionProgressing)
+	r.setCondition(c, etcdv1alpha1.ConditionProgressing, status, step.reason, step.message)
+	switch {
+	case step.acted:
+		r.event(c, corev1.EventTypeNormal, step.reason, "Membership", "%s", step.message)
+	case step.progressing() && (prev == nil || prev.Message != step.message):
+		// Waiting: said once per new reason to wait, not every retry.
+		r.event(c, corev1.EventTypeNormal, step.reason, "Membership", "%s", step.message)
+	}
 }
 
 func (r *Reconciler) reconcileDelete(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (ctrl.Result, error) {
@@ -344,21 +414,21 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, c *etcdv1alpha1.EtcdCl
 	return ctrl.Result{}, nil
 }
 
-// readyReplicas is the number of ready members the StatefulSet reports; 0
-// while it does not exist (or not in this instance's cache).
-func (r *Reconciler) readyReplicas(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (int32, error) {
+// statefulSet is the cluster's StatefulSet; nil while it does not exist
+// (or not in this instance's cache), or belongs to someone else.
+func (r *Reconciler) statefulSet(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (*appsv1.StatefulSet, error) {
 	sts := &appsv1.StatefulSet{}
 	err := r.client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: statefulSetName(c)}, sts)
 	if apierrors.IsNotFound(err) {
-		return 0, nil
+		return nil, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("reading StatefulSet: %w", err)
+		return nil, fmt.Errorf("reading StatefulSet: %w", err)
 	}
 	if ref := metav1.GetControllerOf(sts); ref == nil || ref.UID != c.UID {
-		return 0, nil
+		return nil, nil
 	}
-	return sts.Status.ReadyReplicas, nil
+	return sts, nil
 }
 
 // pods lists the cluster's member pods.
@@ -371,9 +441,11 @@ func (r *Reconciler) pods(ctx context.Context, c *etcdv1alpha1.EtcdCluster) ([]c
 }
 
 // desiredMembers lists the desired members, by ordinal, with the readiness
-// their pods report and what etcd says of them (matched by name), followed
-// by any member etcd lists that the spec does not ask for.
-func desiredMembers(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec, pods []corev1.Pod, view etcdView) []etcdv1alpha1.EtcdMember {
+// their pods report and what etcd says of them (matched by name, or by the
+// peer URL peer gives the ordinal for a member that never started),
+// followed by any member etcd lists that the spec does not ask for.
+func desiredMembers(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec, pods []corev1.Pod, view etcdView,
+	peer func(int32) string) []etcdv1alpha1.EtcdMember {
 	ready := map[string]bool{}
 	for i := range pods {
 		ready[pods[i].Name] = podReady(&pods[i])
@@ -384,6 +456,7 @@ func desiredMembers(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec,
 	}
 	members := make([]etcdv1alpha1.EtcdMember, 0, s.Size)
 	desired := map[string]bool{}
+	matched := map[uint64]bool{}
 	for i := int32(0); i < s.Size; i++ {
 		name := memberName(c, i)
 		desired[name] = true
@@ -393,13 +466,22 @@ func desiredMembers(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec,
 			ClientURL: clientURL(c, s, i),
 			Ready:     ready[name],
 		}
-		if e, ok := byName[name]; ok {
-			m.ID, m.IsLearner, m.Healthy = formatID(e.id), e.learner, e.healthy
+		e, ok := byName[name]
+		if !ok {
+			for _, u := range view.members {
+				if u.name == "" && slices.Contains(u.peerURLs, peer(i)) {
+					e, ok = u, true
+				}
+			}
+		}
+		if ok {
+			m.ID, m.IsLearner, m.Healthy, m.Version = formatID(e.id), e.learner, e.healthy, e.version
+			matched[e.id] = true
 		}
 		members = append(members, m)
 	}
 	for _, e := range view.members {
-		if desired[e.name] {
+		if desired[e.name] || matched[e.id] {
 			continue
 		}
 		// A member added but never started has no name yet: its ID names it.
@@ -407,7 +489,7 @@ func desiredMembers(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec,
 		if name == "" {
 			name = formatID(e.id)
 		}
-		m := etcdv1alpha1.EtcdMember{Name: name, ID: formatID(e.id), IsLearner: e.learner, Healthy: e.healthy, Ready: ready[name]}
+		m := etcdv1alpha1.EtcdMember{Name: name, ID: formatID(e.id), IsLearner: e.learner, Healthy: e.healthy, Ready: ready[name], Version: e.version}
 		if len(e.peerURLs) > 0 {
 			m.PeerURL = e.peerURLs[0]
 		}

@@ -2,7 +2,6 @@ package controller_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -81,9 +80,13 @@ func TestLifecycle(t *testing.T) {
 	g.Expect(peer.Spec.ClusterIP).To(Equal(corev1.ClusterIPNone))
 	g.Expect(peer.Spec.PublishNotReadyAddresses).To(BeTrue())
 
+	// Members start when the operator lets them (membership gate) and
+	// restart when it deletes them (OnDelete).
+	g.Expect(sts.Spec.UpdateStrategy.Type).To(Equal(appsv1.OnDeleteStatefulSetStrategyType))
+	g.Expect(sts.Spec.Template.Spec.SchedulingGates).To(ConsistOf(corev1.PodSchedulingGate{Name: "etcd.example.sharder.dev/membership"}))
 	cm := &corev1.ConfigMap{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "lifecycle-config"}, cm)).To(Succeed())
-	g.Expect(strings.Split(cm.Data["ETCD_INITIAL_CLUSTER"], ",")).To(HaveLen(3))
+	g.Expect(cm.Data).NotTo(HaveKey("ETCD_INITIAL_CLUSTER"), "the initial cluster is written on each member's pod")
 
 	pdb := &policyv1.PodDisruptionBudget{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "lifecycle"}, pdb)).To(Succeed())
@@ -273,16 +276,15 @@ func TestSpecChangesAndDrift(t *testing.T) {
 	c.Spec.Version = "3.6.8"
 	c.Spec.Network.ServiceType = corev1.ServiceTypeNodePort
 	g.Expect(env.Client.Update(ctx, c)).To(Succeed())
+	// One member at a time: etcd gets member 3 as a learner, then the
+	// StatefulSet grows by one; no pod starts here, so it stays there.
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(sts), sts)).To(Succeed())
-		g.Expect(*sts.Spec.Replicas).To(BeEquivalentTo(5))
+		g.Expect(*sts.Spec.Replicas).To(BeEquivalentTo(4))
 		g.Expect(sts.Spec.Template.Spec.Containers[0].Image).To(HaveSuffix(":v3.6.8"))
 		pdb := &policyv1.PodDisruptionBudget{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "changes"}, pdb)).To(Succeed())
 		g.Expect(*pdb.Spec.MinAvailable).To(Equal(intstr.FromInt32(3)))
-		cm := &corev1.ConfigMap{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "changes-config"}, cm)).To(Succeed())
-		g.Expect(strings.Split(cm.Data["ETCD_INITIAL_CLUSTER"], ",")).To(HaveLen(5))
 		g.Expect(sts.Spec.Template.Annotations).To(HaveKey("etcd.example.sharder.dev/config-hash"))
 		svc := &corev1.Service{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "changes-client"}, svc)).To(Succeed())
@@ -290,12 +292,14 @@ func TestSpecChangesAndDrift(t *testing.T) {
 		g.Expect(svc.Spec.Ports[0].NodePort).NotTo(BeZero())
 	}, timeout, interval).Should(Succeed())
 
-	// 3 of 5 healthy is a quorum: Running, not Ready (etcd still lists
-	// its 3 members: this version does not add members); the status
+	// 3 of 5 healthy is a quorum: Scaling, not Ready (etcd lists 3 voting
+	// members and the learner, which waits for its pod); the status
 	// describes the new generation.
 	g.Eventually(getCluster(ctx, c), timeout, interval).Should(And(
-		havePhase(etcdv1alpha1.EtcdClusterPhaseRunning),
+		havePhase(etcdv1alpha1.EtcdClusterPhaseScaling),
 		haveCondition(etcdv1alpha1.ConditionReady, metav1.ConditionFalse, etcdv1alpha1.ReasonMembersMismatch),
+		haveCondition(etcdv1alpha1.ConditionProgressing, metav1.ConditionTrue, etcdv1alpha1.ReasonStartingMember),
+		WithTransform(func(got *etcdv1alpha1.EtcdCluster) bool { return got.Status.Members[3].IsLearner }, BeTrue()),
 		WithTransform(func(got *etcdv1alpha1.EtcdCluster) bool { return got.Status.ObservedGeneration == got.Generation }, BeTrue()),
 		WithTransform(func(got *etcdv1alpha1.EtcdCluster) int { return len(got.Status.Members) }, Equal(5)),
 	))
@@ -327,7 +331,7 @@ func TestMembersFollowPods(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "members-1", Labels: map[string]string{
 			"app.kubernetes.io/name": "etcd", controller.LabelCluster: "members",
 		}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "etcd", Image: "etcd"}}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "etcd", Image: etcdv1alpha1.DefaultRepository + ":v" + etcdv1alpha1.DefaultVersion}}},
 	}
 	g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}

@@ -22,6 +22,10 @@ type observation struct {
 	// complete: serving, etcd lists exactly size voting members, and every
 	// one of them answered.
 	complete bool
+	// scaling: members are being added or removed (replicas, voting
+	// members or learners differ from size); upgrading: a member pod runs
+	// another version than the spec's.
+	scaling, upgrading bool
 }
 
 // nextPhase is the state machine of a cluster: it returns the phase and, for
@@ -35,25 +39,36 @@ func nextPhase(o observation) (etcdv1alpha1.EtcdClusterPhase, string) {
 	allReady := o.ready >= o.size && o.complete
 	quorate := o.ready >= quorum(o.size) && o.serving
 	switch o.phase {
-	case etcdv1alpha1.EtcdClusterPhaseRunning:
+	case etcdv1alpha1.EtcdClusterPhaseRunning, etcdv1alpha1.EtcdClusterPhaseScaling, etcdv1alpha1.EtcdClusterPhaseUpgrading:
 		if !quorate {
 			return etcdv1alpha1.EtcdClusterPhaseFailed, etcdv1alpha1.ReasonQuorumLost
 		}
-		return etcdv1alpha1.EtcdClusterPhaseRunning, ""
+		return runningPhase(o), ""
 	case etcdv1alpha1.EtcdClusterPhaseFailed:
 		// A cluster that failed after it ran recovers as soon as a quorum
 		// serves again; one that failed on its objects starts over.
 		if o.reason == etcdv1alpha1.ReasonQuorumLost {
 			if quorate {
-				return etcdv1alpha1.EtcdClusterPhaseRunning, ""
+				return runningPhase(o), ""
 			}
 			return etcdv1alpha1.EtcdClusterPhaseFailed, etcdv1alpha1.ReasonQuorumLost
 		}
 	}
-	// "", Creating, Failed on objects, and phases this operator does not
-	// drive (Scaling, Upgrading, or a value written by someone else).
+	// "", Creating, Failed on objects, and a value written by someone else.
 	if allReady {
 		return etcdv1alpha1.EtcdClusterPhaseRunning, ""
 	}
 	return etcdv1alpha1.EtcdClusterPhaseCreating, ""
+}
+
+// runningPhase is the phase of a cluster that serves: Scaling or Upgrading
+// while its members change, else Running.
+func runningPhase(o observation) etcdv1alpha1.EtcdClusterPhase {
+	switch {
+	case o.scaling:
+		return etcdv1alpha1.EtcdClusterPhaseScaling
+	case o.upgrading:
+		return etcdv1alpha1.EtcdClusterPhaseUpgrading
+	}
+	return etcdv1alpha1.EtcdClusterPhaseRunning
 }

@@ -8,11 +8,13 @@ import (
 
 func TestNextPhase(t *testing.T) {
 	const (
-		creating = etcdv1alpha1.EtcdClusterPhaseCreating
-		running  = etcdv1alpha1.EtcdClusterPhaseRunning
-		failed   = etcdv1alpha1.EtcdClusterPhaseFailed
-		conflict = etcdv1alpha1.ReasonResourceConflict
-		lost     = etcdv1alpha1.ReasonQuorumLost
+		creating  = etcdv1alpha1.EtcdClusterPhaseCreating
+		running   = etcdv1alpha1.EtcdClusterPhaseRunning
+		failed    = etcdv1alpha1.EtcdClusterPhaseFailed
+		scaling   = etcdv1alpha1.EtcdClusterPhaseScaling
+		upgrading = etcdv1alpha1.EtcdClusterPhaseUpgrading
+		conflict  = etcdv1alpha1.ReasonResourceConflict
+		lost      = etcdv1alpha1.ReasonQuorumLost
 	)
 	tests := []struct {
 		name       string
@@ -39,8 +41,15 @@ func TestNextPhase(t *testing.T) {
 		{"pods back, etcd not yet", observation{phase: failed, reason: lost, size: 3, ready: 3}, failed, lost},
 		{"conflict resolved, members ready", observation{phase: failed, reason: conflict, size: 3, ready: 3, serving: true, complete: true}, running, ""},
 		{"conflict persists", observation{phase: failed, reason: conflict, size: 3, ready: 3, failure: conflict}, failed, conflict},
-		{"grown spec while running", observation{phase: running, size: 5, ready: 3, serving: true}, running, ""},
-		{"unknown phase", observation{phase: etcdv1alpha1.EtcdClusterPhaseScaling, size: 3, ready: 1}, creating, ""},
+		{"grown spec while running", observation{phase: running, size: 5, ready: 3, serving: true, scaling: true}, scaling, ""},
+		{"scaling done", observation{phase: scaling, size: 5, ready: 5, serving: true, complete: true}, running, ""},
+		{"scaling loses quorum", observation{phase: scaling, size: 3, ready: 1, scaling: true}, failed, lost},
+		{"new version while running", observation{phase: running, size: 3, ready: 3, serving: true, complete: true, upgrading: true}, upgrading, ""},
+		{"upgrading, a member restarting", observation{phase: upgrading, size: 3, ready: 2, serving: true, upgrading: true}, upgrading, ""},
+		{"upgrade done", observation{phase: upgrading, size: 3, ready: 3, serving: true, complete: true}, running, ""},
+		{"quorum regained while scaling", observation{phase: failed, reason: lost, size: 3, ready: 2, serving: true, scaling: true}, scaling, ""},
+		{"creating is not scaling", observation{phase: creating, size: 3, ready: 1, serving: true, scaling: true}, creating, ""},
+		{"unknown phase", observation{phase: "Resizing", size: 3, ready: 1}, creating, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -27,9 +27,23 @@ const (
 	labelInstance  = "app.kubernetes.io/instance"
 	labelManagedBy = "app.kubernetes.io/managed-by"
 
-	// annotationConfigHash on the pod template restarts members when the
-	// ConfigMap's content changes.
+	// annotationConfigHash on the pod template records the ConfigMap's
+	// content a member started with; a member whose pod carries another
+	// hash is restarted by the operator, one member at a time.
 	annotationConfigHash = "etcd.example.sharder.dev/config-hash"
+
+	// annotationInitialCluster and annotationInitialClusterState are written
+	// by the operator on each member pod before it lets the pod start: the
+	// member reads them (through the Downward API) as its initial cluster
+	// and state. Only a member starting without data uses them.
+	annotationInitialCluster      = "etcd.example.sharder.dev/initial-cluster"
+	annotationInitialClusterState = "etcd.example.sharder.dev/initial-cluster-state"
+
+	// membershipGate is the scheduling gate every member pod is created
+	// with: the pod does not start until the operator has made etcd expect
+	// it (added it as a learner, or replaced a member whose data is gone)
+	// and written its initial cluster.
+	membershipGate = "etcd.example.sharder.dev/membership"
 
 	containerName = "etcd"
 	volumeName    = "data"
@@ -139,6 +153,11 @@ func clientURL(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec, i in
 	return fmt.Sprintf("%s://%s:%d", clientScheme(s), memberHost(c, i), s.Network.ClientPort)
 }
 
+// image is the etcd image of a spec's version.
+func image(s etcdv1alpha1.EtcdClusterSpec) string {
+	return fmt.Sprintf("%s:v%s", s.Repository, s.Version)
+}
+
 // clientEndpoint is the URL of the client Service.
 func clientEndpoint(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec) string {
 	return fmt.Sprintf("%s://%s.%s.svc:%d", clientScheme(s), clientServiceName(c), c.Namespace, s.Network.ClientPort)
@@ -152,20 +171,18 @@ func envName(flag string) string {
 
 // configData is the cluster-wide etcd configuration, as environment
 // variables the members load from the ConfigMap. Settings that differ per
-// member (name, advertised URLs) are in the pod template.
+// member (name, advertised URLs) are in the pod template; the initial
+// cluster, which depends on the members etcd has when a member joins, is on
+// the member's pod (annotationInitialCluster).
 func configData(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec) map[string]string {
-	peers := make([]string, 0, s.Size)
-	for i := int32(0); i < s.Size; i++ {
-		peers = append(peers, memberName(c, i)+"="+peerURL(c, s, i))
-	}
 	data := map[string]string{}
 	for k, v := range s.Advanced.EtcdConfig {
 		data[envName(k)] = v
 	}
 	// The operator's own settings win over etcdConfig (the schema refuses
 	// these keys; this keeps an unvalidated object from overriding them).
-	data["ETCD_INITIAL_CLUSTER"] = strings.Join(peers, ",")
-	data["ETCD_INITIAL_CLUSTER_STATE"] = "new"
+	delete(data, "ETCD_INITIAL_CLUSTER")
+	delete(data, "ETCD_INITIAL_CLUSTER_STATE")
 	data["ETCD_INITIAL_CLUSTER_TOKEN"] = c.Namespace + "-" + c.Name + "-" + string(c.UID)
 	data["ETCD_DATA_DIR"] = strings.TrimSuffix(s.Advanced.DataDir, "/") + "/data"
 	data["ETCD_LISTEN_PEER_URLS"] = fmt.Sprintf("%s://0.0.0.0:%d", peerScheme(s), s.Network.PeerPort)
@@ -237,14 +254,18 @@ func buildClientService(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterS
 	}
 }
 
-// buildStatefulSet is the cluster's members. Pods start in parallel: a
-// member becomes ready only once a quorum runs, so ordered start-up would
-// never get past the first pod.
-func buildStatefulSet(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec, configHash string) *appsv1.StatefulSet {
+// buildStatefulSet is the cluster's members, replicas of them (the operator
+// moves replicas towards the spec's size one member at a time). Pods are
+// created in parallel: a member becomes ready only once a quorum runs, so
+// ordered start-up would never get past the first pod. Every pod is created
+// behind membershipGate, and the update strategy is OnDelete: a change of
+// the template restarts no member by itself; the operator deletes outdated
+// members one at a time.
+func buildStatefulSet(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec, configHash string, replicas int32) *appsv1.StatefulSet {
 	host := fmt.Sprintf("$(ETCD_NAME).%s.%s.svc", peerServiceName(c), c.Namespace)
 	container := corev1.Container{
 		Name:    containerName,
-		Image:   fmt.Sprintf("%s:v%s", s.Repository, s.Version),
+		Image:   image(s),
 		Command: []string{"/usr/local/bin/etcd"},
 		Ports: []corev1.ContainerPort{
 			{Name: "client", ContainerPort: s.Network.ClientPort, Protocol: corev1.ProtocolTCP},
@@ -256,6 +277,12 @@ func buildStatefulSet(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpe
 		Env: []corev1.EnvVar{
 			{Name: "ETCD_NAME", ValueFrom: &corev1.EnvVarSource{
 				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"},
+			}},
+			{Name: "ETCD_INITIAL_CLUSTER", ValueFrom: &corev1.EnvVarSource{
+				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations['" + annotationInitialCluster + "']"},
+			}},
+			{Name: "ETCD_INITIAL_CLUSTER_STATE", ValueFrom: &corev1.EnvVarSource{
+				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations['" + annotationInitialClusterState + "']"},
 			}},
 			{Name: "ETCD_INITIAL_ADVERTISE_PEER_URLS", Value: fmt.Sprintf("%s://%s:%d", peerScheme(s), host, s.Network.PeerPort)},
 			{Name: "ETCD_ADVERTISE_CLIENT_URLS", Value: fmt.Sprintf("%s://%s:%d", clientScheme(s), host, s.Network.ClientPort)},
@@ -273,17 +300,18 @@ func buildStatefulSet(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpe
 	sts := &appsv1.StatefulSet{
 		ObjectMeta: objectMeta(c, statefulSetName(c)),
 		Spec: appsv1.StatefulSetSpec{
-			Replicas:            ptr.To(s.Size),
+			Replicas:            ptr.To(replicas),
 			ServiceName:         peerServiceName(c),
 			Selector:            &metav1.LabelSelector{MatchLabels: selectorLabels(c)},
 			PodManagementPolicy: appsv1.ParallelPodManagement,
-			UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType},
+			UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
 					Labels:      podLabels,
 					Annotations: map[string]string{annotationConfigHash: configHash},
 				},
 				Spec: corev1.PodSpec{
+					SchedulingGates:    []corev1.PodSchedulingGate{{Name: membershipGate}},
 					Containers:         []corev1.Container{container},
 					ServiceAccountName: s.Advanced.ServiceAccountName,
 					NodeSelector:       s.Advanced.NodeSelector,

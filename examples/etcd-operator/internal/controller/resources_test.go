@@ -41,9 +41,7 @@ func TestConfigData(t *testing.T) {
 	c.Spec.Advanced.EtcdConfig = map[string]string{"heartbeat-interval": "200", "initial-cluster-state": "existing"}
 	data := configData(c, spec(c))
 	want := map[string]string{
-		"ETCD_INITIAL_CLUSTER": "main-0=http://main-0.main-peer.db.svc:2380,main-1=http://main-1.main-peer.db.svc:2380," +
-			"main-2=http://main-2.main-peer.db.svc:2380",
-		"ETCD_INITIAL_CLUSTER_STATE": "new", // the operator's setting wins
+		// The initial cluster is on each member's pod, never from etcdConfig.
 		"ETCD_INITIAL_CLUSTER_TOKEN": "db-main-u1",
 		"ETCD_DATA_DIR":              "/var/lib/etcd/data",
 		"ETCD_HEARTBEAT_INTERVAL":    "200",
@@ -83,7 +81,7 @@ func TestStatefulSetImageAndStorage(t *testing.T) {
 	c.Spec.Repository = "registry.example/etcd"
 	class := "fast"
 	c.Spec.Storage.StorageClassName = &class
-	sts := buildStatefulSet(c, spec(c), "h")
+	sts := buildStatefulSet(c, spec(c), "h", c.Spec.Size)
 	if got := sts.Spec.Template.Spec.Containers[0].Image; got != "registry.example/etcd:v3.5.21" {
 		t.Errorf("image = %q", got)
 	}
@@ -104,7 +102,7 @@ func TestStatefulSetImageAndStorage(t *testing.T) {
 func TestStatefulSetEphemeralStorage(t *testing.T) {
 	c := testCluster(3)
 	c.Spec.Storage.Ephemeral = true
-	sts := buildStatefulSet(c, spec(c), "h")
+	sts := buildStatefulSet(c, spec(c), "h", c.Spec.Size)
 	if len(sts.Spec.VolumeClaimTemplates) != 0 {
 		t.Errorf("volume claims: %+v", sts.Spec.VolumeClaimTemplates)
 	}

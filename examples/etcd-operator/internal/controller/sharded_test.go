@@ -153,14 +153,19 @@ func createMemberPod(ctx context.Context, g Gomega, c *etcdv1alpha1.EtcdCluster,
 	}, timeout, interval).Should(Succeed())
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: c.Namespace,
-			Name:      fmt.Sprintf("%s-%d", c.Name, ordinal),
-			Labels:    sts.Spec.Template.Labels,
+			Namespace:   c.Namespace,
+			Name:        fmt.Sprintf("%s-%d", c.Name, ordinal),
+			Labels:      sts.Spec.Template.Labels,
+			Annotations: sts.Spec.Template.Annotations,
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "apps/v1", Kind: "StatefulSet", Name: sts.Name, UID: sts.UID, Controller: ptr.To(true),
 			}},
 		},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "etcd", Image: "etcd"}}},
+		// A member that started: no membership gate; the volume claim
+		// template's volume as an emptyDir.
+		Spec: corev1.PodSpec{Containers: sts.Spec.Template.Spec.Containers, Volumes: []corev1.Volume{{
+			Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
+		}}},
 	}
 	g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
 	// The sharder may label the pod meanwhile: retry on conflicts.
@@ -296,7 +301,7 @@ func TestChildOutsideTheCacheIsRelabelled(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(stale), stale)).To(Succeed())
 		g.Expect(stale.Labels).To(HaveKeyWithValue(shard, id))
-		g.Expect(stale.Data).To(HaveKey("ETCD_INITIAL_CLUSTER"))
+		g.Expect(stale.Data).To(HaveKey("ETCD_INITIAL_CLUSTER_TOKEN"))
 		g.Expect(stale.Data).NotTo(HaveKey("stale"))
 	}, timeout, interval).Should(Succeed())
 	g.Eventually(getCluster(ctx, c), timeout, interval).Should(And(

@@ -53,8 +53,9 @@ const (
 	interval = 50 * time.Millisecond
 )
 
-// startManager runs a manager with the reconciler until the test ends.
-func startManager(t *testing.T, opts controller.Options, mgrOpts ctrl.Options) ctrl.Manager {
+// startManager runs a manager with the reconciler until the test ends, or
+// until stop is called.
+func startManager(t *testing.T, opts controller.Options, mgrOpts ctrl.Options) (_ ctrl.Manager, stop func()) {
 	t.Helper()
 	testOpts := env.ManagerOptions()
 	mgrOpts.Scheme, mgrOpts.Metrics, mgrOpts.Controller = testOpts.Scheme, testOpts.Metrics, testOpts.Controller
@@ -81,8 +82,8 @@ func startManager(t *testing.T, opts controller.Options, mgrOpts ctrl.Options) c
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up the controller: %v", err)
 	}
-	testenv.StartManager(t, mgr)
-	return mgr
+	stop = testenv.StartManager(t, mgr)
+	return mgr, stop
 }
 
 // localEtcd returns where the operator asks etcd about a cluster in these

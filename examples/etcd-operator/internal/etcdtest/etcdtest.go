@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,9 +24,12 @@ import (
 
 // Cluster is a local etcd cluster. Its members stop when the test ends.
 type Cluster struct {
-	t       testing.TB
-	binary  string
-	token   string
+	t      testing.TB
+	binary string
+	token  string
+	dir    string
+	// mu guards members, which Add extends.
+	mu      sync.Mutex
 	members []*Member
 	// ending is set when the test's cleanup stops the members: an exit
 	// then is no failed start to try again.
@@ -39,6 +43,8 @@ type Member struct {
 	PeerURL   string
 	dataDir   string
 	logPath   string
+	// initialCluster and state are the bootstrap flags it starts with.
+	initialCluster, state string
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -97,37 +103,23 @@ var errExited = errors.New("exited before it was healthy")
 // start makes one attempt of StartContext; on failure the members it
 // started are stopped.
 func start(ctx context.Context, t testing.TB, binary string, names []string) (*Cluster, error) {
-	c := &Cluster{t: t, binary: binary, token: fmt.Sprintf("etcdtest-%d", time.Now().UnixNano())}
-	dir := t.TempDir()
+	c := newCluster(t, binary)
 	for _, name := range names {
-		client, err := freeAddr()
-		if err != nil {
+		if _, err := c.Add(name); err != nil {
 			return nil, err
 		}
-		peer, err := freeAddr()
-		if err != nil {
-			return nil, err
-		}
-		c.members = append(c.members, &Member{
-			Name:      name,
-			ClientURL: "http://" + client,
-			PeerURL:   "http://" + peer,
-			dataDir:   filepath.Join(dir, name),
-			logPath:   filepath.Join(dir, name+".log"),
-		})
 	}
-	t.Cleanup(func() {
-		c.ending.Store(true)
-		for _, m := range c.members {
-			m.stop()
-		}
-	})
+	peers := make([]string, len(c.members))
+	for i, p := range c.members {
+		peers[i] = p.Name + "=" + p.PeerURL
+	}
 	stopAll := func() {
-		for _, m := range c.members {
+		for _, m := range c.Members() {
 			m.stop()
 		}
 	}
 	for _, m := range c.members {
+		m.initialCluster, m.state = strings.Join(peers, ","), "new"
 		if err := c.start(m); err != nil {
 			stopAll()
 			return nil, err
@@ -142,36 +134,143 @@ func start(ctx context.Context, t testing.TB, binary string, names []string) (*C
 	return c, nil
 }
 
-// Members returns the cluster's members, in the order of their names.
-func (c *Cluster) Members() []*Member { return c.members }
+func newCluster(t testing.TB, binary string) *Cluster {
+	c := &Cluster{t: t, binary: binary, token: fmt.Sprintf("etcdtest-%d", time.Now().UnixNano()), dir: t.TempDir()}
+	t.Cleanup(func() {
+		c.ending.Store(true)
+		for _, m := range c.Members() {
+			m.stop()
+		}
+	})
+	return c
+}
+
+// New returns a cluster without members, for a test that adds and starts
+// them itself (Add, StartMember), as an operator's pods would.
+func New(t testing.TB) *Cluster {
+	t.Helper()
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	return newCluster(t, filepath.Join(assets, "etcd"))
+}
+
+// Add gives the cluster a member named name, with addresses of its own, and
+// returns it without starting it: its peer URL is known before it runs, so
+// it can be added to etcd first (as a learner) and started to join.
+func (c *Cluster) Add(name string) (*Member, error) {
+	client, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	peer, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	m := &Member{
+		Name:      name,
+		ClientURL: "http://" + client,
+		PeerURL:   "http://" + peer,
+		dataDir:   filepath.Join(c.dir, name),
+		logPath:   filepath.Join(c.dir, name+".log"),
+	}
+	c.mu.Lock()
+	c.members = append(c.members, m)
+	c.mu.Unlock()
+	return m, nil
+}
+
+// Member returns the member named name, nil if there is none.
+func (c *Cluster) Member(name string) *Member {
+	for _, m := range c.Members() {
+		if m.Name == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// Members returns the cluster's members, in the order they were added.
+func (c *Cluster) Members() []*Member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.members)
+}
 
 // ClientURLs returns every member's client URL.
 func (c *Cluster) ClientURLs() []string {
-	out := make([]string, len(c.members))
-	for i, m := range c.members {
+	members := c.Members()
+	out := make([]string, len(members))
+	for i, m := range members {
 		out[i] = m.ClientURL
 	}
 	return out
 }
 
+// StartMember starts m with the given initial cluster and state ("new" or
+// "existing"; etcd uses them only while m has no data) and returns without
+// waiting for it to be healthy (Healthy waits).
+func (c *Cluster) StartMember(m *Member, initialCluster, state string) error {
+	m.mu.Lock()
+	m.initialCluster, m.state = initialCluster, state
+	m.mu.Unlock()
+	return c.start(m)
+}
+
+// RestartMember starts m again, after StopMember, with the flags it last
+// started with, and returns without waiting for it to be healthy.
+func (c *Cluster) RestartMember(m *Member) error { return c.start(m) }
+
+// StopMember stops m (SIGTERM) and waits for it to exit.
+func (c *Cluster) StopMember(m *Member) { m.stop() }
+
+// Wipe deletes m's data, as a pod with ephemeral storage loses it; m must
+// be stopped.
+func (c *Cluster) Wipe(m *Member) error {
+	if m.Running() {
+		return fmt.Errorf("etcdtest: wiping %s, which runs", m.Name)
+	}
+	return os.RemoveAll(m.dataDir)
+}
+
+// Running reports whether m's process runs.
+func (m *Member) Running() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil {
+		return false
+	}
+	select {
+	case <-m.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Healthy waits up to a minute, or until ctx ends, for m to answer /health
+// with 200, and returns why it did not.
+func (c *Cluster) Healthy(ctx context.Context, m *Member) error { return c.waitHealthy(ctx, m) }
+
 // Stop stops member i (SIGTERM) and waits for it to exit.
-func (c *Cluster) Stop(i int) { c.members[i].stop() }
+func (c *Cluster) Stop(i int) { c.Members()[i].stop() }
 
 // Restart starts member i again on its data, after Stop, and waits until it
 // answers /health.
 func (c *Cluster) Restart(i int) {
 	c.t.Helper()
-	if err := c.start(c.members[i]); err != nil {
+	m := c.Members()[i]
+	if err := c.start(m); err != nil {
 		c.t.Fatalf("etcdtest: %v", err)
 	}
-	c.WaitHealthy(c.members[i])
+	c.WaitHealthy(m)
 }
 
 func (c *Cluster) start(m *Member) error {
-	peers := make([]string, len(c.members))
-	for i, p := range c.members {
-		peers[i] = p.Name + "=" + p.PeerURL
-	}
+	m.mu.Lock()
+	initialCluster, state := m.initialCluster, m.state
+	m.mu.Unlock()
 	log, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
@@ -185,8 +284,8 @@ func (c *Cluster) start(m *Member) error {
 		"--advertise-client-urls="+m.ClientURL,
 		"--listen-peer-urls="+m.PeerURL,
 		"--initial-advertise-peer-urls="+m.PeerURL,
-		"--initial-cluster="+strings.Join(peers, ","),
-		"--initial-cluster-state=new",
+		"--initial-cluster="+initialCluster,
+		"--initial-cluster-state="+state,
 		"--initial-cluster-token="+c.token,
 		"--heartbeat-interval=50",
 		"--election-timeout=500",
@@ -199,6 +298,13 @@ func (c *Cluster) start(m *Member) error {
 	// process or finds it never started.
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.cmd != nil {
+		select {
+		case <-m.done:
+		default:
+			return fmt.Errorf("not starting %s: it runs", m.Name)
+		}
+	}
 	if c.ending.Load() {
 		return fmt.Errorf("not starting %s: %w", m.Name, ErrTestEnded)
 	}
