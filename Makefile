@@ -45,6 +45,10 @@ PLAIN_CONTROLLER_IMAGE := ghcr.io/sharder-dev/plaincontroller:$(IMAGE_TAG)
 # operator's default repository, so that EtcdClusters find it.
 PAUSE_IMAGE := ghcr.io/sharder-dev/pause:1.0
 ETCD_IMAGE := gcr.io/etcd-development/etcd:$(ETCD_VERSION)
+# The previous etcd minor release, for the operator's upgrade test: built by
+# its own module (hack/tools/etcd35), whose go.mod pins this version.
+ETCD_PREVIOUS_VERSION := v3.5.35
+ETCD_PREVIOUS_IMAGE := gcr.io/etcd-development/etcd:$(ETCD_PREVIOUS_VERSION)
 IMAGES := $(BIN)/images
 LDFLAGS := -s -w -X github.com/sharder-dev/sharder/cmd/sharder/app.version=$(VERSION)
 
@@ -65,13 +69,14 @@ build: ## Build the sharder binary into bin/.
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/sharder ./cmd/sharder
 
 .PHONY: images
-images: ## Build the sharder, example operator, plain controller, pause and etcd images into bin/images/*.tar (no container engine needed).
+images: ## Build the sharder, example operator, plain controller, pause and etcd (current and previous minor) images into bin/images/*.tar (no container engine needed).
 	@# Static binaries first; go build leaves an up-to-date one untouched.
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(IMAGES)/sharder ./cmd/sharder
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/etcd-operator ./examples/etcd-operator/cmd/etcd-operator
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/plaincontroller ./e2e/plaincontroller
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/pause ./hack/pause
 	cd hack/tools && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/etcd ./cmd/etcd
+	cd hack/tools/etcd35 && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/etcd-previous .
 	$(GO) build -o $(IMAGES)/pack ./hack/images
 	$(IMAGES)/pack --binary $(IMAGES)/sharder --path /sharder --cmd run --ref $(SHARDER_IMAGE) --output $(IMAGES)/sharder.tar
 	$(IMAGES)/pack --binary $(IMAGES)/etcd-operator --path /etcd-operator --ref $(OPERATOR_IMAGE) --output $(IMAGES)/etcd-operator.tar
@@ -79,6 +84,7 @@ images: ## Build the sharder, example operator, plain controller, pause and etcd
 	$(IMAGES)/pack --binary $(IMAGES)/pause --path /pause --ref $(PAUSE_IMAGE) --output $(IMAGES)/pause.tar
 	@# etcd runs as root, as the upstream image does: its data volume is root's.
 	$(IMAGES)/pack --binary $(IMAGES)/etcd --path /usr/local/bin/etcd --user '' --ref $(ETCD_IMAGE) --output $(IMAGES)/etcd.tar
+	$(IMAGES)/pack --binary $(IMAGES)/etcd-previous --path /usr/local/bin/etcd --user '' --ref $(ETCD_PREVIOUS_IMAGE) --output $(IMAGES)/etcd-previous.tar
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs and RBAC.

@@ -20,17 +20,25 @@ import (
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 )
 
+// previousEtcdVersion is the etcd release of the image make images builds
+// from hack/tools/etcd35 (ETCD_PREVIOUS_VERSION); the cluster starts on it
+// and is upgraded to the default version.
+const previousEtcdVersion = "3.5.35"
+
 // realEtcdNamespace holds the EtcdCluster that runs real etcd, apart from
 // the scenario's clusters of size 1 (which the tracker counts).
 const realEtcdNamespace = "etcd-real"
 
 // testRealEtcd: with the operator's 4 instances running, an EtcdCluster of
-// size 3 makes its StatefulSet run 3 etcd members (the etcd image built
-// here) that find each other through the cluster DNS and form one cluster.
-// The operator reports Running only with etcd's own word: every member
-// listed, healthy, a leader and the cluster ID, which the test checks
-// against etcd itself; a key written through the client Service is read
-// back.
+// size 3 makes its StatefulSet run 3 etcd members (the previous minor
+// release's image built here) that find each other through the cluster DNS
+// and form one cluster. The operator reports Running only with etcd's own
+// word: every member listed, healthy, a leader and the cluster ID, which the
+// test checks against etcd itself; a key written through the client Service
+// is read back. Then the members change with the keys kept (testMembership):
+// 3 → 5 while the operator instance that owns the cluster is force-deleted,
+// 5 → 3, a member pod deleted and replaced, and an upgrade to the current
+// release.
 func testRealEtcd(t *testing.T) {
 	g := NewWithT(t)
 	ctx := t.Context()
@@ -50,6 +58,7 @@ func testRealEtcd(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: realEtcdNamespace, Name: "kv"},
 		Spec: etcdv1alpha1.EtcdClusterSpec{
 			Size:    3,
+			Version: previousEtcdVersion,
 			Storage: etcdv1alpha1.EtcdStorageSpec{Ephemeral: true},
 			Resources: etcdv1alpha1.EtcdResourceSpec{
 				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
@@ -116,6 +125,8 @@ func testRealEtcd(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(resp.Kvs).To(HaveLen(1))
 	g.Expect(string(resp.Kvs[0].Value)).To(Equal(value))
+
+	testMembership(t, g, ec, cli, map[string]string{"/e2e/key": value})
 
 	By(t, "deleted, the cluster goes with its members")
 	g.Expect(k8sClient.Delete(ctx, ec)).To(Succeed())

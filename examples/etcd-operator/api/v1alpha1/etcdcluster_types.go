@@ -35,13 +35,16 @@ type EtcdClusterSpec struct {
 	Size int32 `json:"size,omitempty"`
 
 	// Version is the etcd release, 3.<minor>.<patch>, without a leading "v".
-	// It can be raised, never lowered.
+	// It can be raised, never lowered, and by one minor release at a time
+	// (etcd upgrades a cluster one minor release at a time). Raising it
+	// restarts the members one at a time on the new image.
 	// Default: 3.6.8.
 	// +optional
 	// +kubebuilder:default="3.6.8"
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^3\.[0-9]+\.[0-9]+$`
 	// +kubebuilder:validation:XValidation:rule="!isSemver(self) || !isSemver(oldSelf) || semver(self).compareTo(semver(oldSelf)) >= 0",message="version cannot be downgraded"
+	// +kubebuilder:validation:XValidation:rule="!isSemver(self) || !isSemver(oldSelf) || semver(self).minor() <= semver(oldSelf).minor() + 1",message="version can be raised by one minor release at a time"
 	Version string `json:"version,omitempty"`
 
 	// Repository is the image repository; the image is <repository>:v<version>.

@@ -130,6 +130,8 @@ func TestUpdateValidation(t *testing.T) {
 			update: func(s *etcdv1alpha1.EtcdClusterSpec) { s.Version = "3.5.10" }},
 		{name: "upgrade minor", create: func(s *etcdv1alpha1.EtcdClusterSpec) { s.Version = "3.5.21" },
 			update: func(s *etcdv1alpha1.EtcdClusterSpec) { s.Version = "3.6.0" }},
+		{name: "skip a minor", create: func(s *etcdv1alpha1.EtcdClusterSpec) { s.Version = "3.4.30" },
+			update: func(s *etcdv1alpha1.EtcdClusterSpec) { s.Version = "3.6.8" }, want: "one minor release at a time"},
 		{name: "downgrade patch", create: func(s *etcdv1alpha1.EtcdClusterSpec) { s.Version = "3.5.10" },
 			update: func(s *etcdv1alpha1.EtcdClusterSpec) { s.Version = "3.5.9" }, want: "version cannot be downgraded"},
 		{name: "downgrade minor", create: func(s *etcdv1alpha1.EtcdClusterSpec) { s.Version = "3.6.0" },

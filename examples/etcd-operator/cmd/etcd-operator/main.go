@@ -59,6 +59,7 @@ type options struct {
 	recoveryInterval        time.Duration
 	etcdTimeout             time.Duration
 	etcdCheckInterval       time.Duration
+	progressInterval        time.Duration
 	kubeAPIQPS              float32
 	kubeAPIBurst            int
 	zap                     zap.Options
@@ -87,6 +88,7 @@ func parseFlags(args []string, getenv func(string) string) (*options, error) {
 	fs.DurationVar(&o.recoveryInterval, "recovery-interval", 30*time.Second, "How soon a Failed cluster is retried when nothing it watches changes.")
 	fs.DurationVar(&o.etcdTimeout, "etcd-timeout", 5*time.Second, "Bound on one reconcile's calls to a cluster's etcd (member list, each member's status).")
 	fs.DurationVar(&o.etcdCheckInterval, "etcd-check-interval", 15*time.Second, "How soon a cluster that is not Failed is reconciled again to ask etcd for its members, leader and health.")
+	fs.DurationVar(&o.progressInterval, "progress-interval", 2*time.Second, "How soon a cluster whose members are being added, promoted, removed or restarted is reconciled again for the next step.")
 	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 50, "Requests per second to the API server (client-side limit). Drain acknowledgements share it with reconciles, so a low limit slows moves.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst of requests to the API server above --kube-api-qps.")
 	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)
@@ -123,6 +125,9 @@ func parseFlags(args []string, getenv func(string) string) (*options, error) {
 	}
 	if o.etcdCheckInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--etcd-check-interval must be positive, got %s", o.etcdCheckInterval))
+	}
+	if o.progressInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--progress-interval must be positive, got %s", o.progressInterval))
 	}
 	if o.recoveryInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--recovery-interval must be positive, got %s", o.recoveryInterval))
@@ -219,6 +224,7 @@ func run(ctx context.Context, o *options) error {
 		RecoveryInterval:        o.recoveryInterval,
 		EtcdTimeout:             o.etcdTimeout,
 		EtcdCheckInterval:       o.etcdCheckInterval,
+		ProgressInterval:        o.progressInterval,
 		MaxConcurrentReconciles: o.maxConcurrentReconciles,
 		Wrap: func(next reconcile.Reconciler) (reconcile.Reconciler, error) {
 			// The log sits inside the instance's wrapper: it records the

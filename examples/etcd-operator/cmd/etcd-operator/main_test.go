@@ -76,16 +76,17 @@ func TestParseFlags(t *testing.T) {
 		{name: "all flags", args: []string{"--kubeconfig=/k", "--ring=r", "--lease-namespace=ns", "--instance=i",
 			"--lease-duration=20s", "--renew-period=4s", "--virtual-nodes=64", "--metrics-bind-address=0",
 			"--health-probe-bind-address=:9", "--max-concurrent-reconciles=2", "--recovery-interval=5s",
-			"--etcd-timeout=3s", "--etcd-check-interval=7s", "--zap-log-level=debug"},
+			"--etcd-timeout=3s", "--etcd-check-interval=7s", "--progress-interval=3s", "--zap-log-level=debug"},
 			getenv: noEnv, check: func(t *testing.T, o *options) {
 				if o.kubeconfig != "/k" || o.ring != "r" || o.leaseNamespace != "ns" || o.instance != "i" ||
 					o.leaseDuration != 20*time.Second || o.renewPeriod != 4*time.Second || o.virtualNodes != 64 ||
 					o.metricsBindAddress != "0" || o.healthProbeBindAddress != ":9" || o.maxConcurrentReconciles != 2 ||
-					o.recoveryInterval != 5*time.Second || o.etcdTimeout != 3*time.Second || o.etcdCheckInterval != 7*time.Second {
+					o.recoveryInterval != 5*time.Second || o.etcdTimeout != 3*time.Second || o.etcdCheckInterval != 7*time.Second || o.progressInterval != 3*time.Second {
 					t.Errorf("parsed: %+v", o)
 				}
 			}},
 		{name: "bad etcd timeout", args: []string{"--instance=i", "--etcd-timeout=0s"}, getenv: noEnv, wantErr: "--etcd-timeout must be positive"},
+		{name: "bad progress interval", args: []string{"--instance=i", "--progress-interval=0s"}, getenv: noEnv, wantErr: "--progress-interval must be positive"},
 		{name: "empty ring", args: []string{"--instance=i", "--ring="}, getenv: noEnv, wantErr: "--ring must not be empty"},
 		{name: "bad concurrency", args: []string{"--instance=i", "--max-concurrent-reconciles=0"}, getenv: noEnv, wantErr: "at least 1"},
 		{name: "unknown flag", args: []string{"--nope"}, getenv: noEnv, wantErr: "unknown flag"},

@@ -373,12 +373,16 @@ func (r *Reconciler) setProgress(c *etcdv1alpha1.EtcdCluster, step memberStep) {
 	if !step.progressing() {
 		status = metav1.ConditionFalse
 	}
-	prev := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionProgressing)
+	// The condition is changed in place: remember what it said.
+	prevMessage := ""
+	if prev := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionProgressing); prev != nil {
+		prevMessage = prev.Message
+	}
 	r.setCondition(c, etcdv1alpha1.ConditionProgressing, status, step.reason, step.message)
 	switch {
 	case step.acted:
 		r.event(c, corev1.EventTypeNormal, step.reason, "Membership", "%s", step.message)
-	case step.progressing() && (prev == nil || prev.Message != step.message):
+	case step.progressing() && prevMessage != step.message:
 		// Waiting: said once per new reason to wait, not every retry.
 		r.event(c, corev1.EventTypeNormal, step.reason, "Membership", "%s", step.message)
 	}

@@ -104,9 +104,17 @@ func (r *Reconciler) newMemberState(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.
 type etcdClient = *clientv3.Client
 
 // withEtcd runs fn with a client to the cluster's etcd at endpoints (nil:
-// every member), bounded by the etcd timeout, and closes it.
+// the healthy voting members, as a learner refuses membership changes),
+// bounded by the etcd timeout, and closes it.
 func (r *Reconciler) withEtcd(ctx context.Context, ms *memberState, access etcdAccess, endpoints []string,
 	fn func(context.Context, etcdClient) error) error {
+	if endpoints == nil {
+		for _, m := range ms.view.members {
+			if !m.learner && m.healthy && m.endpoint != "" {
+				endpoints = append(endpoints, m.endpoint)
+			}
+		}
+	}
 	if endpoints == nil {
 		endpoints = ms.endpoints
 	}

@@ -293,7 +293,7 @@ func (p *memberPods) client(ctx context.Context) (*clientv3.Client, error) {
 }
 
 func (p *memberPods) memberList(ctx context.Context) (*clientv3.MemberListResponse, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	cli, err := p.client(ctx)
 	if err != nil {
@@ -564,6 +564,7 @@ func TestScaleDownKeepsQuorum(t *testing.T) {
 	setSize(ctx, g, c, 3)
 	g.Eventually(getCluster(ctx, c), timeout, interval).Should(
 		haveCondition(etcdv1alpha1.ConditionProgressing, metav1.ConditionTrue, etcdv1alpha1.ReasonWaitingForQuorum))
+	g.Eventually(pods.membership).WithContext(ctx).Should(HaveLen(5))
 	g.Consistently(pods.membership, 2*time.Second, 100*time.Millisecond).WithContext(ctx).Should(HaveLen(5))
 	g.Eventually(eventReasons(ctx, c), timeout, interval).Should(ContainElement(etcdv1alpha1.ReasonWaitingForQuorum))
 
