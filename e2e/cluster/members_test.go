@@ -167,7 +167,9 @@ func testMembership(t *testing.T, g Gomega, ec *etcdv1alpha1.EtcdCluster, cli *c
 		g.Expect(k8sClient.Get(ctx, key, &c)).To(Succeed())
 		g.Expect(c.Status.Members[1].ID).NotTo(Equal(oldID))
 	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
-	runningWith(3, 3*time.Minute)
+	got = runningWith(3, 3*time.Minute)
+	g.Expect(got.Status.Members[1].ID).NotTo(BeEmpty())
+	g.Expect(got.Status.Members[1].ID).NotTo(Equal(oldID), "%s-1 came back as a new member", ec.Name)
 	t.Logf("member %s-1 replaced in %s", ec.Name, time.Since(start).Round(time.Second))
 	expectKeys()
 
