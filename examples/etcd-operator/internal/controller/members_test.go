@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
@@ -125,6 +126,13 @@ func (p *memberPods) options() controller.Options {
 		},
 		ProgressInterval: 200 * time.Millisecond,
 	}
+}
+
+// startManager runs an operator for the cluster's namespace only (so that
+// the tests of membership run in parallel) until the test ends or stop.
+func (p *memberPods) startManager(t *testing.T) (stop func()) {
+	_, stop = startManager(t, p.options(), ctrl.Options{Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{p.ns: {}}}})
+	return stop
 }
 
 func (p *memberPods) pause(paused bool) {
@@ -431,7 +439,7 @@ func formCluster(t *testing.T, name string, size int32, ephemeral bool, version 
 	g := NewWithT(t)
 	ns := env.Namespace(t)
 	pods := newMemberPods(t, ns, name, ephemeral)
-	_, stop := startManager(t, pods.options(), ctrl.Options{})
+	stop := pods.startManager(t)
 	c := newCluster(ns, name, size)
 	c.Spec.Storage.Ephemeral = ephemeral
 	c.Spec.Version = version
@@ -484,6 +492,7 @@ func learnersFirst(g Gomega, seen [][]string) {
 // member moves leadership away, and removes each member from etcd before
 // its pod goes. A key written at 3 members is read at 5 and at 3 again.
 func TestScaleUpAndDown(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	c, pods, _ := formCluster(t, "grow", 3, false, "")
@@ -552,6 +561,7 @@ func TestScaleUpAndDown(t *testing.T) {
 // healthy one would leave 2 healthy of 4 voting members: the operator
 // waits and says why; with the members back it scales down.
 func TestScaleDownKeepsQuorum(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	c, pods, _ := formCluster(t, "shrink", 5, false, "")
@@ -580,6 +590,7 @@ func TestScaleDownKeepsQuorum(t *testing.T) {
 // the learner and grew the StatefulSet, before the member's pod exists; a
 // new manager takes the next steps from what etcd and the StatefulSet say.
 func TestScaleUpResumesOnAnotherManager(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	c, pods, stop := formCluster(t, "resume", 3, false, "")
@@ -596,7 +607,7 @@ func TestScaleUpResumesOnAnotherManager(t *testing.T) {
 	g.Consistently(pods.membership, time.Second, 100*time.Millisecond).WithContext(ctx).Should(ContainElement("?:learner"),
 		"nobody promotes the learner while no operator runs")
 
-	startManager(t, pods.options(), ctrl.Options{})
+	pods.startManager(t)
 	g.Eventually(getCluster(ctx, c), 2*timeout, interval).Should(runningWith(5))
 	g.Eventually(pods.membership).WithContext(ctx).Should(HaveLen(5))
 }
@@ -606,6 +617,7 @@ func TestScaleUpResumesOnAnotherManager(t *testing.T) {
 // learner, the new pod joins and is promoted. A quorum of voting members
 // serves throughout and a key written before is still there.
 func TestMemberRecovery(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	c, pods, _ := formCluster(t, "recover", 3, true, "")
@@ -634,6 +646,7 @@ func TestMemberRecovery(t *testing.T) {
 // each only while every other member is ready, and the cluster runs on the
 // new image in the end.
 func TestUpgradeOneAtATime(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	c, pods, _ := formCluster(t, "upgrade", 3, false, "3.6.7")
