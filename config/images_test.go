@@ -136,3 +136,23 @@ func containerImages(t *testing.T, dir string) []string {
 	}
 	return images
 }
+
+// TestPreviousEtcdAgrees checks that the previous etcd release the Makefile
+// names (its image, for the example operator's upgrade test) is the one
+// hack/tools/etcd35 pins, the one the real-cluster test starts its
+// EtcdCluster on, and the one docs/real-cluster.md lists.
+func TestPreviousEtcdAgrees(t *testing.T) {
+	g := NewWithT(t)
+	version := makeVariables(t)["ETCD_PREVIOUS_VERSION"]
+	g.Expect(version).To(MatchRegexp(`^v3\.5\.[0-9]+$`), "Makefile ETCD_PREVIOUS_VERSION")
+	read := func(path string) string {
+		data, err := os.ReadFile(filepath.Join(repoRoot, path))
+		g.Expect(err).NotTo(HaveOccurred())
+		return string(data)
+	}
+	g.Expect(read("hack/tools/etcd35/go.mod")).To(MatchRegexp(`(?m)^require go\.etcd\.io/etcd/server/v3 `+regexp.QuoteMeta(version)+`$`),
+		"hack/tools/etcd35/go.mod")
+	g.Expect(read("e2e/cluster/realetcd_test.go")).To(ContainSubstring(`previousEtcdVersion = "`+strings.TrimPrefix(version, "v")+`"`),
+		"e2e/cluster/realetcd_test.go")
+	g.Expect(read("docs/real-cluster.md")).To(ContainSubstring("gcr.io/etcd-development/etcd:"+version), "docs/real-cluster.md")
+}
