@@ -644,13 +644,22 @@ func TestMemberRecovery(t *testing.T) {
 
 // TestUpgradeOneAtATime: a new version restarts the members one at a time,
 // each only while every other member is ready, and the cluster runs on the
-// new image in the end.
+// new image in the end. With volumes (not ephemeral) each member restarts
+// on its data: the same members, under the same IDs.
 func TestUpgradeOneAtATime(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	c, pods, _ := formCluster(t, "upgrade", 3, false, "3.6.7")
 	g.Eventually(func() error { return pods.put(ctx, "k1", "v1") }, timeout, interval).Should(Succeed())
+	ids := func(c *etcdv1alpha1.EtcdCluster) []string {
+		var out []string
+		for _, m := range c.Status.Members {
+			out = append(out, m.Name+"="+m.ID)
+		}
+		return out
+	}
+	before := ids(getCluster(ctx, c)(g))
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(c), c)).To(Succeed())
 		c.Spec.Version = "3.6.8"
@@ -666,6 +675,7 @@ func TestUpgradeOneAtATime(t *testing.T) {
 		}
 	}, 2*timeout, interval).Should(Succeed())
 	g.Eventually(getCluster(ctx, c), timeout, interval).Should(runningWith(3))
+	g.Expect(ids(getCluster(ctx, c)(g))).To(Equal(before), "on their volumes, the members restarted on their data")
 	g.Eventually(pods.podDeletions, timeout, interval).Should(HaveLen(3), "each member restarted once")
 	deleted := pods.podDeletions()
 	for _, d := range deleted {
