@@ -356,7 +356,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *etcdv1alpha1.EtcdCl
 	if phase == etcdv1alpha1.EtcdClusterPhaseFailed {
 		return ctrl.Result{RequeueAfter: r.opts.RecoveryInterval}, nil
 	}
-	if step.progressing() && sts != nil {
+	if step.soon() {
 		return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil
 	}
 	// etcd is not watched: ask it again (leader, health) after a while.

@@ -226,12 +226,24 @@ type memberStep struct {
 	reason, message string
 	// acted: the step changed etcd or a pod; an event says so.
 	acted bool
+	// watched: the step waits for something the controller watches (a pod
+	// being created or becoming ready), so it need not ask again soon.
+	watched bool
 }
 
 func (st memberStep) progressing() bool { return st.reason != etcdv1alpha1.ReasonMembersStable }
 
+// soon reports whether the next step should be looked for after the
+// progress interval rather than the etcd check interval: etcd, which is not
+// watched, is expected to change (a learner catching up, a member stopping).
+func (st memberStep) soon() bool { return st.progressing() && !st.watched }
+
 func waiting(reason, format string, args ...any) memberStep {
 	return memberStep{reason: reason, message: fmt.Sprintf(format, args...)}
+}
+
+func waitingForPods(reason, format string, args ...any) memberStep {
+	return memberStep{reason: reason, message: fmt.Sprintf(format, args...), watched: true}
 }
 
 func acted(reason, format string, args ...any) memberStep {
@@ -284,7 +296,7 @@ func (r *Reconciler) stepMembers(ctx context.Context, ms *memberState, access et
 		}
 		pod := ms.pods[i]
 		if pod == nil {
-			return waiting(etcdv1alpha1.ReasonStartingMember, "waiting for the pod of learner %s to be created", memberName(c, i)), nil
+			return waitingForPods(etcdv1alpha1.ReasonStartingMember, "waiting for the pod of learner %s to be created", memberName(c, i)), nil
 		}
 		if gated(pod) {
 			continue
@@ -348,7 +360,7 @@ func (r *Reconciler) startNewCluster(ctx context.Context, ms *memberState, repli
 	if started > 0 {
 		return acted(etcdv1alpha1.ReasonBootstrapping, "started %d members of a new cluster of %d", started, replicas), nil
 	}
-	return waiting(etcdv1alpha1.ReasonBootstrapping, "waiting for the %d members of a new cluster to form it", replicas), nil
+	return waitingForPods(etcdv1alpha1.ReasonBootstrapping, "waiting for the %d members of a new cluster to form it", replicas), nil
 }
 
 // prepareMember makes etcd expect the member of gated pod i, then lets the
