@@ -2,7 +2,11 @@
 // ConfigMap of etcd settings, a headless peer Service, a client Service, a
 // StatefulSet of members and a PodDisruptionBudget, all controlled by the
 // cluster, and reports the cluster's phase, conditions and members in its
-// status.
+// status. It changes the cluster's etcd membership one member at a time
+// (members.go): learners added before their pods start and promoted once
+// caught up, members removed before their pods go and never below quorum,
+// members that lost their data replaced, and outdated members restarted
+// one at a time.
 //
 // Entry points: NewReconciler and (*Reconciler).SetupWithManager.
 //
@@ -23,7 +27,9 @@
 //	                                 │
 //	                                 └─(objects fixed)──▶ Creating or Running
 //
-// and Deleting once the cluster is deleted, until its children are gone and
+// Running is Scaling while members are added or removed and Upgrading while
+// members restart on a new version; both lose and regain the quorum as
+// Running does. Deleting once the cluster is deleted, until its children are gone and
 // the finalizer is removed. A Failed cluster is retried every
 // Options.RecoveryInterval and on every change of its children, so it leaves
 // Failed on its own once the cause is gone.

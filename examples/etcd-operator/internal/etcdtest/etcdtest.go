@@ -1,6 +1,9 @@
 // Package etcdtest runs real etcd clusters as local processes for tests: the
 // etcd binary the project builds for its test control plane, members on
-// 127.0.0.1 with ports the kernel hands out.
+// 127.0.0.1 with ports the kernel hands out. Start bootstraps a cluster;
+// New, Add and StartMember let a test start members itself, as an
+// operator's pods would (joining an existing cluster), and StopMember,
+// RestartMember and Wipe stop one, start it again and remove its data.
 package etcdtest
 
 import (
