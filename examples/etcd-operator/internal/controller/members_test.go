@@ -684,3 +684,25 @@ func TestUpgradeOneAtATime(t *testing.T) {
 	g.Expect(pods.get(ctx, "k1")).To(Equal("v1"))
 	g.Eventually(eventReasons(ctx, c), timeout, interval).Should(ContainElements(etcdv1alpha1.ReasonRestartingMember, "Upgrading"))
 }
+
+// TestLeftoverLearnerRemoved: a scale-up undone before its learner started
+// leaves a learner no member needs; it is removed first, then the
+// StatefulSet shrinks back.
+func TestLeftoverLearnerRemoved(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ctx := context.Background()
+	c, pods, _ := formCluster(t, "undo", 3, false, "")
+	pods.pause(true)
+	setSize(ctx, g, c, 5)
+	g.Eventually(pods.membership).WithContext(ctx).Should(ContainElement("?:learner"))
+	setSize(ctx, g, c, 3)
+	g.Eventually(pods.membership).WithContext(ctx).Should(Equal([]string{"undo-0:voter", "undo-1:voter", "undo-2:voter"}))
+	g.Eventually(func(g Gomega) int32 {
+		sts := &appsv1.StatefulSet{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name}, sts)).To(Succeed())
+		return *sts.Spec.Replicas
+	}, timeout, interval).Should(BeEquivalentTo(3))
+	g.Eventually(getCluster(ctx, c), timeout, interval).Should(runningWith(3))
+	g.Eventually(eventReasons(ctx, c), timeout, interval).Should(ContainElement(etcdv1alpha1.ReasonRemovingMember))
+}
