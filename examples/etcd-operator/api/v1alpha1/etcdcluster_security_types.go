@@ -163,7 +163,10 @@ const (
 	ReasonCertificatesIssued   = "Issued"
 	ReasonCertificatesProvided = "Provided"
 	ReasonSecretInvalid        = "SecretInvalid"
-	ReasonAuthEnabled          = "Enabled"
-	ReasonAuthPending          = "Pending"
-	ReasonAuthFailed           = "Failed"
+	// ReasonCAExpiring: the CA the operator made expires within
+	// renewBefore; the operator does not replace a CA.
+	ReasonCAExpiring  = "CAExpiring"
+	ReasonAuthEnabled = "Enabled"
+	ReasonAuthPending = "Pending"
+	ReasonAuthFailed  = "Failed"
 )

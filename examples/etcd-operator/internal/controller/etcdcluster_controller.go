@@ -141,7 +141,7 @@ func NewReconciler(c client.Client, scheme *runtime.Scheme, recorder events.Even
 // SetupWithManager registers the controller: it reconciles a cluster when
 // the cluster, one of its children or one of its member pods changes. The
 // manager's cache must serve EtcdClusters, ConfigMaps, Services,
-// StatefulSets, PodDisruptionBudgets and Pods.
+// StatefulSets, PodDisruptionBudgets, Pods and Secrets.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	wrapped, err := r.opts.Wrap(r)
 	if err != nil {
@@ -154,6 +154,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&corev1.Secret{}).
 		// Pods are owned by the StatefulSet, not the cluster: map them back
 		// by label. Only readiness and the address (where etcd is asked)
 		// matter.
@@ -196,6 +197,7 @@ func podReady(obj client.Object) bool {
 // +kubebuilder:rbac:groups=etcd.example.sharder.dev,resources=etcdclusters,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=etcd.example.sharder.dev,resources=etcdclusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=etcd.example.sharder.dev,resources=etcdclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
@@ -244,7 +246,18 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *etcdv1alpha1.EtcdCl
 
 	failure := ""
 	var failureErr error
+	// Certificates and the root password come first: the members mount them.
+	renewIn, err := r.ensureSecurity(ctx, c)
+	var se *childError
+	if errors.As(err, &se) {
+		failure, failureErr = se.Reason, se
+	} else if err != nil {
+		return ctrl.Result{}, err
+	}
 	for _, ch := range r.children(c) {
+		if failure != "" {
+			break
+		}
 		err := r.ensure(ctx, c, ch)
 		var ce *childError
 		if errors.As(err, &ce) {
@@ -266,16 +279,20 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *etcdv1alpha1.EtcdCl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	access, err := clusterAccess(ctx, r.client, c)
+	endpoints := r.opts.Endpoints(c, pods)
+	var view etcdView
+	access, err := clusterAccess(ctx, r.secretReader(), c)
 	if err != nil {
-		return ctrl.Result{}, err
+		view = etcdView{err: err}
+	} else {
+		view = observeEtcd(ctx, access, endpoints, r.opts.EtcdTimeout)
 	}
-	view := observeEtcd(ctx, access, r.opts.Endpoints(c, pods), r.opts.EtcdTimeout)
 	if view.err != nil && ctx.Err() != nil {
 		// Cancelled (the instance stops or hands the cluster over): say
 		// nothing about etcd rather than that it did not answer.
 		return ctrl.Result{}, ctx.Err()
 	}
+	r.ensureAuth(ctx, c, access, endpoints, view)
 	members := desiredMembers(c, s, pods, view)
 	healthy := view.healthyVoters()
 	serving := view.answered() && view.leaderID != 0 && healthy >= quorum(s.Size)
@@ -310,8 +327,13 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *etcdv1alpha1.EtcdCl
 	if phase == etcdv1alpha1.EtcdClusterPhaseFailed {
 		return ctrl.Result{RequeueAfter: r.opts.RecoveryInterval}, nil
 	}
-	// etcd is not watched: ask it again (leader, health) after a while.
-	return ctrl.Result{RequeueAfter: r.opts.EtcdCheckInterval}, nil
+	// etcd is not watched: ask it again (leader, health) after a while,
+	// sooner if a certificate is due for renewal.
+	next := r.opts.EtcdCheckInterval
+	if renewIn > 0 {
+		next = min(next, renewIn)
+	}
+	return ctrl.Result{RequeueAfter: next}, nil
 }
 
 func (r *Reconciler) reconcileDelete(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (ctrl.Result, error) {
