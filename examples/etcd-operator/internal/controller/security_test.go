@@ -17,7 +17,9 @@ import (
 	. "github.com/onsi/gomega"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -297,4 +299,56 @@ func TestIssuedCertificatesAndAuth(t *testing.T) {
 		g.Expect(got.Status.CertificatesNotAfter.Time).To(BeTemporally(">", time.Now()))
 		g.Expect(dial(true, "root", password)).To(Succeed())
 	}, timeout, interval).Should(Succeed())
+}
+
+// TestUserProvidedCertificates: with source Secrets the operator issues
+// nothing; a missing Secret is reported (CertificatesReady False
+// SecretInvalid, a warning event), and once the Secrets exist and verify
+// the condition turns True and the members mount them.
+func TestUserProvidedCertificates(t *testing.T) {
+	g := NewWithT(t)
+	ctx := t.Context()
+	ns := env.Namespace(t)
+	startManager(t, controller.Options{Endpoints: func(*etcdv1alpha1.EtcdCluster, []corev1.Pod) []string { return nil }}, ctrl.Options{})
+
+	// Certificates from a CA: those the operator issued for another cluster.
+	source := newCluster(ns, "issuer", 1)
+	source.Spec.Security.TLS = &etcdv1alpha1.EtcdTLSSpec{Client: true, Peer: true}
+	g.Expect(env.Client.Create(ctx, source)).To(Succeed())
+	issued := map[string]map[string][]byte{}
+	g.Eventually(func(g Gomega) {
+		for _, role := range []string{"server", "peer", "client"} {
+			issued[role] = secretData(ctx, g, ns, "issuer-"+role+"-tls")
+		}
+	}, timeout, interval).Should(Succeed())
+
+	c := newCluster(ns, "mine", 1)
+	c.Spec.Security.TLS = &etcdv1alpha1.EtcdTLSSpec{Client: true, Peer: true, Source: etcdv1alpha1.CertificateSourceSecrets,
+		Secrets: &etcdv1alpha1.EtcdTLSSecrets{Server: "my-server", Peer: "my-peer", Client: "my-client"}}
+	g.Expect(env.Client.Create(ctx, c)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		got := getCluster(ctx, c)(g)
+		g.Expect(got).To(haveCondition(etcdv1alpha1.ConditionCertificatesReady, metav1.ConditionFalse, etcdv1alpha1.ReasonSecretInvalid))
+		g.Expect(eventReasons(ctx, c)(g)).To(ContainElement(etcdv1alpha1.ReasonSecretInvalid))
+	}, timeout, interval).Should(Succeed())
+
+	for role, name := range map[string]string{"server": "my-server", "peer": "my-peer", "client": "my-client"} {
+		g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Type: corev1.SecretTypeTLS, Data: issued[role]})).To(Succeed())
+	}
+	g.Eventually(func(g Gomega) {
+		got := getCluster(ctx, c)(g)
+		g.Expect(got).To(haveCondition(etcdv1alpha1.ConditionCertificatesReady, metav1.ConditionTrue, etcdv1alpha1.ReasonCertificatesProvided))
+		g.Expect(got.Status.CertificatesNotAfter).NotTo(BeNil())
+	}, timeout, interval).Should(Succeed())
+	sts := &appsv1.StatefulSet{}
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mine"}, sts)).To(Succeed())
+	g.Expect(sts.Spec.Template.Spec.Volumes).To(ContainElements(
+		HaveField("VolumeSource.Secret.SecretName", "my-server"),
+		HaveField("VolumeSource.Secret.SecretName", "my-peer"),
+	))
+	for _, suffix := range []string{"-ca", "-server-tls", "-peer-tls", "-client-tls"} {
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mine" + suffix}, &corev1.Secret{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "mine%s: %v", suffix, err)
+	}
 }
