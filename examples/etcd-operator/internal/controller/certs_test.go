@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"os"
@@ -68,7 +69,7 @@ func TestReissueReason(t *testing.T) {
 // TestMemberSettingsRunEtcdTLS runs the etcd binary with exactly the
 // settings a member pod with client and peer TLS gets, with certificates the
 // operator issues in the files its Secret volumes hold: the operator's
-// client reaches it by IP; a client without a certificate is refused; the
+// client reaches it by an IP its certificate does not name; a client without a certificate is refused; the
 // readiness probe's /health answers on the plain metrics port, before and
 // after the operator turns authentication on.
 func TestMemberSettingsRunEtcdTLS(t *testing.T) {
@@ -138,8 +139,10 @@ func TestMemberSettingsRunEtcdTLS(t *testing.T) {
 	tlsCfg, err := clientTLSConfig(c, secrets[roleClient.name])
 	g.Expect(err).NotTo(HaveOccurred())
 	access := etcdAccess{TLS: tlsCfg, Username: rootUser, Password: "s3cret"}
-	endpoint := fmt.Sprintf("https://127.0.0.1:%d", clientPort)
-	g.Expect(memberEndpoints(c, []corev1.Pod{{Status: corev1.PodStatus{PodIP: "127.0.0.1"}}})).To(Equal([]string{endpoint}))
+	// The member listens on every address; the operator dials it by an
+	// address its certificate does not name, as it dials pods by IP.
+	endpoint := fmt.Sprintf("https://127.0.0.2:%d", clientPort)
+	g.Expect(memberEndpoints(c, []corev1.Pod{{Status: corev1.PodStatus{PodIP: "127.0.0.2"}}})).To(Equal([]string{endpoint}))
 	var v etcdView
 	g.Eventually(func(g Gomega) {
 		v = observeEtcd(t.Context(), access, []string{endpoint}, 2*time.Second)
@@ -186,4 +189,32 @@ func TestMemberSettingsRunEtcdTLS(t *testing.T) {
 	}
 	g.Expect(put(access)).To(Succeed(), "as root")
 	g.Expect(put(etcdAccess{TLS: tlsCfg})).To(MatchError(ContainSubstring("permission denied")), "without the password")
+}
+
+// TestClientTLSConfigVerifiesByName: the operator's TLS configuration
+// accepts a member's certificate whatever address it dialled, and refuses
+// one of another cluster (same CA) or from another CA.
+func TestClientTLSConfigVerifiesByName(t *testing.T) {
+	g := NewWithT(t)
+	c := tlsCluster()
+	other := tlsCluster()
+	other.Name = "other"
+	now := time.Now()
+	ca, err := newCA(c, now, 10*time.Hour)
+	g.Expect(err).NotTo(HaveOccurred())
+	foreign, err := newCA(c, now, 10*time.Hour)
+	g.Expect(err).NotTo(HaveOccurred())
+	client, err := issue(c, roleClient, ca, now, time.Hour)
+	g.Expect(err).NotTo(HaveOccurred())
+	cfg, err := clientTLSConfig(c, map[string][]byte{keyCert: client.certPEM, keyKey: client.keyPEM, keyCA: ca.certPEM})
+	g.Expect(err).NotTo(HaveOccurred())
+	state := func(cluster *etcdv1alpha1.EtcdCluster, by keyPair) tls.ConnectionState {
+		server, err := issue(cluster, roleServer, by, now, time.Hour)
+		g.Expect(err).NotTo(HaveOccurred())
+		return tls.ConnectionState{PeerCertificates: []*x509.Certificate{server.cert}}
+	}
+	g.Expect(cfg.VerifyConnection(state(c, ca))).To(Succeed())
+	g.Expect(cfg.VerifyConnection(state(other, ca))).To(MatchError(ContainSubstring("solo-client.db.svc")))
+	g.Expect(cfg.VerifyConnection(state(c, foreign))).To(MatchError(ContainSubstring("unknown authority")))
+	g.Expect(cfg.VerifyConnection(tls.ConnectionState{})).To(HaveOccurred())
 }
