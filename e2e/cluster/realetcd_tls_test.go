@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -89,6 +90,15 @@ func testRealEtcdTLS(t *testing.T) {
 	g.Expect(got.Status.Phase).NotTo(Equal(etcdv1alpha1.EtcdClusterPhaseRunning), "formed before its owner could be killed")
 	var victim corev1.Pod
 	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: owner}, &victim)).To(Succeed())
+	// The replacement pod mounts the reconcile-log folder on the node, which
+	// the operator scenario removed when it ended: make it again.
+	for _, v := range victim.Spec.Volumes {
+		if v.HostPath != nil {
+			g.Expect(os.MkdirAll(v.HostPath.Path, 0o777)).To(Succeed())
+			g.Expect(os.Chmod(v.HostPath.Path, 0o777)).To(Succeed())
+			t.Cleanup(func() { _ = os.RemoveAll(v.HostPath.Path) })
+		}
+	}
 	t.Logf("owner %s killed %s after creation", owner, time.Since(start).Round(100*time.Millisecond))
 	if _, err := kubectl(ctx, "delete", "pod", "--namespace", operatorNamespace, owner, "--force", "--grace-period=0"); err != nil {
 		t.Fatal(err)
