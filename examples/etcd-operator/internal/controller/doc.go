@@ -2,7 +2,9 @@
 // ConfigMap of etcd settings, a headless peer Service, a client Service, a
 // StatefulSet of members and a PodDisruptionBudget, all controlled by the
 // cluster, and reports the cluster's phase, conditions and members in its
-// status.
+// status. With spec.security it also keeps the cluster's CA, certificates
+// and root password as Secrets (certs.go, security.go), renews the
+// certificates before they expire, and turns etcd's authentication on.
 //
 // Entry points: NewReconciler and (*Reconciler).SetupWithManager.
 //
