@@ -30,7 +30,7 @@ const tlsEtcdNamespace = "etcd-tls"
 
 // testRealEtcdTLS: an EtcdCluster of 3 with client and peer TLS and auth
 // forms on real etcd pods while the operator instance that owns it is force
-// deleted mid-formation: another instance (or the pod that replaces it)
+// deleted mid-formation (its replacement held back): another instance
 // finishes with the Secrets the first one made, which followed the cluster
 // (same CA, no certificate issued again). A client from outside with the
 // issued client certificate and the root password writes and reads a key;
@@ -90,13 +90,15 @@ func testRealEtcdTLS(t *testing.T) {
 	g.Expect(got.Status.Phase).NotTo(Equal(etcdv1alpha1.EtcdClusterPhaseRunning), "formed before its owner could be killed")
 	var victim corev1.Pod
 	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: owner}, &victim)).To(Succeed())
-	// The replacement pod mounts the reconcile-log folder on the node, which
-	// the operator scenario removed when it ended: make it again.
+	// The replacement pod mounts the reconcile-log folder on the node
+	// (which the operator scenario removed when it ended): while it is
+	// absent, the replacement cannot start, so another instance must take
+	// the cluster over. It is made again once the cluster runs.
+	var logDirs []string
 	for _, v := range victim.Spec.Volumes {
 		if v.HostPath != nil {
-			g.Expect(os.MkdirAll(v.HostPath.Path, 0o777)).To(Succeed())
-			g.Expect(os.Chmod(v.HostPath.Path, 0o777)).To(Succeed())
-			t.Cleanup(func() { _ = os.RemoveAll(v.HostPath.Path) })
+			logDirs = append(logDirs, v.HostPath.Path)
+			g.Expect(os.RemoveAll(v.HostPath.Path)).To(Succeed())
 		}
 	}
 	t.Logf("owner %s killed %s after creation", owner, time.Since(start).Round(100*time.Millisecond))
@@ -118,6 +120,7 @@ func testRealEtcdTLS(t *testing.T) {
 		}
 	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	t.Logf("Running after %s, on %s (killed: %s)", time.Since(start).Round(time.Second), got.Labels[shardLabel], owner)
+	g.Expect(got.Labels[shardLabel]).NotTo(Equal(owner), "another instance finished")
 	var now corev1.Pod
 	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: owner}, &now)).To(Succeed())
 	g.Expect(now.UID).NotTo(Equal(victim.UID), "the killed instance's pod was replaced")
@@ -169,6 +172,12 @@ func testRealEtcdTLS(t *testing.T) {
 	g.Expect(use(false, "root", password)).NotTo(Succeed(), "without a client certificate")
 	g.Expect(use(true, "", "")).To(MatchError(ContainSubstring("permission denied")), "without the password")
 
+	// The replacement may start now (and may take the cluster back).
+	for _, dir := range logDirs {
+		g.Expect(os.MkdirAll(dir, 0o777)).To(Succeed())
+		g.Expect(os.Chmod(dir, 0o777)).To(Succeed())
+		t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	}
 	By(t, "deleted, the cluster goes with its members and Secrets")
 	g.Expect(k8sClient.Delete(ctx, ec)).To(Succeed())
 	g.Eventually(func(g Gomega) {
