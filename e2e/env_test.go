@@ -105,6 +105,7 @@ func newRingEnv(t *testing.T, opts ringOptions) *ringEnv {
 				{Group: "", Resource: "services"},
 				{Group: "apps", Resource: "statefulsets"},
 				{Group: "policy", Resource: "poddisruptionbudgets"},
+				{Group: "", Resource: "secrets"},
 				{Group: "", Resource: "pods"},
 			},
 		}}

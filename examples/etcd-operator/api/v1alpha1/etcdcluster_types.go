@@ -21,6 +21,9 @@ const (
 )
 
 // EtcdClusterSpec is the desired state of an etcd cluster.
+// +kubebuilder:validation:XValidation:rule="(has(self.security) && has(self.security.tls)) == (has(oldSelf.security) && has(oldSelf.security.tls))",message="TLS cannot be turned on or off for an existing cluster"
+// +kubebuilder:validation:XValidation:rule="!(has(oldSelf.security) && has(oldSelf.security.auth) && oldSelf.security.auth.enabled) || (has(self.security) && has(self.security.auth) && self.security.auth.enabled)",message="authentication cannot be turned off once on"
+// +kubebuilder:validation:XValidation:rule="!(has(self.security) && has(self.security.tls) && self.security.tls.client) || !has(self.network) || ((!has(self.network.clientPort) || self.network.clientPort != 2381) && (!has(self.network.peerPort) || self.network.peerPort != 2381))",message="with client TLS, port 2381 serves /health and metrics: clientPort and peerPort must not be 2381"
 type EtcdClusterSpec struct {
 	// Size is the number of members: odd (an even number tolerates no more
 	// failures than one member fewer) and between 1 and 9. A cluster of 3 or
@@ -66,6 +69,10 @@ type EtcdClusterSpec struct {
 	// +optional
 	// +kubebuilder:default={clientPort: 2379, peerPort: 2380, serviceType: "ClusterIP"}
 	Network EtcdNetworkSpec `json:"network,omitempty"`
+
+	// Security configures TLS and authentication (see EtcdSecuritySpec).
+	// +optional
+	Security EtcdSecuritySpec `json:"security,omitempty"`
 
 	// Resources of the etcd container.
 	// Default: requests cpu 100m and memory 128Mi, limits cpu 1 and memory 1Gi,
@@ -322,6 +329,11 @@ type EtcdClusterStatus struct {
 	// ReadyReplicas is the number of ready members as the StatefulSet reports it.
 	// +optional
 	ReadyReplicas int32 `json:"readyReplicas"`
+
+	// CertificatesNotAfter is when the first of the certificates the
+	// members and the operator use expires; unset without TLS.
+	// +optional
+	CertificatesNotAfter *metav1.Time `json:"certificatesNotAfter,omitempty"`
 
 	// ClientEndpoints are the URLs clients connect to (the client Service).
 	// +optional

@@ -165,7 +165,7 @@ func newScheme() *runtime.Scheme {
 // the instance never sees the objects of the missing ones.
 func cachedObjects() []client.Object {
 	return []client.Object{&etcdv1alpha1.EtcdCluster{}, &corev1.ConfigMap{}, &corev1.Service{},
-		&appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &corev1.Pod{}}
+		&appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &corev1.Pod{}, &corev1.Secret{}}
 }
 
 // Leases are read and written in the lease namespace only.

@@ -249,8 +249,15 @@ func mergeLabels(obj client.Object, want map[string]string) bool {
 func (r *Reconciler) deleteChildren(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (int, error) {
 	remaining := 0
 	var errs []error
-	for _, ch := range r.children(c, 0) {
-		obj := ch.desired.DeepCopyObject().(client.Object)
+	children, secrets := r.children(c, 0), secretObjects(c)
+	objs := make([]client.Object, 0, len(children)+len(secrets))
+	for _, ch := range children {
+		objs = append(objs, ch.desired.DeepCopyObject().(client.Object))
+	}
+	for _, s := range secrets {
+		objs = append(objs, s)
+	}
+	for _, obj := range objs {
 		kind := kindOf(obj)
 		key := client.ObjectKeyFromObject(obj)
 		if err := r.client.Get(ctx, key, obj); err != nil {
@@ -291,6 +298,8 @@ func kindOf(obj client.Object) string {
 		return "StatefulSet"
 	case *policyv1.PodDisruptionBudget:
 		return "PodDisruptionBudget"
+	case *corev1.Secret:
+		return "Secret"
 	}
 	return fmt.Sprintf("%T", obj)
 }

@@ -6,7 +6,9 @@
 // (members.go): learners added before their pods start and promoted once
 // caught up, members removed before their pods go and never below quorum,
 // members that lost their data replaced, and outdated members restarted
-// one at a time.
+// one at a time. With spec.security it also keeps the cluster's CA,
+// certificates and root password as Secrets (certs.go, security.go), renews
+// the certificates before they expire, and turns etcd's authentication on.
 //
 // Entry points: NewReconciler and (*Reconciler).SetupWithManager.
 //

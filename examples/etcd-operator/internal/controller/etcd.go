@@ -14,7 +14,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 )
@@ -93,20 +92,14 @@ func formatID(id uint64) string {
 var errNoEndpoints = errors.New("no member has an address yet")
 
 // etcdAccess is how the operator authenticates to a cluster's etcd. The zero
-// value is plain HTTP without credentials.
+// value is plain HTTP without credentials. clusterAccess (security.go)
+// returns a cluster's.
 type etcdAccess struct {
 	// TLS, when set, is the client's TLS configuration (server CA and, for
 	// client certificate authentication, the operator's certificate).
 	TLS *tls.Config
 	// Username and Password, when set, authenticate with etcd's basic auth.
 	Username, Password string
-}
-
-// clusterAccess returns how to authenticate to c's etcd, reading what it
-// needs (certificates, credentials) through reader. Every controller that
-// talks to a cluster's etcd asks here.
-func clusterAccess(_ context.Context, _ client.Reader, _ *etcdv1alpha1.EtcdCluster) (etcdAccess, error) {
-	return etcdAccess{}, nil
 }
 
 // newEtcdClient opens a client to a cluster's etcd at endpoints (client URLs

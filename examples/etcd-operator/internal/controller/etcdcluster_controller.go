@@ -158,7 +158,7 @@ func NewReconciler(c client.Client, scheme *runtime.Scheme, recorder events.Even
 // SetupWithManager registers the controller: it reconciles a cluster when
 // the cluster, one of its children or one of its member pods changes. The
 // manager's cache must serve EtcdClusters, ConfigMaps, Services,
-// StatefulSets, PodDisruptionBudgets and Pods.
+// StatefulSets, PodDisruptionBudgets, Pods and Secrets.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	wrapped, err := r.opts.Wrap(r)
 	if err != nil {
@@ -171,6 +171,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&corev1.Secret{}).
 		// Pods are owned by the StatefulSet, not the cluster: map them back
 		// by label. Only creation, deletion, readiness, the address (where
 		// etcd is asked) and the membership gate matter.
@@ -219,6 +220,7 @@ func podReady(obj client.Object) bool {
 // +kubebuilder:rbac:groups=etcd.example.sharder.dev,resources=etcdclusters,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=etcd.example.sharder.dev,resources=etcdclusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=etcd.example.sharder.dev,resources=etcdclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
@@ -265,6 +267,18 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *etcdv1alpha1.EtcdCl
 	logger := log.FromContext(ctx)
 	s := spec(c)
 
+	failure := ""
+	var failureErr error
+	// Certificates and the root password come first: the members mount
+	// them, and the operator's client uses them.
+	renewIn, err := r.ensureSecurity(ctx, c)
+	var se *childError
+	if errors.As(err, &se) {
+		failure, failureErr = se.Reason, se
+	} else if err != nil {
+		return ctrl.Result{}, err
+	}
+
 	// What etcd, the StatefulSet and the pods say now decides the
 	// StatefulSet's replicas and the next membership step.
 	sts, err := r.statefulSet(ctx, c)
@@ -275,12 +289,14 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *etcdv1alpha1.EtcdCl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	access, err := clusterAccess(ctx, r.client, c)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
 	endpoints := r.opts.Endpoints(c, pods)
-	view := observeEtcd(ctx, access, endpoints, r.opts.EtcdTimeout)
+	var view etcdView
+	access, err := clusterAccess(ctx, r.secretReader(), c)
+	if err != nil {
+		view = etcdView{err: err}
+	} else {
+		view = observeEtcd(ctx, access, endpoints, r.opts.EtcdTimeout)
+	}
 	if view.err != nil && ctx.Err() != nil {
 		// Cancelled (the instance stops or hands the cluster over): say
 		// nothing about etcd rather than that it did not answer.
@@ -290,9 +306,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *etcdv1alpha1.EtcdCl
 	ms := r.newMemberState(c, s, sts, pods, endpoints, view, configHash)
 	replicas := ms.nextReplicas()
 
-	failure := ""
-	var failureErr error
 	for _, ch := range r.children(c, replicas) {
+		if failure != "" {
+			break
+		}
 		err := r.ensure(ctx, c, ch)
 		var ce *childError
 		if errors.As(err, &ce) {
@@ -319,6 +336,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *etcdv1alpha1.EtcdCl
 	if sts != nil {
 		ready = sts.Status.ReadyReplicas
 	}
+	r.ensureAuth(ctx, c, access, endpoints, view)
 	members := desiredMembers(c, s, pods, view, ms.peerURL)
 	healthy := view.healthyVoters()
 	serving := view.answered() && view.leaderID != 0 && healthy >= quorum(s.Size)
@@ -359,8 +377,13 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, c *etcdv1alpha1.EtcdCl
 	if step.soon() {
 		return ctrl.Result{RequeueAfter: r.opts.ProgressInterval}, nil
 	}
-	// etcd is not watched: ask it again (leader, health) after a while.
-	return ctrl.Result{RequeueAfter: r.opts.EtcdCheckInterval}, nil
+	// etcd is not watched: ask it again (leader, health) after a while,
+	// sooner if a certificate is due for renewal.
+	next := r.opts.EtcdCheckInterval
+	if renewIn > 0 {
+		next = min(next, renewIn)
+	}
+	return ctrl.Result{RequeueAfter: next}, nil
 }
 
 // setProgress writes the membership step into the Progressing condition,

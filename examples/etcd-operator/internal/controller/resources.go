@@ -142,8 +142,19 @@ func memberHost(c *etcdv1alpha1.EtcdCluster, i int32) string {
 
 // clientScheme and peerScheme are the URL schemes of a cluster's client and
 // peer traffic. Every URL of a member is built with them.
-func clientScheme(etcdv1alpha1.EtcdClusterSpec) string { return "http" }
-func peerScheme(etcdv1alpha1.EtcdClusterSpec) string   { return "http" }
+func clientScheme(s etcdv1alpha1.EtcdClusterSpec) string {
+	if clientTLS(s) {
+		return "https"
+	}
+	return "http"
+}
+
+func peerScheme(s etcdv1alpha1.EtcdClusterSpec) string {
+	if peerTLS(s) {
+		return "https"
+	}
+	return "http"
+}
 
 func peerURL(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec, i int32) string {
 	return fmt.Sprintf("%s://%s:%d", peerScheme(s), memberHost(c, i), s.Network.PeerPort)
@@ -187,6 +198,9 @@ func configData(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpec) map
 	data["ETCD_DATA_DIR"] = strings.TrimSuffix(s.Advanced.DataDir, "/") + "/data"
 	data["ETCD_LISTEN_PEER_URLS"] = fmt.Sprintf("%s://0.0.0.0:%d", peerScheme(s), s.Network.PeerPort)
 	data["ETCD_LISTEN_CLIENT_URLS"] = fmt.Sprintf("%s://0.0.0.0:%d", clientScheme(s), s.Network.ClientPort)
+	for k, v := range tlsConfigData(s) {
+		data[k] = v
+	}
 	return data
 }
 
@@ -296,6 +310,7 @@ func buildStatefulSet(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpe
 		},
 		VolumeMounts: []corev1.VolumeMount{{Name: volumeName, MountPath: s.Advanced.DataDir}},
 	}
+	addTLS(s, &container)
 	podLabels := commonLabels(c)
 	sts := &appsv1.StatefulSet{
 		ObjectMeta: objectMeta(c, statefulSetName(c)),
@@ -332,11 +347,12 @@ func buildStatefulSet(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdClusterSpe
 			},
 		},
 	}
+	sts.Spec.Template.Spec.Volumes = tlsVolumes(c, s)
 	if s.Storage.Ephemeral {
 		// The data lives and dies with the pod.
-		sts.Spec.Template.Spec.Volumes = []corev1.Volume{{
+		sts.Spec.Template.Spec.Volumes = append(sts.Spec.Template.Spec.Volumes, corev1.Volume{
 			Name: volumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
-		}}
+		})
 		return sts
 	}
 	sts.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{

@@ -25,12 +25,25 @@ import (
 	"github.com/sharder-dev/sharder/internal/testenv"
 )
 
+// Options configure a cluster's members. The zero value is plain HTTP.
+type Options struct {
+	// ServerDir, when set, holds tls.crt, tls.key and ca.crt (a
+	// certificate Secret's keys as files): members serve clients and peers
+	// over TLS with it, require client certificates the CA signed, and
+	// serve /health over plain HTTP on a metrics URL.
+	ServerDir string
+	// PeerDir, when set with ServerDir, holds the tls.crt and tls.key
+	// members present to each other.
+	PeerDir string
+}
+
 // Cluster is a local etcd cluster. Its members stop when the test ends.
 type Cluster struct {
 	t      testing.TB
 	binary string
 	token  string
 	dir    string
+	opts   Options
 	// mu guards members, which Add extends.
 	mu      sync.Mutex
 	members []*Member
@@ -44,8 +57,10 @@ type Member struct {
 	Name      string
 	ClientURL string
 	PeerURL   string
-	dataDir   string
-	logPath   string
+	// MetricsURL serves /health over plain HTTP; set with Options.ServerDir.
+	MetricsURL string
+	dataDir    string
+	logPath    string
 	// initialCluster and state are the bootstrap flags it starts with.
 	initialCluster, state string
 
@@ -70,6 +85,11 @@ func Start(t testing.TB, names ...string) *Cluster {
 // for callers outside the test's goroutine; it gives up waiting for the
 // members when ctx ends. The members stop when the test ends either way.
 func StartContext(ctx context.Context, t testing.TB, names ...string) (*Cluster, error) {
+	return StartWith(ctx, t, Options{}, names...)
+}
+
+// StartWith is StartContext with options.
+func StartWith(ctx context.Context, t testing.TB, opts Options, names ...string) (*Cluster, error) {
 	assets, err := testenv.AssetsDir()
 	if err != nil {
 		return nil, err
@@ -77,7 +97,7 @@ func StartContext(ctx context.Context, t testing.TB, names ...string) (*Cluster,
 	binary := filepath.Join(assets, "etcd")
 	var lastErr error
 	for range startAttempts {
-		c, err := start(ctx, t, binary, names)
+		c, err := start(ctx, t, binary, opts, names)
 		if err == nil {
 			return c, nil
 		}
@@ -105,8 +125,9 @@ var errExited = errors.New("exited before it was healthy")
 
 // start makes one attempt of StartContext; on failure the members it
 // started are stopped.
-func start(ctx context.Context, t testing.TB, binary string, names []string) (*Cluster, error) {
+func start(ctx context.Context, t testing.TB, binary string, opts Options, names []string) (*Cluster, error) {
 	c := newCluster(t, binary)
+	c.opts = opts
 	for _, name := range names {
 		if _, err := c.Add(name); err != nil {
 			return nil, err
@@ -171,12 +192,23 @@ func (c *Cluster) Add(name string) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
+	scheme := "http"
+	if c.opts.ServerDir != "" {
+		scheme = "https"
+	}
 	m := &Member{
 		Name:      name,
-		ClientURL: "http://" + client,
-		PeerURL:   "http://" + peer,
+		ClientURL: scheme + "://" + client,
+		PeerURL:   scheme + "://" + peer,
 		dataDir:   filepath.Join(c.dir, name),
 		logPath:   filepath.Join(c.dir, name+".log"),
+	}
+	if c.opts.ServerDir != "" {
+		metrics, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		m.MetricsURL = "http://" + metrics
 	}
 	c.mu.Lock()
 	c.members = append(c.members, m)
@@ -279,22 +311,34 @@ func (c *Cluster) start(m *Member) error {
 		return err
 	}
 	defer func() { _ = log.Close() }()
-	cmd := exec.CommandContext(context.Background(), c.binary, //nolint:gosec // the etcd built for the test control plane
-
-		"--name="+m.Name,
-		"--data-dir="+m.dataDir,
-		"--listen-client-urls="+m.ClientURL,
-		"--advertise-client-urls="+m.ClientURL,
-		"--listen-peer-urls="+m.PeerURL,
-		"--initial-advertise-peer-urls="+m.PeerURL,
-		"--initial-cluster="+initialCluster,
-		"--initial-cluster-state="+state,
-		"--initial-cluster-token="+c.token,
+	args := []string{
+		"--name=" + m.Name,
+		"--data-dir=" + m.dataDir,
+		"--listen-client-urls=" + m.ClientURL,
+		"--advertise-client-urls=" + m.ClientURL,
+		"--listen-peer-urls=" + m.PeerURL,
+		"--initial-advertise-peer-urls=" + m.PeerURL,
+		"--initial-cluster=" + initialCluster,
+		"--initial-cluster-state=" + state,
+		"--initial-cluster-token=" + c.token,
 		"--heartbeat-interval=50",
 		"--election-timeout=500",
 		"--unsafe-no-fsync",
 		"--log-level=warn",
-	)
+	}
+	if dir := c.opts.ServerDir; dir != "" {
+		args = append(args,
+			"--cert-file="+filepath.Join(dir, "tls.crt"), "--key-file="+filepath.Join(dir, "tls.key"),
+			"--trusted-ca-file="+filepath.Join(dir, "ca.crt"), "--client-cert-auth",
+			"--peer-cert-file="+filepath.Join(dir, "tls.crt"), "--peer-key-file="+filepath.Join(dir, "tls.key"),
+			"--peer-trusted-ca-file="+filepath.Join(dir, "ca.crt"), "--peer-client-cert-auth",
+			"--listen-metrics-urls="+m.MetricsURL,
+		)
+		if peer := c.opts.PeerDir; peer != "" {
+			args = append(args, "--peer-client-cert-file="+filepath.Join(peer, "tls.crt"), "--peer-client-key-file="+filepath.Join(peer, "tls.key"))
+		}
+	}
+	cmd := exec.CommandContext(context.Background(), c.binary, args...) //nolint:gosec // the etcd built for the test control plane
 	cmd.Stdout, cmd.Stderr = log, log
 	// Under the member's lock, so that the test's cleanup, which sets
 	// ending and then stops each member under its lock, either stops this
@@ -353,7 +397,11 @@ func (c *Cluster) waitHealthy(ctx context.Context, m *Member) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.ClientURL+"/health", nil)
+		health := m.ClientURL + "/health"
+		if m.MetricsURL != "" {
+			health = m.MetricsURL + "/health"
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, health, nil)
 		if err != nil {
 			return err
 		}
