@@ -30,6 +30,10 @@ CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 HELM := $(BIN)/helm-$(HELM_VERSION)
 GOTESTSUM := $(BIN)/gotestsum-$(GOTESTSUM_VERSION)
+# The S3-compatible object store the example operator's backups are tested
+# against, locally (a process) and in the cluster (an image).
+VERSITYGW_VERSION := v1.8.0
+VERSITYGW := $(BIN)/versitygw-$(VERSITYGW_VERSION)
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
@@ -45,6 +49,7 @@ PLAIN_CONTROLLER_IMAGE := ghcr.io/sharder-dev/plaincontroller:$(IMAGE_TAG)
 # operator's default repository, so that EtcdClusters find it.
 PAUSE_IMAGE := ghcr.io/sharder-dev/pause:1.0
 ETCD_IMAGE := gcr.io/etcd-development/etcd:$(ETCD_VERSION)
+VERSITYGW_IMAGE := ghcr.io/sharder-dev/versitygw:$(VERSITYGW_VERSION)
 IMAGES := $(BIN)/images
 LDFLAGS := -s -w -X github.com/sharder-dev/sharder/cmd/sharder/app.version=$(VERSION)
 
@@ -65,7 +70,7 @@ build: ## Build the sharder binary into bin/.
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/sharder ./cmd/sharder
 
 .PHONY: images
-images: ## Build the sharder, example operator, plain controller, pause and etcd images into bin/images/*.tar (no container engine needed).
+images: $(VERSITYGW) ## Build the sharder, example operator, plain controller, pause, etcd and S3 store images into bin/images/*.tar (no container engine needed).
 	@# Static binaries first; go build leaves an up-to-date one untouched.
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(IMAGES)/sharder ./cmd/sharder
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/etcd-operator ./examples/etcd-operator/cmd/etcd-operator
@@ -79,6 +84,7 @@ images: ## Build the sharder, example operator, plain controller, pause and etcd
 	$(IMAGES)/pack --binary $(IMAGES)/pause --path /pause --ref $(PAUSE_IMAGE) --output $(IMAGES)/pause.tar
 	@# etcd runs as root, as the upstream image does: its data volume is root's.
 	$(IMAGES)/pack --binary $(IMAGES)/etcd --path /usr/local/bin/etcd --user '' --ref $(ETCD_IMAGE) --output $(IMAGES)/etcd.tar
+	$(IMAGES)/pack --binary $(VERSITYGW) --path /usr/local/bin/versitygw --ref $(VERSITYGW_IMAGE) --output $(IMAGES)/versitygw.tar
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs and RBAC.
@@ -162,7 +168,7 @@ node: ## Build the local cluster's kubelet, controller manager, scheduler, kube-
 	@hack/build-cluster.sh $(NODE) $(CONTAINERD_VERSION)
 
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(HELM) $(GOTESTSUM) ## Install the pinned tools into bin/ (cached).
+tools: $(CONTROLLER_GEN) $(HELM) $(GOTESTSUM) $(VERSITYGW) ## Install the pinned tools into bin/ (cached).
 
 $(CONTROLLER_GEN):
 	hack/go-install.sh controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen $(CONTROLLER_GEN_VERSION)
@@ -172,3 +178,6 @@ $(HELM):
 	hack/go-install.sh helm helm.sh/helm/v3/cmd/helm $(HELM_VERSION)
 $(GOTESTSUM):
 	hack/go-install.sh gotestsum gotest.tools/gotestsum $(GOTESTSUM_VERSION)
+$(VERSITYGW):
+	@# Static: it also runs as an image without a C library.
+	CGO_ENABLED=0 hack/go-install.sh versitygw github.com/versity/versitygw/cmd/versitygw $(VERSITYGW_VERSION)

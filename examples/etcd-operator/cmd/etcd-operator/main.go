@@ -61,6 +61,7 @@ type options struct {
 	etcdCheckInterval       time.Duration
 	kubeAPIQPS              float32
 	kubeAPIBurst            int
+	restoreImage            string
 	zap                     zap.Options
 	// repeatedRun lets run start in a process that ran it before (the
 	// tests): controller-runtime refuses a controller name it has seen in
@@ -89,6 +90,7 @@ func parseFlags(args []string, getenv func(string) string) (*options, error) {
 	fs.DurationVar(&o.etcdCheckInterval, "etcd-check-interval", 15*time.Second, "How soon a cluster that is not Failed is reconciled again to ask etcd for its members, leader and health.")
 	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 50, "Requests per second to the API server (client-side limit). Drain acknowledgements share it with reconciles, so a low limit slows moves.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst of requests to the API server above --kube-api-qps.")
+	fs.StringVar(&o.restoreImage, "restore-image", "", "Image of this operator: the members of a cluster an EtcdRestore creates run its restore-member subcommand before etcd. Empty: EtcdRestores fail with the reason NoRestoreImage.")
 	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.zap.BindFlags(zfs)
 	fs.AddGoFlagSet(zfs)
@@ -160,7 +162,8 @@ func newScheme() *runtime.Scheme {
 // the instance never sees the objects of the missing ones.
 func cachedObjects() []client.Object {
 	return []client.Object{&etcdv1alpha1.EtcdCluster{}, &corev1.ConfigMap{}, &corev1.Service{},
-		&appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &corev1.Pod{}}
+		&appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &corev1.Pod{},
+		&etcdv1alpha1.EtcdBackup{}, &etcdv1alpha1.EtcdRestore{}}
 }
 
 // Leases are read and written in the lease namespace only.
@@ -232,6 +235,9 @@ func run(ctx context.Context, o *options) error {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the controller: %w", err)
 	}
+	if err := setupBackupAndRestore(mgr, inst, rlog, o); err != nil {
+		return err
+	}
 
 	log.Info("Starting", "ring", o.ring, "instance", o.instance, "leaseNamespace", o.leaseNamespace)
 	if err := mgr.Start(ctx); err != nil {
@@ -241,6 +247,9 @@ func run(ctx context.Context, o *options) error {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == controller.RestoreMemberCommand {
+		os.Exit(restoreMember(os.Args[2:]))
+	}
 	o, err := parseFlags(os.Args[1:], os.Getenv)
 	if errors.Is(err, pflag.ErrHelp) {
 		return

@@ -54,7 +54,7 @@ func (r *Reconciler) children(c *etcdv1alpha1.EtcdCluster) []child {
 	cm := buildConfigMap(c, s)
 	peer := buildPeerService(c, s)
 	clientSvc := buildClientService(c, s)
-	sts := buildStatefulSet(c, s, hashData(cm.Data))
+	sts := withRestore(c, buildStatefulSet(c, s, hashData(cm.Data)))
 	pdb := buildPDB(c, s)
 	return []child{
 		{desired: cm, update: func(o client.Object) bool {
