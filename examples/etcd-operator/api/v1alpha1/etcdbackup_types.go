@@ -161,11 +161,13 @@ type EtcdBackupStatus struct {
 	// StoragePath is where the last completed snapshot is: s3://bucket/key.
 	// +optional
 	StoragePath string `json:"storagePath,omitempty"`
-	// EtcdVersion is the version of the etcd member that took the last
-	// completed snapshot.
+	// EtcdVersion is the version of the etcd member the last completed
+	// snapshot was taken from.
 	// +optional
 	EtcdVersion string `json:"etcdVersion,omitempty"`
-	// EtcdRevision is the revision of the last completed snapshot.
+	// EtcdRevision is that member's revision when the last completed
+	// snapshot started: the snapshot holds this revision (and any write
+	// that came in between).
 	// +optional
 	EtcdRevision int64 `json:"etcdRevision,omitempty"`
 }

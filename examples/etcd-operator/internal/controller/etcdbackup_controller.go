@@ -12,6 +12,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/robfig/cron/v3"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -313,14 +314,14 @@ func (r *BackupReconciler) backup(ctx context.Context, b *etcdv1alpha1.EtcdBacku
 	if err != nil {
 		return nil, err
 	}
-	cli, err := newEtcdClient(ctx, access, r.opts.Endpoints(cluster, pods.Items), r.opts.EtcdTimeout)
+	cli, ep, st, err := snapshotMember(ctx, access, r.opts.Endpoints(cluster, pods.Items), r.opts.EtcdTimeout)
 	if err != nil {
 		return nil, &inputError{Reason: ReasonSnapshotFailed, err: err}
 	}
 	defer func() { _ = cli.Close() }()
 	snap, err := cli.SnapshotWithVersion(ctx)
 	if err != nil {
-		return nil, &inputError{Reason: ReasonSnapshotFailed, err: fmt.Errorf("etcd snapshot: %w", err)}
+		return nil, &inputError{Reason: ReasonSnapshotFailed, err: fmt.Errorf("etcd snapshot from %s: %w", ep, err)}
 	}
 	defer func() { _ = snap.Snapshot.Close() }()
 
@@ -337,11 +338,38 @@ func (r *BackupReconciler) backup(ctx context.Context, b *etcdv1alpha1.EtcdBacku
 	if err != nil {
 		return nil, &inputError{Reason: ReasonUploadFailed, err: fmt.Errorf("storing %s: %w", key, err)}
 	}
-	res := &backupResult{store: store, path: "s3://" + store.bucket + "/" + key, size: info.Size, version: snap.Version}
-	if snap.Header != nil {
-		res.revision = snap.Header.Revision
+	return &backupResult{
+		store: store, path: "s3://" + store.bucket + "/" + key, size: info.Size,
+		version: st.Version, revision: st.Header.GetRevision(),
+	}, nil
+}
+
+// snapshotMember picks the member a snapshot is taken from: the first of
+// endpoints that answers a status request. It returns a client of that
+// member alone, its endpoint and its status (its version, and its revision
+// just before the snapshot: the snapshot holds at least that revision).
+func snapshotMember(ctx context.Context, access etcdAccess, endpoints []string, timeout time.Duration) (*clientv3.Client, string, *clientv3.StatusResponse, error) {
+	all, err := newEtcdClient(ctx, access, endpoints, timeout)
+	if err != nil {
+		return nil, "", nil, err
 	}
-	return res, nil
+	defer func() { _ = all.Close() }()
+	var errs []error
+	for _, ep := range endpoints {
+		sctx, cancel := context.WithTimeout(ctx, timeout)
+		st, err := all.Status(sctx, ep)
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", ep, err))
+			continue
+		}
+		one, err := newEtcdClient(ctx, access, []string{ep}, timeout)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return one, ep, st, nil
+	}
+	return nil, "", nil, fmt.Errorf("no member answered: %w", errors.Join(errs...))
 }
 
 // gzipped compresses r as it is read.

@@ -69,11 +69,11 @@ func Start(t testing.TB) *Server {
 		t.Fatalf("s3test: %v", err)
 	}
 	defer func() { _ = logFile.Close() }()
-	// --nometa: no extended attributes, which not every test file system
-	// has; the operator stores no object metadata.
+	// Object metadata (multipart uploads need it) in a sidecar folder
+	// rather than extended attributes, which not every file system has.
 	cmd := exec.CommandContext(context.Background(), binary, //nolint:gosec // the store the project builds
 		"--port", addr, "--health", "/health", "--quiet",
-		"posix", "--nometa", s.Dir)
+		"posix", "--sidecar", t.TempDir(), s.Dir)
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+s.AccessKeyID, "ROOT_SECRET_KEY="+s.SecretAccessKey)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
