@@ -55,6 +55,7 @@ func TestSharderChart(t *testing.T) {
 		{"plain controller with the agent sidecar rolls without overlap", testPlainControllerWithAgent},
 		{"etcd operator scales from 3 to 4 instances", testEtcdOperator},
 		{"an EtcdCluster of 3 runs real etcd", testRealEtcd},
+		{"an EtcdCluster backed up and restored through an S3 store", testBackupRestore},
 		{"uninstall leaves nothing that rejects writes", testUninstall},
 	}
 	for _, s := range steps {

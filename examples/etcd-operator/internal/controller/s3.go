@@ -19,8 +19,8 @@ import (
 // Keys of a backup's credentials Secret: the access key pair of the S3
 // store, named as the AWS tools name them.
 const (
-	SecretKeyAccessKeyID     = "AWS_ACCESS_KEY_ID"
-	SecretKeySecretAccessKey = "AWS_SECRET_ACCESS_KEY"
+	SecretKeyAccessKeyID     = "AWS_ACCESS_KEY_ID"     //nolint:gosec // the name of a key, not a credential
+	SecretKeySecretAccessKey = "AWS_SECRET_ACCESS_KEY" //nolint:gosec // the name of a key, not a credential
 )
 
 // snapshotPartSize is the size of one part of a snapshot upload: the upload
