@@ -38,7 +38,7 @@ const (
 )
 
 // testBackupRestore: the S3 store (versitygw) runs in the cluster; an
-// EtcdCluster of 3 with a key (and a few MiB beside it, so that the
+// EtcdCluster of 3 with a key (and 48 MiB beside it, so that the
 // snapshot takes a moment) is backed up while the operator instance the
 // EtcdBackup is assigned to is force-deleted as soon as it reports the
 // backup Running; another instance completes it, and the store holds
@@ -93,7 +93,7 @@ func testBackupRestore(t *testing.T) {
 		_, err := cli.Put(cctx, "/e2e/key", value)
 		g.Expect(err).NotTo(HaveOccurred())
 		filler := strings.Repeat("x", 1<<20)
-		for i := range 8 {
+		for i := range 48 {
 			_, err := cli.Put(cctx, fmt.Sprintf("/e2e/filler/%d", i), filler)
 			g.Expect(err).NotTo(HaveOccurred())
 		}
@@ -137,7 +137,7 @@ func testBackupRestore(t *testing.T) {
 	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	t.Logf("backup Completed by %s: %d bytes at revision %d, %s; events %v", done.Labels[sharderv1alpha1.ShardLabel(operatorRing)],
 		done.Status.BackupSize, done.Status.EtcdRevision, done.Status.StoragePath, backupEvents(ctx, g, b.Name))
-	g.Expect(done.Status.BackupSize).To(BeNumerically(">", 8<<20))
+	g.Expect(done.Status.BackupSize).To(BeNumerically(">", 48<<20))
 	// Exactly one object, whole: an attempt cut short stored nothing.
 	var keys []string
 	for obj := range store.ListObjects(ctx, "backups", minio.ListObjectsOptions{Recursive: true}) {

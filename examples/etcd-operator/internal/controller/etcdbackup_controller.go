@@ -214,8 +214,15 @@ func (r *BackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ c
 	r.event(b, corev1.EventTypeNormal, ReasonBackupCompleted, "Backup", "Backup completed: %s", msg)
 	log.FromContext(ctx).Info("Backup completed", "path", res.path, "size", res.size, "revision", res.revision)
 
-	if n := b.Spec.RetentionPolicy.MaxBackups; n > 0 {
-		if err := r.prune(ctx, b, res.store, int(n)); err != nil {
+	// A one-shot backup keeps the snapshot its status names, and nothing
+	// an earlier attempt may have completed unrecorded (its instance cut off
+	// before it could say so).
+	keep := int(b.Spec.RetentionPolicy.MaxBackups)
+	if sched == nil {
+		keep = 1
+	}
+	if keep > 0 {
+		if err := r.prune(ctx, b, res.store, keep); err != nil {
 			r.event(b, corev1.EventTypeWarning, "RetentionFailed", "Prune", "Deleting old snapshots: %v", err)
 		}
 	}
