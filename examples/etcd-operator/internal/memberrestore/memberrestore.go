@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -76,6 +77,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		}
 	}
 	if len(missing) > 0 {
+		sort.Strings(missing)
 		return c, fmt.Errorf("missing environment: %s", strings.Join(missing, ", "))
 	}
 	return c, nil
