@@ -98,14 +98,20 @@ func testBackupRestore(t *testing.T) {
 	waitRunning(ctx, g, ec)
 	value := "written at " + time.Now().UTC().Format(time.RFC3339Nano)
 	withEtcd(ctx, g, ec, func(cli *clientv3.Client) {
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		_, err := cli.Put(cctx, "/e2e/key", value)
-		g.Expect(err).NotTo(HaveOccurred())
+		// Retried: the client Service may route to a member that only
+		// just started.
+		put := func(key, value string) {
+			g.Eventually(func() error {
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				_, err := cli.Put(cctx, key, value)
+				return err
+			}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed(), key)
+		}
+		put("/e2e/key", value)
 		filler := strings.Repeat("x", 1<<20)
 		for i := range 48 {
-			_, err := cli.Put(cctx, fmt.Sprintf("/e2e/filler/%d", i), filler)
-			g.Expect(err).NotTo(HaveOccurred())
+			put(fmt.Sprintf("/e2e/filler/%d", i), filler)
 		}
 	})
 	t.Logf("cluster Running with the key after %s", time.Since(begin).Round(time.Second))
