@@ -30,6 +30,10 @@ CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 HELM := $(BIN)/helm-$(HELM_VERSION)
 GOTESTSUM := $(BIN)/gotestsum-$(GOTESTSUM_VERSION)
+# The S3-compatible object store the example operator's backups are tested
+# against, locally (a process) and in the cluster (an image).
+VERSITYGW_VERSION := v1.8.0
+VERSITYGW := $(BIN)/versitygw-$(VERSITYGW_VERSION)
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
@@ -49,6 +53,7 @@ ETCD_IMAGE := gcr.io/etcd-development/etcd:$(ETCD_VERSION)
 # its own module (hack/tools/etcd35), whose go.mod pins this version.
 ETCD_PREVIOUS_VERSION := v3.5.35
 ETCD_PREVIOUS_IMAGE := gcr.io/etcd-development/etcd:$(ETCD_PREVIOUS_VERSION)
+VERSITYGW_IMAGE := ghcr.io/sharder-dev/versitygw:$(VERSITYGW_VERSION)
 IMAGES := $(BIN)/images
 LDFLAGS := -s -w -X github.com/sharder-dev/sharder/cmd/sharder/app.version=$(VERSION)
 
@@ -69,7 +74,7 @@ build: ## Build the sharder binary into bin/.
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/sharder ./cmd/sharder
 
 .PHONY: images
-images: ## Build the sharder, example operator, plain controller, pause and etcd (current and previous minor) images into bin/images/*.tar (no container engine needed).
+images: $(VERSITYGW) ## Build the sharder, example operator, plain controller, pause, etcd (current and previous minor) and S3 store images into bin/images/*.tar (no container engine needed).
 	@# Static binaries first; go build leaves an up-to-date one untouched.
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(IMAGES)/sharder ./cmd/sharder
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/etcd-operator ./examples/etcd-operator/cmd/etcd-operator
@@ -85,6 +90,7 @@ images: ## Build the sharder, example operator, plain controller, pause and etcd
 	@# etcd runs as root, as the upstream image does: its data volume is root's.
 	$(IMAGES)/pack --binary $(IMAGES)/etcd --path /usr/local/bin/etcd --user '' --ref $(ETCD_IMAGE) --output $(IMAGES)/etcd.tar
 	$(IMAGES)/pack --binary $(IMAGES)/etcd-previous --path /usr/local/bin/etcd --user '' --ref $(ETCD_PREVIOUS_IMAGE) --output $(IMAGES)/etcd-previous.tar
+	$(IMAGES)/pack --binary $(VERSITYGW) --path /usr/local/bin/versitygw --ref $(VERSITYGW_IMAGE) --output $(IMAGES)/versitygw.tar
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs and RBAC.
@@ -168,7 +174,7 @@ node: ## Build the local cluster's kubelet, controller manager, scheduler, kube-
 	@hack/build-cluster.sh $(NODE) $(CONTAINERD_VERSION)
 
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(HELM) $(GOTESTSUM) ## Install the pinned tools into bin/ (cached).
+tools: $(CONTROLLER_GEN) $(HELM) $(GOTESTSUM) $(VERSITYGW) ## Install the pinned tools into bin/ (cached).
 
 $(CONTROLLER_GEN):
 	hack/go-install.sh controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen $(CONTROLLER_GEN_VERSION)
@@ -178,3 +184,6 @@ $(HELM):
 	hack/go-install.sh helm helm.sh/helm/v3/cmd/helm $(HELM_VERSION)
 $(GOTESTSUM):
 	hack/go-install.sh gotestsum gotest.tools/gotestsum $(GOTESTSUM_VERSION)
+$(VERSITYGW):
+	@# Static: it also runs as an image without a C library.
+	CGO_ENABLED=0 hack/go-install.sh versitygw github.com/versity/versitygw/cmd/versitygw $(VERSITYGW_VERSION)

@@ -56,6 +56,7 @@ func TestSharderChart(t *testing.T) {
 		{"etcd operator scales from 3 to 4 instances", testEtcdOperator},
 		{"an EtcdCluster of 3 runs real etcd", testRealEtcd},
 		{"an EtcdCluster with TLS and auth forms while its instance is killed", testRealEtcdTLS},
+		{"an EtcdCluster backed up and restored through an S3 store", testBackupRestore},
 		{"uninstall leaves nothing that rejects writes", testUninstall},
 	}
 	for _, s := range steps {

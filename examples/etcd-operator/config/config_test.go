@@ -103,7 +103,7 @@ func grants(rules []rbacv1.PolicyRule, group, resource string, verbs ...string) 
 
 // TestRingAndRBACAgree checks that the sharder may assign every resource of
 // the ring, and that the operator may cache every one of them and
-// acknowledge drains of its main resource.
+// acknowledge drains of its main resources.
 func TestRingAndRBACAgree(t *testing.T) {
 	g := NewWithT(t)
 	_, objs := build(t, ".")
@@ -113,18 +113,23 @@ func TestRingAndRBACAgree(t *testing.T) {
 	decode(t, objs, "ClusterRole", "sharder:ring:etcd-operator", &sharderRole)
 	decode(t, objs, "ClusterRole", "etcd-operator", &operatorRole)
 
-	g.Expect(ring.Spec.Resources).To(HaveLen(1))
-	main := ring.Spec.Resources[0]
-	g.Expect(main.Group).To(Equal("etcd.example.sharder.dev"))
-	g.Expect(main.Resource).To(Equal("etcdclusters"))
-	all := append([]metav1.GroupResource{{Group: main.Group, Resource: main.Resource}}, main.ControlledResources...)
-	for _, gr := range all {
-		g.Expect(grants(sharderRole.Rules, gr.Group, gr.Resource, "get", "list", "watch", "patch")).To(BeTrue(),
-			"the sharder cannot assign %s", gr)
-		g.Expect(grants(operatorRole.Rules, gr.Group, gr.Resource, "get", "list", "watch")).To(BeTrue(),
-			"the operator cannot cache %s", gr)
+	// The clusters (with everything they control), the backups and the
+	// restores: each a main resource the operator acknowledges drains of.
+	var mains []string
+	for _, main := range ring.Spec.Resources {
+		g.Expect(main.Group).To(Equal("etcd.example.sharder.dev"))
+		mains = append(mains, main.Resource)
+		all := append([]metav1.GroupResource{{Group: main.Group, Resource: main.Resource}}, main.ControlledResources...)
+		for _, gr := range all {
+			g.Expect(grants(sharderRole.Rules, gr.Group, gr.Resource, "get", "list", "watch", "patch")).To(BeTrue(),
+				"the sharder cannot assign %s", gr)
+			g.Expect(grants(operatorRole.Rules, gr.Group, gr.Resource, "get", "list", "watch")).To(BeTrue(),
+				"the operator cannot cache %s", gr)
+		}
+		g.Expect(grants(operatorRole.Rules, main.Group, main.Resource, "patch")).To(BeTrue(),
+			"the operator cannot acknowledge drains of %s", main.Resource)
 	}
-	g.Expect(grants(operatorRole.Rules, main.Group, main.Resource, "patch")).To(BeTrue(), "the operator cannot acknowledge drains")
+	g.Expect(mains).To(ConsistOf("etcdclusters", "etcdbackups", "etcdrestores"))
 
 	// The operator's instances run as the service account the ring lets
 	// acknowledge drains, and hold their Leases where the ring looks.

@@ -40,16 +40,20 @@ type EtcdRestoreSpec struct {
 	// +optional
 	BackupNamespace string `json:"backupNamespace,omitempty"`
 
-	// ClusterName is the EtcdCluster restored into.
+	// ClusterName is the EtcdCluster restored into, in the restore's
+	// namespace. A New restore creates it and refuses to touch a cluster
+	// of that name that it did not create.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	ClusterName string `json:"clusterName"`
 
 	// ClusterTemplate is the spec of the cluster created by a New restore.
+	// Default: an empty spec (the cluster's defaults).
 	// +optional
 	ClusterTemplate *EtcdClusterSpec `json:"clusterTemplate,omitempty"`
 
-	// RestoreType: New or Replace.
+	// RestoreType: New or Replace. Only New is supported: a Replace
+	// restore fails with the reason RestoreTypeNotSupported.
 	// Default: New.
 	// +optional
 	// +kubebuilder:default=New
@@ -62,24 +66,32 @@ type EtcdRestoreSpec struct {
 
 // EtcdRestoreStatus is the observed state of a restore.
 type EtcdRestoreStatus struct {
+	// Phase: Pending until the backup's snapshot is found, Running while
+	// the restored cluster starts, Completed once it is Running.
 	// +optional
 	Phase EtcdRestorePhase `json:"phase,omitempty"`
+	// Conditions: Succeeded.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// StartTime is when the restored cluster was created.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// CompletionTime is when the restored cluster was first Running.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// RestoredCluster is the EtcdCluster the restore created.
 	// +optional
 	RestoredCluster string `json:"restoredCluster,omitempty"`
+	// RestoredSize is the size in bytes of the snapshot restored, as stored.
 	// +optional
 	RestoredSize int64 `json:"restoredSize,omitempty"`
 }
 
-// EtcdRestore restores an EtcdBackup into a cluster. The operator does not
-// act on restores yet: the type is declared so tools can refer to it.
+// EtcdRestore creates a new EtcdCluster whose members start from the last
+// snapshot of an EtcdBackup: each member's data directory is restored from
+// the snapshot by an init container before etcd starts.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=etcd

@@ -62,6 +62,7 @@ type options struct {
 	progressInterval        time.Duration
 	kubeAPIQPS              float32
 	kubeAPIBurst            int
+	restoreImage            string
 	zap                     zap.Options
 	// repeatedRun lets run start in a process that ran it before (the
 	// tests): controller-runtime refuses a controller name it has seen in
@@ -91,6 +92,7 @@ func parseFlags(args []string, getenv func(string) string) (*options, error) {
 	fs.DurationVar(&o.progressInterval, "progress-interval", 2*time.Second, "How soon a cluster whose members are being added, promoted, removed or restarted is reconciled again for the next step.")
 	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 50, "Requests per second to the API server (client-side limit). Drain acknowledgements share it with reconciles, so a low limit slows moves.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst of requests to the API server above --kube-api-qps.")
+	fs.StringVar(&o.restoreImage, "restore-image", "", "Image of this operator: the members of a cluster an EtcdRestore creates run its restore-member subcommand before etcd. Empty: EtcdRestores fail with the reason NoRestoreImage.")
 	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.zap.BindFlags(zfs)
 	fs.AddGoFlagSet(zfs)
@@ -165,7 +167,8 @@ func newScheme() *runtime.Scheme {
 // the instance never sees the objects of the missing ones.
 func cachedObjects() []client.Object {
 	return []client.Object{&etcdv1alpha1.EtcdCluster{}, &corev1.ConfigMap{}, &corev1.Service{},
-		&appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &corev1.Pod{}, &corev1.Secret{}}
+		&appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &corev1.Pod{}, &corev1.Secret{},
+		&etcdv1alpha1.EtcdBackup{}, &etcdv1alpha1.EtcdRestore{}}
 }
 
 // Leases are read and written in the lease namespace only.
@@ -238,6 +241,9 @@ func run(ctx context.Context, o *options) error {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the controller: %w", err)
 	}
+	if err := setupBackupAndRestore(mgr, inst, rlog, o); err != nil {
+		return err
+	}
 
 	log.Info("Starting", "ring", o.ring, "instance", o.instance, "leaseNamespace", o.leaseNamespace)
 	if err := mgr.Start(ctx); err != nil {
@@ -247,6 +253,9 @@ func run(ctx context.Context, o *options) error {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == controller.RestoreMemberCommand {
+		os.Exit(restoreMember(os.Args[2:]))
+	}
 	o, err := parseFlags(os.Args[1:], os.Getenv)
 	if errors.Is(err, pflag.ErrHelp) {
 		return

@@ -55,7 +55,7 @@ func (r *Reconciler) children(c *etcdv1alpha1.EtcdCluster, replicas int32) []chi
 	cm := buildConfigMap(c, s)
 	peer := buildPeerService(c, s)
 	clientSvc := buildClientService(c, s)
-	sts := buildStatefulSet(c, s, hashData(cm.Data), replicas)
+	sts := withRestore(c, buildStatefulSet(c, s, hashData(cm.Data), replicas))
 	pdb := buildPDB(c, s)
 	return []child{
 		{desired: cm, update: func(o client.Object) bool {

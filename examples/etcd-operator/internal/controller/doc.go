@@ -38,4 +38,13 @@
 //
 // No kubelet is needed for the reconciler to be correct: a cluster stays
 // Creating until its StatefulSet reports every replica ready.
+//
+// Beside it, NewBackupReconciler streams etcd snapshots of the cluster an
+// EtcdBackup names into an S3-compatible bucket, once or on a cron schedule
+// with retention, and NewRestoreReconciler creates the new cluster of an
+// EtcdRestore, whose members restore the backup's snapshot in an init
+// container (AnnotationRestoreSource, package memberrestore). Backups and
+// restores are assigned on their own, not with their cluster: they read the
+// cluster, its pods and Secrets through BackupOptions.APIReader and
+// RestoreOptions.APIReader.
 package controller
