@@ -297,7 +297,30 @@ func (r *ringAssigner) urgent(it item) bool {
 	if view == nil {
 		return obj.Labels[r.shardLabel] == ""
 	}
-	s, err := r.situation(view, cfg, it.gk, obj)
+	return r.urgentObject(view, cfg, it.gk, obj)
+}
+
+// urgentObject reports whether decide would answer obj with an urgent
+// action. The work queue asks it for every object it takes in, so it
+// answers from the object's labels and its instance's state without
+// looking the object up in the ring: the ring holds ready instances only,
+// so an object on a gone instance is never on its target, and an object
+// with no instance gets one whenever the ring has any. Only an object
+// released by a forced move (no shard label, a drain label) needs the
+// whole decision, for its grace.
+func (r *ringAssigner) urgentObject(view *ringView, cfg *ringConfig, gk schema.GroupKind, obj *metacache.Object) bool {
+	if view.empty {
+		return false // no ready instance: nothing moves
+	}
+	current := obj.Labels[r.shardLabel]
+	if current != "" {
+		state, _ := view.stateOf(current, r.c.opts.Clock.Now())
+		return state.Gone()
+	}
+	if !drain.Requested(obj, r.name) {
+		return true
+	}
+	s, err := r.situation(view, cfg, gk, obj)
 	return err == nil && decide(s).action.urgent()
 }
 
