@@ -43,29 +43,31 @@ func (f floor) String() string { return fmt.Sprintf("%.0f patches/s", f.rate()) 
 // patch changes the object (a patch that changes nothing is not written to
 // etcd).
 type floorPatcher struct {
-	client  metadata.Interface
-	workers int
+	client    metadata.Interface
+	namespace string
+	workers   int
 	objects int
 	round   atomic.Int64
 }
 
-func newFloorPatcher(cfg *rest.Config, workers, objects int) (*floorPatcher, error) {
+func newFloorPatcher(cfg *rest.Config, namespace string, workers, objects int) (*floorPatcher, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = -1, 0
 	mc, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &floorPatcher{client: mc, workers: workers, objects: objects}, nil
+	return &floorPatcher{client: mc, namespace: namespace, workers: workers, objects: objects}, nil
 }
 
 // measure sends n patches (n ≤ objects: each object is written once) to
-// the objects of the unrelated namespace and returns how long they took.
+// the ConfigMaps floor-00000 ... of its namespace and returns how long
+// they took.
 func (p *floorPatcher) measure(ctx context.Context, name string, n int) (floor, error) {
 	n = min(n, p.objects)
 	value := strconv.FormatInt(p.round.Add(1), 10)
 	patch := []byte(`{"metadata":{"labels":{"` + floorLabel + `":"` + value + `"}}}`)
-	res := p.client.Resource(configMaps).Namespace(unrelatedNamespace)
+	res := p.client.Resource(configMaps).Namespace(p.namespace)
 	start := time.Now()
 	err := parallel(ctx, 0, n, p.workers, func(i int) error {
 		_, err := res.Patch(ctx, objectName("floor", i), types.MergePatchType, patch, metav1.PatchOptions{})

@@ -184,7 +184,7 @@ func (b *bench) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.patcher, err = newFloorPatcher(b.cl.ControlPlane.Config, b.p.floorWorkers, b.p.objects)
+	b.patcher, err = newFloorPatcher(b.cl.ControlPlane.Config, unrelatedNamespace, b.p.floorWorkers, b.p.objects)
 	if err != nil {
 		return err
 	}
