@@ -97,7 +97,7 @@ func (r *ringAssigner) rebuild(ctx context.Context, all bool) {
 			total++
 			s, err := r.situation(v, cfg, w.res.gk, obj)
 			if err != nil {
-				r.enqueue(w.res.gk, obj)
+				r.enqueue(w, obj)
 				continue
 			}
 			d := decide(s)
@@ -112,7 +112,7 @@ func (r *ringAssigner) rebuild(ctx context.Context, all bool) {
 				}
 			}
 			if all || d.action != actionKeep {
-				r.enqueue(w.res.gk, obj)
+				r.enqueue(w, obj)
 			}
 		}
 	}
