@@ -26,7 +26,7 @@ func TestFloorPatchesChangeEveryObject(t *testing.T) {
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	const objects = 20
-	g.Expect(createObjects(ctx, env.Client, ns, "floor", 0, objects, 4)).To(Succeed())
+	g.Expect(createObjects(ctx, env.Client, ns, "floor", objects, 4)).To(Succeed())
 	p, err := newFloorPatcher(env.Config, ns, 4, objects)
 	g.Expect(err).NotTo(HaveOccurred())
 

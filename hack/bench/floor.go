@@ -46,8 +46,8 @@ type floorPatcher struct {
 	client    metadata.Interface
 	namespace string
 	workers   int
-	objects int
-	round   atomic.Int64
+	objects   int
+	round     atomic.Int64
 }
 
 func newFloorPatcher(cfg *rest.Config, namespace string, workers, objects int) (*floorPatcher, error) {

@@ -77,7 +77,7 @@ func (b *bench) inProcess(ctx context.Context) error {
 		cancelWait()
 	}()
 	b.cl.Webhook.AddBackend(net.JoinHostPort("127.0.0.1", strconv.Itoa(s.WebhookPort)))
-	if err := b.unrelated.Wait(waitCtx, localrun.SettledOn(configMapKind, b.p.objects, b.liveInstances()...)); err != nil {
+	if err := b.waitOn(waitCtx, b.unrelated, 5*time.Minute, localrun.SettledOn(configMapKind, b.p.objects, b.liveInstances()...)); err != nil {
 		select {
 		case runErr := <-done:
 			return fmt.Errorf("the in-process sharder stopped: %w (see %s)", runErr, logFile.Name())
@@ -142,7 +142,7 @@ func selfCPU() time.Duration {
 func (b *bench) memory(ctx context.Context) error {
 	extra := b.p.largeObjects - 2*b.p.objects
 	start := time.Now()
-	if err := createObjects(ctx, b.c, objectNamespace, "large", 0, extra, b.p.workers); err != nil {
+	if err := createObjects(ctx, b.c, objectNamespace, "large", extra, b.p.workers); err != nil {
 		return err
 	}
 	fmt.Printf("  created %d more objects in %s\n", extra, time.Since(start).Round(time.Millisecond))

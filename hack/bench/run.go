@@ -70,7 +70,9 @@ type bench struct {
 	self      string
 	instUser  *localrun.User
 	instances map[string]*localrun.Process
-	tracker   *localrun.Tracker
+	// killed holds the instances the bench killed on purpose.
+	killed  map[string]bool
+	tracker *localrun.Tracker
 	// unrelated tracks the objects of unrelatedNamespace.
 	unrelated *localrun.Tracker
 	sharder   *localrun.Sharder
@@ -119,7 +121,7 @@ func run(ctx context.Context, p params) (err error) {
 		}
 		_ = cl.Stop()
 	}()
-	b := &bench{p: p, cl: cl, c: cl.Client(), self: self, instances: map[string]*localrun.Process{}}
+	b := &bench{p: p, cl: cl, c: cl.Client(), self: self, instances: map[string]*localrun.Process{}, killed: map[string]bool{}}
 	if err := b.setUp(ctx); err != nil {
 		return err
 	}
@@ -250,10 +252,40 @@ func (b *bench) liveInstances() []string {
 	return ids
 }
 
+// wait waits until cond holds for the objects of the ring's namespace. It
+// fails at once when a simulated instance exits that the bench did not
+// kill: the figure would not be the one measured.
 func (b *bench) wait(ctx context.Context, timeout time.Duration, cond func([]localrun.Tracked) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	return b.tracker.Wait(ctx, cond)
+	return b.waitOn(ctx, b.tracker, timeout, cond)
+}
+
+func (b *bench) waitOn(ctx context.Context, t *localrun.Tracker, timeout time.Duration, cond func([]localrun.Tracked) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ctx, stop := context.WithTimeout(ctx, timeout)
+	defer stop()
+	go func() {
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			for id, p := range b.instances {
+				if p.Exited() && !b.killed[id] {
+					cancel(fmt.Errorf("instance %s exited during the step (%w); on an overloaded machine an instance can miss its Lease's renew deadline and stop: run again", id, p.ExitError()))
+					return
+				}
+			}
+		}
+	}()
+	err := t.Wait(ctx, cond)
+	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.DeadlineExceeded) && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
 }
 
 // steadyMemory waits until the sharder's RSS stops growing and returns it.
@@ -320,10 +352,10 @@ func createObject(ctx context.Context, c client.Client, namespace, name string) 
 	return cm, nil
 }
 
-// createObjects creates ConfigMaps prefix-<from..to) in namespace with
+// createObjects creates ConfigMaps prefix-<0..n) in namespace with
 // parallel workers.
-func createObjects(ctx context.Context, c client.Client, namespace, prefix string, from, to, workers int) error {
-	return parallel(ctx, from, to, workers, func(i int) error {
+func createObjects(ctx context.Context, c client.Client, namespace, prefix string, n, workers int) error {
+	return parallel(ctx, 0, n, workers, func(i int) error {
 		_, err := createObject(ctx, c, namespace, objectName(prefix, i))
 		return err
 	})

@@ -22,10 +22,10 @@ import (
 // labelled. The floor with no sharder running is measured just before.
 func (b *bench) initialAssignment(ctx context.Context) error {
 	start := time.Now()
-	if err := createObjects(ctx, b.c, objectNamespace, "pre", 0, b.p.objects, b.p.workers); err != nil {
+	if err := createObjects(ctx, b.c, objectNamespace, "pre", b.p.objects, b.p.workers); err != nil {
 		return err
 	}
-	if err := createObjects(ctx, b.c, unrelatedNamespace, "floor", 0, b.p.objects, b.p.workers); err != nil {
+	if err := createObjects(ctx, b.c, unrelatedNamespace, "floor", b.p.objects, b.p.workers); err != nil {
 		return err
 	}
 	fmt.Printf("  created 2 × %d ConfigMaps in %s\n", b.p.objects, time.Since(start).Round(time.Millisecond))
@@ -280,6 +280,7 @@ func (b *bench) failover(ctx context.Context) error {
 			mine = append(mine, o.Key)
 		}
 	}
+	b.killed[victim] = true
 	if err := b.instances[victim].Kill(); err != nil {
 		return err
 	}
