@@ -98,7 +98,7 @@ func (b *bench) inProcess(ctx context.Context) error {
 	}
 	b.addRatioTo(fmt.Sprintf("in-process variant: assign %d pre-existing objects (from the sharder's start, 3 instances)", b.p.objects),
 		took, b.p.objects, 1.15, "", stopped)
-	b.add("in-process variant: CPU per label write (this whole process: the sharder and the bench's watches)",
+	b.add("in-process variant: CPU per label write (this whole process: the sharder, the bench's watches, and their garbage collection at the sharder's GOGC=50)",
 		fmt.Sprintf("%.0f µs (%s over %.0f writes)", float64(cpu.Microseconds())/writes, seconds(cpu), writes), "", "", true)
 	return nil
 }
