@@ -338,6 +338,44 @@ func (b *bench) failover(ctx context.Context) error {
 	return b.keepProfile("fail-over", prof, ok)
 }
 
+// memory creates objects up to largeObjects with no sharder running,
+// starts the sharder process on them and reads its peak RSS (including the
+// caches' first sync) and its live heap.
+func (b *bench) memory(ctx context.Context) error {
+	extra := b.p.largeObjects - 2*b.p.objects
+	start := time.Now()
+	if err := createObjects(ctx, b.c, objectNamespace, "large", extra, b.p.workers); err != nil {
+		return err
+	}
+	fmt.Printf("  created %d more objects in %s\n", extra, time.Since(start).Round(time.Millisecond))
+	if err := b.startSharder(ctx, "sharder-large"); err != nil {
+		return err
+	}
+	if err := b.wait(ctx, 10*time.Minute, localrun.AllAssigned(b.p.objects+extra, b.liveInstances()...)); err != nil {
+		return err
+	}
+	large, err := b.steadyMemory(ctx)
+	if err != nil {
+		return err
+	}
+	heap, err := b.liveHeap(ctx)
+	if err != nil {
+		return err
+	}
+	cpu, err := b.idleCPU(ctx, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	perObject := (heap - b.heapSmall) / float64(extra)
+	b.add(fmt.Sprintf("sharder peak RSS (VmHWM), started with %d objects existing (including the caches' first sync)", b.p.largeObjects),
+		mib(large.Peak), "", "< 120 MiB", large.Peak < 120<<20)
+	b.add(fmt.Sprintf("sharder RSS with %d objects, steady", b.p.largeObjects), mib(large.RSS), "", "", true)
+	b.add(fmt.Sprintf("sharder live heap per cached object (after GC, %d vs %d objects)", b.p.largeObjects, 2*b.p.objects),
+		fmt.Sprintf("%.0f B (%s / %s)", perObject, mib(uint64(b.heapSmall)), mib(uint64(heap))), "", "≤ 400 B", perObject <= 400)
+	b.add(fmt.Sprintf("sharder CPU while nothing changes (10 s, %d objects)", b.p.largeObjects), fmt.Sprintf("%.1f %% of a core", cpu*100), "", "close to 0", cpu < 0.02)
+	return nil
+}
+
 // keepProfile waits for a step's CPU profile and keeps it when the step
 // missed its target.
 func (b *bench) keepProfile(step string, p *cpuProfile, ok bool) error {
