@@ -1,17 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -29,9 +25,13 @@ import (
 const (
 	ringName        = "bench"
 	objectNamespace = "bench"
-	leaseNamespace  = "bench-instances"
-	instanceAccount = "bench-instance"
-	benchLabel      = "bench.sharder.dev/objects"
+	// unrelatedNamespace is outside the ring while the sharder process
+	// runs: the floor is measured on its objects. The in-process variant
+	// then adds it to the ring and assigns its objects.
+	unrelatedNamespace = "bench-unrelated"
+	leaseNamespace     = "bench-instances"
+	instanceAccount    = "bench-instance"
+	benchLabel         = "bench.sharder.dev/objects"
 )
 
 var (
@@ -40,22 +40,26 @@ var (
 )
 
 type params struct {
-	output, dir   string
-	keep          bool
-	objects       int
-	largeObjects  int
-	rate          int
-	rateObjects   int
-	workers       int
-	leaseDuration time.Duration
-	sharderArgs   []string
-	sharderEnv    []string
-	loadBefore    string
+	output, dir     string
+	keep            bool
+	objects         int
+	largeObjects    int
+	rate            int
+	rateObjects     int
+	workers         int
+	floorPatches    int
+	floorWorkers    int
+	profileDuration time.Duration
+	leaseDuration   time.Duration
+	sharderArgs     []string
+	sharderEnv      []string
+	loadBefore      string
+	loadAfter       string
 }
 
 // row is one line of the results table.
 type row struct {
-	measure, value, target, verdict string
+	measure, value, floor, target, verdict string
 }
 
 // bench is one run: the cluster, its instances and what was measured.
@@ -66,9 +70,26 @@ type bench struct {
 	self      string
 	instUser  *localrun.User
 	instances map[string]*localrun.Process
-	tracker   *localrun.Tracker
+	// killed holds the instances the bench killed on purpose.
+	killed  map[string]bool
+	tracker *localrun.Tracker
+	// unrelated tracks the objects of unrelatedNamespace.
+	unrelated *localrun.Tracker
 	sharder   *localrun.Sharder
+	// pprofAddress serves the sharder process's /debug/pprof/.
+	pprofAddress string
+	patcher      *floorPatcher
+	// stopped is the floor with no sharder running, idle with the sharder
+	// process running idle.
+	stopped, idle floor
+	floors        []floor
+	// heapSmall is the sharder's live heap with the objects of the first
+	// steps cached.
+	heapSmall float64
 	rows      []row
+	// profiles are the `go tool pprof -top` lines of the sharder per step
+	// whose target was missed.
+	profiles []profile
 }
 
 func run(ctx context.Context, p params) (err error) {
@@ -100,7 +121,7 @@ func run(ctx context.Context, p params) (err error) {
 		}
 		_ = cl.Stop()
 	}()
-	b := &bench{p: p, cl: cl, c: cl.Client(), self: self, instances: map[string]*localrun.Process{}}
+	b := &bench{p: p, cl: cl, c: cl.Client(), self: self, instances: map[string]*localrun.Process{}, killed: map[string]bool{}}
 	if err := b.setUp(ctx); err != nil {
 		return err
 	}
@@ -109,9 +130,12 @@ func run(ctx context.Context, p params) (err error) {
 		fn   func(context.Context) error
 	}{
 		{"initial assignment", b.initialAssignment},
+		{"floor beside the idle sharder", b.idleFloor},
 		{"assignment latency", b.latency},
+		{"assignment latency in admission mode", b.admissionLatency},
 		{"rebalance", b.rebalance},
 		{"fail-over", b.failover},
+		{"in-process variant", b.inProcess},
 		{"memory", b.memory},
 	}
 	for _, s := range steps {
@@ -120,11 +144,12 @@ func run(ctx context.Context, p params) (err error) {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 	}
+	b.p.loadAfter = loadAverage()
 	fmt.Printf("done in %s\n\n", time.Since(start).Round(time.Second))
-	table := b.table()
-	fmt.Print(table)
+	report := b.report()
+	fmt.Print(report)
 	if p.output != "" {
-		if err := writeReport(p, table); err != nil {
+		if err := writeReport(b.p, report); err != nil {
 			return err
 		}
 		fmt.Printf("\nwritten to %s\n", p.output)
@@ -137,8 +162,10 @@ func (b *bench) setUp(ctx context.Context) error {
 	if err := b.c.Create(ctx, ns); err != nil {
 		return err
 	}
-	if err := localrun.EnsureNamespace(ctx, b.c, leaseNamespace); err != nil {
-		return err
+	for _, name := range []string{leaseNamespace, unrelatedNamespace} {
+		if err := localrun.EnsureNamespace(ctx, b.c, name); err != nil {
+			return err
+		}
 	}
 	drainTimeout := metav1.Duration{Duration: 30 * time.Second}
 	r := &sharderv1alpha1.ControllerRing{
@@ -159,11 +186,33 @@ func (b *bench) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	b.patcher, err = newFloorPatcher(b.cl.ControlPlane.Config, unrelatedNamespace, b.p.floorWorkers, b.p.objects)
+	if err != nil {
+		return err
+	}
 	b.tracker, err = localrun.NewTracker(b.cl.ControlPlane.Config, configMaps, objectNamespace, ringName)
 	if err != nil {
 		return err
 	}
-	return b.tracker.Start(ctx)
+	if err := b.tracker.Start(ctx); err != nil {
+		return err
+	}
+	b.unrelated, err = localrun.NewTracker(b.cl.ControlPlane.Config, configMaps, unrelatedNamespace, ringName)
+	if err != nil {
+		return err
+	}
+	return b.unrelated.Start(ctx)
+}
+
+// startSharder starts the sharder process with its profiling endpoint on.
+func (b *bench) startSharder(ctx context.Context, name string) error {
+	var err error
+	if b.pprofAddress, err = localrun.FreeAddress(); err != nil {
+		return err
+	}
+	args := append([]string{"--pprof-bind-address", b.pprofAddress}, b.p.sharderArgs...)
+	b.sharder, err = b.cl.StartSharder(ctx, localrun.SharderOptions{Name: name, Args: args, Env: b.p.sharderEnv})
+	return err
 }
 
 // startInstance starts a simulated instance process and waits until it
@@ -203,231 +252,40 @@ func (b *bench) liveInstances() []string {
 	return ids
 }
 
+// wait waits until cond holds for the objects of the ring's namespace. It
+// fails at once when a simulated instance exits that the bench did not
+// kill: the figure would not be the one measured.
 func (b *bench) wait(ctx context.Context, timeout time.Duration, cond func([]localrun.Tracked) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	return b.tracker.Wait(ctx, cond)
+	return b.waitOn(ctx, b.tracker, timeout, cond)
 }
 
-// initialAssignment: objects exist and instances hold their Leases before
-// the sharder starts; measured from the sharder's start to the last object
-// labelled.
-func (b *bench) initialAssignment(ctx context.Context) error {
-	start := time.Now()
-	if err := createObjects(ctx, b.c, "pre", 0, b.p.objects, b.p.workers); err != nil {
-		return err
-	}
-	fmt.Printf("  created %d ConfigMaps in %s\n", b.p.objects, time.Since(start).Round(time.Millisecond))
-	for i := range 3 {
-		if _, err := b.startInstance(ctx, instanceID(i)); err != nil {
-			return err
-		}
-	}
-	if err := b.wait(ctx, time.Minute, func(objs []localrun.Tracked) error {
-		if len(objs) != b.p.objects {
-			return fmt.Errorf("%d objects tracked", len(objs))
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	t0 := time.Now()
-	var err error
-	b.sharder, err = b.cl.StartSharder(ctx, localrun.SharderOptions{Name: "sharder", Args: b.p.sharderArgs, Env: b.p.sharderEnv})
-	if err != nil {
-		return err
-	}
-	if err := b.wait(ctx, 5*time.Minute, localrun.SettledOn(configMapKind, b.p.objects, b.liveInstances()...)); err != nil {
-		return err
-	}
-	last := lastChange(b.tracker.Snapshot())
-	took := last.Sub(t0)
-	b.add(fmt.Sprintf("assign %d pre-existing objects (from sharder start, 3 instances)", b.p.objects),
-		seconds(took), "≤ 5 s", took <= 5*time.Second)
-	return nil
-}
-
-// latency creates objects at a steady rate and measures, per object, the
-// time from the create request to the shard label seen on a watch.
-func (b *bench) latency(ctx context.Context) error {
-	n, rate := b.p.rateObjects, b.p.rate
-	starts := make([]time.Time, n)
-	var wg sync.WaitGroup
-	var failed atomic.Int64
-	tick := time.NewTicker(time.Second / time.Duration(rate))
-	defer tick.Stop()
-	for i := range n {
-		<-tick.C
-		starts[i] = time.Now()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := createObject(ctx, b.c, objectName("rate", i)); err != nil {
-				failed.Add(1)
+func (b *bench) waitOn(ctx context.Context, t *localrun.Tracker, timeout time.Duration, cond func([]localrun.Tracked) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ctx, stop := context.WithTimeout(ctx, timeout)
+	defer stop()
+	go func() {
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
 			}
-		}()
-	}
-	wg.Wait()
-	if f := failed.Load(); f > 0 {
-		return fmt.Errorf("%d creations failed", f)
-	}
-	total := b.p.objects + n
-	if err := b.wait(ctx, time.Minute, localrun.AllAssigned(total)); err != nil {
-		return err
-	}
-	lat := make([]time.Duration, n)
-	for i := range n {
-		o, ok := b.tracker.Get(objectNamespace + "/" + objectName("rate", i))
-		if !ok {
-			return fmt.Errorf("object %d not tracked", i)
+			for id, p := range b.instances {
+				if p.Exited() && !b.killed[id] {
+					cancel(fmt.Errorf("instance %s exited during the step (%w); on an overloaded machine an instance can miss its Lease's renew deadline and stop: run again", id, p.ExitError()))
+					return
+				}
+			}
 		}
-		lat[i] = max(o.FirstAssigned.Sub(starts[i]), 0)
+	}()
+	err := t.Wait(ctx, cond)
+	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.DeadlineExceeded) && !errors.Is(cause, context.Canceled) {
+		return cause
 	}
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	p50, p99 := lat[n*50/100], lat[min(n*99/100, n-1)]
-	b.add(fmt.Sprintf("assignment latency p50 (%d objects created at %d/s)", n, rate), millis(p50), "", true)
-	b.add(fmt.Sprintf("assignment latency p99 (%d objects created at %d/s)", n, rate), millis(p99), "≤ 50 ms", p99 <= 50*time.Millisecond)
-	b.add("assignment latency max", millis(lat[n-1]), "", true)
-	if err := deleteObjects(ctx, b.c, "rate", 0, n, b.p.workers); err != nil {
-		return err
-	}
-	return b.wait(ctx, time.Minute, localrun.AllAssigned(b.p.objects))
-}
-
-// rebalance adds a fourth instance and measures from its Lease's
-// acquisition to the last object moved, and the fraction of objects moved.
-func (b *bench) rebalance(ctx context.Context) error {
-	before := b.tracker.Assignment()
-	lease, err := b.startInstance(ctx, instanceID(3))
-	if err != nil {
-		return err
-	}
-	if err := b.wait(ctx, 5*time.Minute, localrun.SettledOn(configMapKind, b.p.objects, b.liveInstances()...)); err != nil {
-		return err
-	}
-	after := b.tracker.Assignment()
-	acquired := lease.Spec.AcquireTime.Time
-	took := lastChange(b.tracker.Snapshot()).Sub(acquired)
-	var first time.Time
-	for _, o := range b.tracker.Snapshot() {
-		if o.Instance == instanceID(3) && (first.IsZero() || o.Changed.Before(first)) {
-			first = o.Changed
-		}
-	}
-	moved := float64(localrun.Moved(before, after)) / float64(len(after))
-	b.add(fmt.Sprintf("3 → 4 rebalance of %d objects (from the 4th Lease's acquisition)", b.p.objects),
-		fmt.Sprintf("%s (first object arrived at %s)", seconds(took), seconds(first.Sub(acquired))), "≤ 4 s", took <= 4*time.Second)
-	b.add("3 → 4 moved fraction (ideal 0.250)", fmt.Sprintf("%.3f (%.2f × ideal)", moved, moved/0.25), "≤ 1.10 × ideal", moved/0.25 <= 1.10)
-	return nil
-}
-
-// failover kills an instance with SIGKILL and measures from its last Lease
-// renewal to the last of its objects reassigned.
-func (b *bench) failover(ctx context.Context) error {
-	victim := instanceID(1)
-	var mine []string
-	for _, o := range b.tracker.Snapshot() {
-		if o.Instance == victim {
-			mine = append(mine, o.Key)
-		}
-	}
-	if err := b.instances[victim].Kill(); err != nil {
-		return err
-	}
-	var lease coordinationv1.Lease
-	if err := b.c.Get(ctx, client.ObjectKey{Namespace: leaseNamespace, Name: victim}, &lease); err != nil {
-		return err
-	}
-	lastRenewal := lease.Spec.RenewTime.Time
-	if err := b.wait(ctx, 2*time.Minute, localrun.SettledOn(configMapKind, b.p.objects, b.liveInstances()...)); err != nil {
-		return err
-	}
-	var first, last time.Time
-	for _, k := range mine {
-		o, _ := b.tracker.Get(k)
-		if o.Changed.After(last) {
-			last = o.Changed
-		}
-		if first.IsZero() || o.Changed.Before(first) {
-			first = o.Changed
-		}
-	}
-	took := last.Sub(lastRenewal)
-	d := b.p.leaseDuration
-	b.add(fmt.Sprintf("fail-over of %d objects after SIGKILL (lease %s; from the last renewal)", len(mine), d),
-		fmt.Sprintf("%s (first object moved at %s)", seconds(took), seconds(first.Sub(lastRenewal))),
-		fmt.Sprintf("≤ 2 × lease + 1 s = %s", seconds(2*d+time.Second)), took <= 2*d+time.Second)
-	return nil
-}
-
-// memory reads the sharder's resident memory at steady state with the
-// objects there are, then with largeObjects.
-func (b *bench) memory(ctx context.Context) error {
-	small, err := b.steadyMemory(ctx)
-	if err != nil {
-		return err
-	}
-	smallHeap, err := heapInUse(ctx, b.sharder.MetricsAddress)
-	if err != nil {
-		return err
-	}
-	cpu, err := b.idleCPU(ctx, 10*time.Second)
-	if err != nil {
-		return err
-	}
-	start := time.Now()
-	extra := b.p.largeObjects - b.p.objects
-	if err := createObjects(ctx, b.c, "large", 0, extra, b.p.workers); err != nil {
-		return err
-	}
-	created := time.Since(start)
-	if err := b.wait(ctx, 10*time.Minute, localrun.AllAssigned(b.p.largeObjects, b.liveInstances()...)); err != nil {
-		return err
-	}
-	fmt.Printf("  created and assigned %d more objects in %s (creation alone %s)\n", extra, time.Since(start).Round(time.Millisecond), created.Round(time.Millisecond))
-	large, err := b.steadyMemory(ctx)
-	if err != nil {
-		return err
-	}
-	largeHeap, err := heapInUse(ctx, b.sharder.MetricsAddress)
-	if err != nil {
-		return err
-	}
-	perObject := (float64(large.RSS) - float64(small.RSS)) / float64(extra)
-	heapPerObject := (largeHeap - smallHeap) / float64(extra)
-	b.add("sharder CPU while nothing changes (10 s)", fmt.Sprintf("%.1f %% of a core", cpu*100), "close to 0", cpu < 0.02)
-	b.add(fmt.Sprintf("sharder RSS with %d objects", b.p.objects), mib(small.RSS), "", true)
-	b.add(fmt.Sprintf("sharder RSS with %d objects", b.p.largeObjects), mib(large.RSS), "", true)
-	b.add(fmt.Sprintf("sharder peak RSS (VmHWM) over the run, up to %d objects", b.p.largeObjects), mib(large.Peak), "< 120 MiB", large.Peak < 120<<20)
-	b.add("sharder memory per additional object", fmt.Sprintf("%.0f B", perObject), "≤ 1 KiB", perObject <= 1024)
-	b.add(fmt.Sprintf("sharder Go heap in use with %d / %d objects", b.p.objects, b.p.largeObjects),
-		fmt.Sprintf("%s / %s (%.0f B per additional object)", mib(uint64(smallHeap)), mib(uint64(largeHeap)), heapPerObject), "", true)
-	return nil
-}
-
-// heapInUse reads go_memstats_heap_inuse_bytes from the sharder's metrics
-// endpoint (plain HTTP on loopback).
-func heapInUse(ctx context.Context, addr string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("reading the sharder's metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	s := bufio.NewScanner(resp.Body)
-	s.Buffer(make([]byte, 64*1024), 1024*1024)
-	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "go_memstats_heap_inuse_bytes "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
-		}
-	}
-	if err := s.Err(); err != nil {
-		return 0, err
-	}
-	return 0, errors.New("go_memstats_heap_inuse_bytes missing from the sharder's metrics")
+	return err
 }
 
 // steadyMemory waits until the sharder's RSS stops growing and returns it.
@@ -470,17 +328,6 @@ func (b *bench) idleCPU(ctx context.Context, d time.Duration) (float64, error) {
 	return (after - before).Seconds() / time.Since(t0).Seconds(), nil
 }
 
-func (b *bench) add(measure, value, target string, ok bool) {
-	verdict := "ok"
-	if target == "" {
-		verdict = ""
-	} else if !ok {
-		verdict = "missed"
-	}
-	b.rows = append(b.rows, row{measure, value, target, verdict})
-	fmt.Printf("  %s: %s\n", measure, value)
-}
-
 func lastChange(objs []localrun.Tracked) time.Time {
 	var last time.Time
 	for _, o := range objs {
@@ -495,22 +342,28 @@ func instanceID(i int) string { return "instance-" + strconv.Itoa(i) }
 
 func objectName(prefix string, i int) string { return fmt.Sprintf("%s-%05d", prefix, i) }
 
-func createObject(ctx context.Context, c client.Client, name string) error {
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: objectNamespace, Name: name}, Data: map[string]string{"k": "v"}}
+// createObject creates ConfigMap namespace/name and returns it as the API
+// server answered.
+func createObject(ctx context.Context, c client.Client, namespace, name string) (*corev1.ConfigMap, error) {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}, Data: map[string]string{"k": "v"}}
 	if err := c.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
+		return nil, err
 	}
-	return nil
+	return cm, nil
 }
 
-// createObjects creates ConfigMaps prefix-<from..to) with parallel workers.
-func createObjects(ctx context.Context, c client.Client, prefix string, from, to, workers int) error {
-	return parallel(ctx, from, to, workers, func(i int) error { return createObject(ctx, c, objectName(prefix, i)) })
+// createObjects creates ConfigMaps prefix-<0..n) in namespace with
+// parallel workers.
+func createObjects(ctx context.Context, c client.Client, namespace, prefix string, n, workers int) error {
+	return parallel(ctx, 0, n, workers, func(i int) error {
+		_, err := createObject(ctx, c, namespace, objectName(prefix, i))
+		return err
+	})
 }
 
-func deleteObjects(ctx context.Context, c client.Client, prefix string, from, to, workers int) error {
+func deleteObjects(ctx context.Context, c client.Client, namespace, prefix string, from, to, workers int) error {
 	return parallel(ctx, from, to, workers, func(i int) error {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: objectNamespace, Name: objectName(prefix, i)}}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: objectName(prefix, i)}}
 		return client.IgnoreNotFound(c.Delete(ctx, cm))
 	})
 }

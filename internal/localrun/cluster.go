@@ -185,6 +185,32 @@ type Sharder struct {
 // StartSharder starts a sharder replica as the sharder user, with leader
 // election, its webhook on a free loopback port and short timings.
 func (c *Cluster) StartSharder(ctx context.Context, opts SharderOptions) (*Sharder, error) {
+	s, cmd, err := c.PrepareSharder(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.Start(ProcessOptions{Name: opts.Name, Path: c.Binaries.Sharder, Args: cmd.Args, Env: cmd.Env})
+	if err != nil {
+		return nil, err
+	}
+	s.Process = p
+	c.Webhook.AddBackend(net.JoinHostPort("127.0.0.1", strconv.Itoa(s.WebhookPort)))
+	return s, nil
+}
+
+// SharderCommand is the command line and environment of a sharder replica.
+type SharderCommand struct {
+	// Args are the arguments of the sharder binary, starting with "run".
+	Args []string
+	// Env holds the variables added to the environment.
+	Env []string
+}
+
+// PrepareSharder picks the addresses of a sharder replica and returns its
+// command line, without starting it: StartSharder runs it as a process;
+// a caller may run it in its own process instead (then it adds the webhook
+// port to c.Webhook itself). The returned Sharder has no Process.
+func (c *Cluster) PrepareSharder(ctx context.Context, opts SharderOptions) (*Sharder, SharderCommand, error) {
 	if opts.Namespace == "" {
 		opts.Namespace = "sharder-system"
 	}
@@ -192,18 +218,18 @@ func (c *Cluster) StartSharder(ctx context.Context, opts SharderOptions) (*Shard
 		opts.LeaderLeaseDuration = 4 * time.Second
 	}
 	if err := EnsureNamespace(ctx, c.Client(), opts.Namespace); err != nil {
-		return nil, err
+		return nil, SharderCommand{}, err
 	}
 	s := &Sharder{}
 	var err error
 	if s.HealthAddress, err = FreeAddress(); err != nil {
-		return nil, err
+		return nil, SharderCommand{}, err
 	}
 	if s.MetricsAddress, err = FreeAddress(); err != nil {
-		return nil, err
+		return nil, SharderCommand{}, err
 	}
 	if s.WebhookPort, err = FreePort(); err != nil {
-		return nil, err
+		return nil, SharderCommand{}, err
 	}
 	d := opts.LeaderLeaseDuration
 	args := make([]string, 0, 32+len(opts.Args))
@@ -224,14 +250,8 @@ func (c *Cluster) StartSharder(ctx context.Context, opts SharderOptions) (*Shard
 		"--shutdown-timeout", "10s",
 	)
 	args = append(args, opts.Args...)
-	p, err := c.Start(ProcessOptions{Name: opts.Name, Path: c.Binaries.Sharder, Args: args,
-		Env: append([]string{"POD_NAMESPACE=" + opts.Namespace, "POD_NAME=" + opts.Name}, opts.Env...)})
-	if err != nil {
-		return nil, err
-	}
-	s.Process = p
-	c.Webhook.AddBackend(net.JoinHostPort("127.0.0.1", strconv.Itoa(s.WebhookPort)))
-	return s, nil
+	env := append([]string{"POD_NAMESPACE=" + opts.Namespace, "POD_NAME=" + opts.Name}, opts.Env...)
+	return s, SharderCommand{Args: args, Env: env}, nil
 }
 
 // leaderMessage is what client-go's leader election logs once a replica

@@ -28,10 +28,7 @@ func objectKey(gk schema.GroupKind, namespace, name string) string {
 // returns when to look at the object again (a drain's deadline, the end of
 // a hold), zero for never.
 func (r *ringAssigner) reconcile(ctx context.Context, it item) (time.Duration, error) {
-	w := r.byGK[it.gk]
-	if w == nil {
-		return 0, nil
-	}
+	w := it.res
 	obj, ok := w.cache.Get(it.namespace, it.name)
 	if !ok || r.stale(obj) {
 		return 0, nil
@@ -44,7 +41,7 @@ func (r *ringAssigner) reconcile(ctx context.Context, it item) (time.Duration, e
 	if view == nil {
 		return 0, nil
 	}
-	s, err := r.situation(view, cfg, it.gk, obj)
+	s, err := r.situation(view, cfg, w.res.gk, obj)
 	if err != nil {
 		return 0, err
 	}

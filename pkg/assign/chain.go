@@ -49,7 +49,11 @@ func (r *ringAssigner) rootOf(gk schema.GroupKind, obj metav1.Object) (item, boo
 	if err != nil {
 		return item{}, false
 	}
-	return item{gk: root.GroupKind, namespace: root.Namespace, name: root.Name}, true
+	w, ok := r.byGK[root.GroupKind]
+	if !ok {
+		return item{}, false
+	}
+	return item{res: w, namespace: root.Namespace, name: root.Name}, true
 }
 
 // child is a controlled object found below a main object.

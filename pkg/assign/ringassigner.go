@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
@@ -31,9 +32,12 @@ const (
 	retryMaxDelay  = time.Minute
 )
 
-// item is a work item: a main object of the ring.
+// item is a work item: a main object of the ring. Its resource is the
+// resource's cache rather than its GroupKind: the work queue hashes every
+// item several times per object (its sets and the urgency order), and a
+// pointer hashes faster than two strings.
 type item struct {
-	gk        schema.GroupKind
+	res       *resourceCache
 	namespace string
 	name      string
 }
@@ -98,20 +102,7 @@ func newRingAssigner(c *Controller, cfg *ringConfig) *ringAssigner {
 		status:     make(chan struct{}, 1),
 	}
 	r.cfg.Store(cfg)
-	clk := c.opts.Clock
-	r.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[item](retryBaseDelay, retryMaxDelay),
-		workqueue.TypedRateLimitingQueueConfig[item]{
-			Clock: clk,
-			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[item]{
-				Clock: clk,
-				Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[item]{
-					Clock: clk,
-					Queue: newUrgencyQueue(r.urgent),
-				}),
-			}),
-		},
-	)
+	r.queue = newWorkQueue(c.opts.Clock, r.urgent)
 	for _, res := range cfg.resources {
 		w := r.newResourceCache(res)
 		r.byGK[res.gk] = w
@@ -128,6 +119,24 @@ func newRingAssigner(c *Controller, cfg *ringConfig) *ringAssigner {
 	})
 	r.resolve = r.resolver()
 	return r
+}
+
+// newWorkQueue returns a ring's work queue: rate-limited retries, delayed
+// items, urgent items first.
+func newWorkQueue(clk clock.WithTicker, urgent func(item) bool) workqueue.TypedRateLimitingInterface[item] {
+	return workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[item](retryBaseDelay, retryMaxDelay),
+		workqueue.TypedRateLimitingQueueConfig[item]{
+			Clock: clk,
+			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[item]{
+				Clock: clk,
+				Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[item]{
+					Clock: clk,
+					Queue: newUrgencyQueue(urgent),
+				}),
+			}),
+		},
+	)
 }
 
 func (r *ringAssigner) config() *ringConfig { return r.cfg.Load() }
@@ -266,9 +275,9 @@ func (r *ringAssigner) processNext(ctx context.Context) bool {
 	if err != nil {
 		if ctx.Err() == nil {
 			if apierrors.IsConflict(err) {
-				r.logger.V(1).Info("Object changed meanwhile, deciding again", "kind", it.gk.String(), "namespace", it.namespace, "name", it.name)
+				r.logger.V(1).Info("Object changed meanwhile, deciding again", "kind", it.res.res.gk.String(), "namespace", it.namespace, "name", it.name)
 			} else {
-				r.logger.Error(err, "Cannot assign object", "kind", it.gk.String(), "namespace", it.namespace, "name", it.name)
+				r.logger.Error(err, "Cannot assign object", "kind", it.res.res.gk.String(), "namespace", it.namespace, "name", it.name)
 			}
 		}
 		r.queue.AddRateLimited(it)
@@ -285,7 +294,7 @@ func (r *ringAssigner) processNext(ctx context.Context) bool {
 // is unassigned (new, or its drain was acknowledged) or assigned to an
 // instance that is gone. Urgent items are processed before the others.
 func (r *ringAssigner) urgent(it item) bool {
-	w := r.byGK[it.gk]
+	w := it.res
 	if w == nil {
 		return false
 	}
@@ -297,7 +306,30 @@ func (r *ringAssigner) urgent(it item) bool {
 	if view == nil {
 		return obj.Labels[r.shardLabel] == ""
 	}
-	s, err := r.situation(view, cfg, it.gk, obj)
+	return r.urgentObject(view, cfg, w.res.gk, obj)
+}
+
+// urgentObject reports whether decide would answer obj with an urgent
+// action. The work queue asks it for every object it takes in, so it
+// answers from the object's labels and its instance's state without
+// looking the object up in the ring: the ring holds ready instances only,
+// so an object on a gone instance is never on its target, and an object
+// with no instance gets one whenever the ring has any. Only an object
+// released by a forced move (no shard label, a drain label) needs the
+// whole decision, for its grace.
+func (r *ringAssigner) urgentObject(view *ringView, cfg *ringConfig, gk schema.GroupKind, obj *metacache.Object) bool {
+	if view.empty {
+		return false // no ready instance: nothing moves
+	}
+	current := obj.Labels[r.shardLabel]
+	if current != "" {
+		state, _ := view.stateOf(current, r.c.opts.Clock.Now())
+		return state.Gone()
+	}
+	if !drain.Requested(obj, r.name) {
+		return true
+	}
+	s, err := r.situation(view, cfg, gk, obj)
 	return err == nil && decide(s).action.urgent()
 }
 
@@ -326,15 +358,15 @@ func (r *ringAssigner) triggerStatus() {
 	}
 }
 
-func (r *ringAssigner) enqueue(gk schema.GroupKind, obj metav1.Object) {
-	r.queue.Add(item{gk: gk, namespace: obj.GetNamespace(), name: obj.GetName()})
+func (r *ringAssigner) enqueue(w *resourceCache, obj metav1.Object) {
+	r.queue.Add(item{res: w, namespace: obj.GetNamespace(), name: obj.GetName()})
 }
 
 // enqueueAll adds every main object of the ring.
 func (r *ringAssigner) enqueueAll() {
 	for _, w := range r.mains {
 		for obj := range w.cache.List() {
-			r.enqueue(w.res.gk, obj)
+			r.enqueue(w, obj)
 		}
 	}
 }
@@ -363,7 +395,7 @@ func (r *ringAssigner) mainChanged(w *resourceCache, oldObj, newObj any) {
 	if old, ok := oldObj.(*metacache.Object); ok && !r.labelsChanged(old, obj) {
 		return
 	}
-	r.enqueue(w.res.gk, obj)
+	r.enqueue(w, obj)
 	r.triggerStatus()
 }
 
@@ -412,7 +444,7 @@ func (r *ringAssigner) namespaceChanged(oldObj, newObj any) {
 		}
 		for obj := range w.cache.List() {
 			if obj.Namespace == ns.Name {
-				r.enqueue(w.res.gk, obj)
+				r.enqueue(w, obj)
 			}
 		}
 	}

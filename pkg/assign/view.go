@@ -2,6 +2,7 @@ package assign
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,7 +18,9 @@ import (
 // ringView is a ring's membership and the ring built from its ready
 // instances. It is immutable once built.
 type ringView struct {
-	ring    ring.Ring
+	ring ring.Ring
+	// empty reports whether ring has no instance: no object has a target.
+	empty   bool
 	members []membership.Member // all instances, sorted by ID
 	states  map[string]membership.State
 	// unknownUntil is when the hold of instances the sharder does not know
@@ -54,6 +57,9 @@ func buildView(rings *membership.Rings, cfg *ringConfig, members []membership.Me
 		return nil, false, err
 	}
 	v.ring = rg
+	// A ring with no instance has no target for any key.
+	_, err = rg.Lookup("")
+	v.empty = errors.Is(err, ring.ErrNoInstance)
 	return v, rebuilt, nil
 }
 
@@ -91,7 +97,7 @@ func (r *ringAssigner) rebuild(ctx context.Context, all bool) {
 			total++
 			s, err := r.situation(v, cfg, w.res.gk, obj)
 			if err != nil {
-				r.enqueue(w.res.gk, obj)
+				r.enqueue(w, obj)
 				continue
 			}
 			d := decide(s)
@@ -106,7 +112,7 @@ func (r *ringAssigner) rebuild(ctx context.Context, all bool) {
 				}
 			}
 			if all || d.action != actionKeep {
-				r.enqueue(w.res.gk, obj)
+				r.enqueue(w, obj)
 			}
 		}
 	}

@@ -102,7 +102,7 @@ func (h *assignHandler) handle(ctx context.Context, req admission.Request, ringN
 		return skip(reasonError, fmt.Errorf("reading ControllerRing %q: %w", ringName, err))
 	}
 	patch, reason, err := assignment(rg, obj, func() (string, string, error) {
-		return h.labels.choose(ctx, rg, req.Resource, req.Kind, obj)
+		return h.labels.choose(ctx, rg, req.Resource, req.Kind, obj, "") // an unlabelled create: the ring's pick
 	})
 	if err != nil {
 		return skip(reason, err)

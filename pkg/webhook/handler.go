@@ -151,7 +151,7 @@ func (h *labelHandler) handle(ctx context.Context, req admission.Request, ringNa
 	policy = failurePolicy(&rg.Spec)
 
 	choose := func() (string, string, error) {
-		return h.choose(ctx, rg, req.Resource, req.Kind, newMeta)
+		return h.choose(ctx, rg, req.Resource, req.Kind, newMeta, lr.newShard.value)
 	}
 	podOf := func(instance string) (string, string, error) {
 		return h.instancePod(ctx, rg, instance)
@@ -175,21 +175,34 @@ func (h *labelHandler) answer(ringName string, v verdict) admission.Response {
 	return admission.Denied(v.message)
 }
 
-// choose returns the instance the sharder would assign the new object to:
-// for an object of a main resource, the ring's lookup of its key over the
-// ready instances; for an object of a controlled resource, its controller's
-// current instance.
+// choose returns the instance a new object may be created with: for an
+// object of a main resource, requested when it is a ready instance of the
+// ring, else the ring's lookup of its key over the ready instances; for an
+// object of a controlled resource, its controller's current instance.
+//
+// A main object labelled for a ready instance that is not the ring's pick
+// is allowed because two choices made a moment apart can differ while the
+// ready instances change (the assigning webhook's and this one, or two
+// replicas' caches): denying would fail the create. The sharder moves such
+// an object to its pick with a drain, as any object whose instance is no
+// longer the ring's pick. A controlled object must follow its controller:
+// there is no drain of its own to move it safely.
 func (h *labelHandler) choose(ctx context.Context, rg *v1alpha1.ControllerRing, gvr metav1.GroupVersionResource, gvk metav1.GroupVersionKind,
-	obj *metav1.PartialObjectMetadata) (string, string, error) {
+	obj *metav1.PartialObjectMetadata, requested string) (string, string, error) {
 	main, controlled := resourceRole(&rg.Spec, schema.GroupResource{Group: gvr.Group, Resource: gvr.Resource})
 	switch {
 	case main:
 		if obj.Name == "" {
 			return "", "the object has no name yet", nil
 		}
-		r, err := h.ringOf(ctx, rg)
+		r, members, err := h.ringOf(ctx, rg)
 		if err != nil {
 			return "", "", err
+		}
+		for _, m := range members {
+			if m.ID == requested && m.State.Ready() {
+				return requested, "", nil
+			}
 		}
 		return mainInstance(r, gvk, obj)
 	case controlled:
@@ -276,17 +289,17 @@ func (h *labelHandler) ownerInstance(ctx context.Context, rg *v1alpha1.Controlle
 }
 
 // ringOf returns the ring over the ring's ready instances, built again only
-// when that membership changed. It is built by the same function as the
+// when that membership changed, and the ring's members. It is built by the same function as the
 // sharder's assignment, so the two always agree on where an object belongs.
-func (h *labelHandler) ringOf(ctx context.Context, rg *v1alpha1.ControllerRing) (ring.Ring, error) {
+func (h *labelHandler) ringOf(ctx context.Context, rg *v1alpha1.ControllerRing) (ring.Ring, []membership.Member, error) {
 	list := &coordinationv1.LeaseList{}
 	if err := h.cache.List(ctx, list, client.InNamespace(rg.Spec.LeaseNamespace),
 		client.MatchingLabels{v1alpha1.LabelRing: rg.Name}); err != nil {
-		return nil, fmt.Errorf("listing the Leases of ring %q: %w", rg.Name, err)
+		return nil, nil, fmt.Errorf("listing the Leases of ring %q: %w", rg.Name, err)
 	}
 	members, _ := h.members.Members(rg.Name, list.Items, h.clock.Now())
 	r, _, err := h.rings.Build(rg.Name, rg.Spec.EffectiveAlgorithm(), rg.Spec.EffectiveVirtualNodes(), members)
-	return r, err
+	return r, members, err
 }
 
 // forget drops what the handler keeps of a deleted ring.
