@@ -32,8 +32,9 @@ type ForbiddenEditsInput struct {
 
 // ForbiddenEditsSpec: nobody but the sharder may set, change or remove a
 // shard or drain label; the denial names the label and the ring. Ordinary
-// edits pass, and so does a new object labelled with the instance the
-// sharder would choose.
+// edits pass, and so does a new object labelled for a ready instance (the
+// sharder then moves it to the ring's choice); one labelled for an instance
+// the ring does not have is denied.
 func ForbiddenEditsSpec(t *testing.T, in ForbiddenEditsInput) {
 	e := newRingEnv(t, ringOptions{})
 	for i := range in.Instances {
@@ -78,24 +79,32 @@ func ForbiddenEditsSpec(t *testing.T, in ForbiddenEditsInput) {
 	// An ordinary edit passes.
 	e.g.Expect(patch(adminClient, `{"team":"storage"}`)).To(gomega.Succeed())
 
-	// Creating an object with a wrong shard label is denied; with the
-	// sharder's choice it is allowed.
+	// Creating an object labelled for an instance the ring does not have
+	// is denied. Labelled for a ready instance it is allowed, even one the
+	// ring would not choose (membership may change between a client's
+	// choice and the create): the sharder moves it to its choice.
 	key := e.namespace + "/labelled"
 	want, err := localrun.Desired(etcdClusterKind, []string{key}, e.liveInstances())
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
-	wrong := e.newCluster("labelled")
+	unknown := e.newCluster("labelled")
+	unknown.Labels = map[string]string{shard: "no-such-instance"}
+	err = adminClient.Create(e.ctx, unknown)
+	e.g.Expect(isDenied(err)).To(gomega.BeTrue(), "creating with an unknown instance's label: want a denial, got %v", err)
+	e.g.Expect(err.Error()).To(gomega.ContainSubstring(shard), "the denial names the label")
+	other := e.newCluster("labelled")
 	for _, id := range e.liveInstances() {
 		if id != want[key] {
-			wrong.Labels = map[string]string{shard: id}
+			other.Labels = map[string]string{shard: id}
 			break
 		}
 	}
-	err = adminClient.Create(e.ctx, wrong)
-	e.g.Expect(isDenied(err)).To(gomega.BeTrue(), "creating with another instance's label: want a denial, got %v", err)
-	right := e.newCluster("labelled")
-	right.Labels = map[string]string{shard: want[key]}
-	e.g.Expect(adminClient.Create(e.ctx, right)).To(gomega.Succeed())
+	e.g.Expect(other.Labels).NotTo(gomega.BeEmpty(), "the test needs two live instances")
+	e.g.Expect(adminClient.Create(e.ctx, other)).To(gomega.Succeed())
 	e.waitSettled(2, in.Timeout)
+	e.g.Eventually(func() string {
+		o, _ := e.tracker.Get(key)
+		return o.Instance
+	}).WithTimeout(in.Timeout).Should(gomega.Equal(want[key]), "the sharder moves it to the ring's choice")
 
 	// A denial is not an error of the webhook.
 	e.g.Expect(apierrors.IsInternalError(patch(adminClient, fmt.Sprintf(`{%q:"elsewhere"}`, shard)))).To(gomega.BeFalse())

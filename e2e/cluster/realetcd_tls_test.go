@@ -172,11 +172,16 @@ func testRealEtcdTLS(t *testing.T) {
 	g.Expect(use(false, "root", password)).NotTo(Succeed(), "without a client certificate")
 	g.Expect(use(true, "", "")).To(MatchError(ContainSubstring("permission denied")), "without the password")
 
-	// The replacement may start now (and may take the cluster back).
+	// The replacement may start now (and may take the cluster back). The
+	// kubelet retries the missing volume with a growing backoff: a new pod
+	// mounts it at once.
 	for _, dir := range logDirs {
 		g.Expect(os.MkdirAll(dir, 0o777)).To(Succeed())
 		g.Expect(os.Chmod(dir, 0o777)).To(Succeed())
 		t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	}
+	if _, err := kubectl(ctx, "delete", "pod", "--namespace", operatorNamespace, owner, "--wait=false"); err != nil {
+		t.Fatal(err)
 	}
 	By(t, "deleted, the cluster goes with its members and Secrets")
 	g.Expect(k8sClient.Delete(ctx, ec)).To(Succeed())

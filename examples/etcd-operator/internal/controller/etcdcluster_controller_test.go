@@ -11,6 +11,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -250,9 +251,9 @@ func TestSpecChangesAndDrift(t *testing.T) {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
 		before[obj.GetName()+kind(obj)] = obj.GetResourceVersion()
 	}
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(c), c)).To(Succeed())
-	c.Annotations = map[string]string{"touch": "1"}
-	g.Expect(env.Client.Update(ctx, c)).To(Succeed())
+	// The operator writes the cluster's status meanwhile: each edit reads
+	// the cluster again until its update is not in conflict.
+	editCluster(ctx, g, c, func(c *etcdv1alpha1.EtcdCluster) { c.Annotations = map[string]string{"touch": "1"} })
 	// The status carries no resource version of its own; wait for the
 	// reconcile through a drift we introduce after the touch.
 	sts := &appsv1.StatefulSet{}
@@ -272,11 +273,11 @@ func TestSpecChangesAndDrift(t *testing.T) {
 	}
 
 	// Grow and upgrade.
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(c), c)).To(Succeed())
-	c.Spec.Size = 5
-	c.Spec.Version = "3.6.8"
-	c.Spec.Network.ServiceType = corev1.ServiceTypeNodePort
-	g.Expect(env.Client.Update(ctx, c)).To(Succeed())
+	editCluster(ctx, g, c, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.Size = 5
+		c.Spec.Version = "3.6.8"
+		c.Spec.Network.ServiceType = corev1.ServiceTypeNodePort
+	})
 	// One member at a time: etcd gets member 3 as a learner, then the
 	// StatefulSet grows by one; no pod starts here, so it stays there.
 	g.Eventually(func(g Gomega) {
@@ -309,9 +310,7 @@ func TestSpecChangesAndDrift(t *testing.T) {
 	svc := &corev1.Service{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "changes-client"}, svc)).To(Succeed())
 	rv := svc.ResourceVersion
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(c), c)).To(Succeed())
-	c.Annotations = map[string]string{"touch": "2"}
-	g.Expect(env.Client.Update(ctx, c)).To(Succeed())
+	editCluster(ctx, g, c, func(c *etcdv1alpha1.EtcdCluster) { c.Annotations = map[string]string{"touch": "2"} })
 	g.Consistently(func(g Gomega) string {
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(svc), svc)).To(Succeed())
 		return svc.ResourceVersion
@@ -369,3 +368,16 @@ func kind(obj client.Object) string {
 }
 
 func ptrInt32(v int32) *int32 { return &v }
+
+// editCluster applies edit to the cluster as the API server has it now and
+// updates it, reading it again while the update conflicts with a write of
+// the operator's.
+func editCluster(ctx context.Context, g Gomega, c *etcdv1alpha1.EtcdCluster, edit func(*etcdv1alpha1.EtcdCluster)) {
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+			return err
+		}
+		edit(c)
+		return env.Client.Update(ctx, c)
+	})).To(Succeed())
+}
