@@ -435,33 +435,13 @@ func (r *BackupReconciler) fail(b *etcdv1alpha1.EtcdBackup, err error) {
 }
 
 func (r *BackupReconciler) setCondition(b *etcdv1alpha1.EtcdBackup, status metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{
-		Type:               etcdv1alpha1.ConditionSucceeded,
-		Status:             status,
-		Reason:             reason,
-		Message:            msg,
-		ObservedGeneration: b.Generation,
-		LastTransitionTime: metav1.NewTime(r.opts.Clock.Now()),
-	})
+	setStatusCondition(&b.Status.Conditions, b.Generation, r.opts.Clock.Now(), etcdv1alpha1.ConditionSucceeded, status, reason, msg)
 }
 
 func (r *BackupReconciler) patchStatus(ctx context.Context, original, b *etcdv1alpha1.EtcdBackup) error {
-	if equality.Semantic.DeepEqual(original.Status, b.Status) {
-		return nil
-	}
-	patch := client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})
-	if err := r.client.Status().Patch(ctx, b, patch); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("patching status: %w", err)
-	}
-	return nil
+	return writeStatus(ctx, r.client, original, b, equality.Semantic.DeepEqual(original.Status, b.Status))
 }
 
 func (r *BackupReconciler) event(b *etcdv1alpha1.EtcdBackup, eventType, reason, action, note string, args ...any) {
-	if r.recorder == nil {
-		return
-	}
-	r.recorder.Eventf(b, nil, eventType, reason, action, note, args...)
+	recordEvent(r.recorder, b, eventType, reason, action, note, args...)
 }

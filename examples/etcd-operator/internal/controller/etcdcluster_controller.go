@@ -610,14 +610,7 @@ func (r *Reconciler) setStatus(c *etcdv1alpha1.EtcdCluster, s etcdv1alpha1.EtcdC
 }
 
 func (r *Reconciler) setCondition(c *etcdv1alpha1.EtcdCluster, typ string, status metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
-		Type:               typ,
-		Status:             status,
-		Reason:             reason,
-		Message:            msg,
-		ObservedGeneration: c.Generation,
-		LastTransitionTime: metav1.NewTime(r.opts.Clock.Now()),
-	})
+	setStatusCondition(&c.Status.Conditions, c.Generation, r.opts.Clock.Now(), typ, status, reason, msg)
 }
 
 // readyReason is the reason of c's Ready condition, "" if it has none.
@@ -630,25 +623,12 @@ func readyReason(c *etcdv1alpha1.EtcdCluster) string {
 
 // patchStatus writes c's status if it differs from original's.
 func (r *Reconciler) patchStatus(ctx context.Context, original, c *etcdv1alpha1.EtcdCluster) error {
-	if equality.Semantic.DeepEqual(original.Status, c.Status) {
-		return nil
-	}
-	patch := client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})
-	if err := r.client.Status().Patch(ctx, c, patch); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("patching status: %w", err)
-	}
-	return nil
+	return writeStatus(ctx, r.client, original, c, equality.Semantic.DeepEqual(original.Status, c.Status))
 }
 
 // event records an event about c, if there is a recorder.
 func (r *Reconciler) event(c *etcdv1alpha1.EtcdCluster, eventType, reason, action, note string, args ...any) {
-	if r.recorder == nil {
-		return
-	}
-	r.recorder.Eventf(c, nil, eventType, reason, action, note, args...)
+	recordEvent(r.recorder, c, eventType, reason, action, note, args...)
 }
 
 func ptrTime(t time.Time) *metav1.Time {

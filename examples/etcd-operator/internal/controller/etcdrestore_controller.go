@@ -290,33 +290,13 @@ func (r *RestoreReconciler) fail(rs *etcdv1alpha1.EtcdRestore, reason, msg strin
 }
 
 func (r *RestoreReconciler) setCondition(rs *etcdv1alpha1.EtcdRestore, status metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&rs.Status.Conditions, metav1.Condition{
-		Type:               etcdv1alpha1.ConditionSucceeded,
-		Status:             status,
-		Reason:             reason,
-		Message:            msg,
-		ObservedGeneration: rs.Generation,
-		LastTransitionTime: metav1.NewTime(r.opts.Clock.Now()),
-	})
+	setStatusCondition(&rs.Status.Conditions, rs.Generation, r.opts.Clock.Now(), etcdv1alpha1.ConditionSucceeded, status, reason, msg)
 }
 
 func (r *RestoreReconciler) patchStatus(ctx context.Context, original, rs *etcdv1alpha1.EtcdRestore) error {
-	if equality.Semantic.DeepEqual(original.Status, rs.Status) {
-		return nil
-	}
-	patch := client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})
-	if err := r.client.Status().Patch(ctx, rs, patch); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("patching status: %w", err)
-	}
-	return nil
+	return writeStatus(ctx, r.client, original, rs, equality.Semantic.DeepEqual(original.Status, rs.Status))
 }
 
 func (r *RestoreReconciler) event(rs *etcdv1alpha1.EtcdRestore, eventType, reason, action, note string, args ...any) {
-	if r.recorder == nil {
-		return
-	}
-	r.recorder.Eventf(rs, nil, eventType, reason, action, note, args...)
+	recordEvent(r.recorder, rs, eventType, reason, action, note, args...)
 }
