@@ -59,6 +59,10 @@ func main() {
 		p.sharderEnv = append(p.sharderEnv, s)
 		return nil
 	})
+	flag.Func("step", "run only this step (repeatable; the steps' names as printed, e.g. --step=\"initial assignment\"); default: every step", func(s string) error {
+		p.steps = append(p.steps, s)
+		return nil
+	})
 	flag.Parse()
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
