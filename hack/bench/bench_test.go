@@ -67,7 +67,7 @@ func TestFloorLabelsSetAndRemove(t *testing.T) {
 	const key = "shard.sharder.dev/test"
 	values := []string{"a", "b", "c"}
 
-	f, err := p.measureLabels(ctx, "set", ns, key, objects, func(i int) string { return values[i%3] })
+	f, err := p.measureLabels(ctx, "set", ns, ringObjectPrefix, key, objects, func(i int) string { return values[i%3] })
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(f.patches).To(Equal(objects))
 	g.Expect(f.rate()).To(BeNumerically(">", 0))
@@ -77,7 +77,7 @@ func TestFloorLabelsSetAndRemove(t *testing.T) {
 		g.Expect(cm.Labels).To(HaveKeyWithValue(key, values[i%3]))
 	}
 
-	_, err = p.measureLabels(ctx, "removed", ns, key, objects, func(int) string { return "" })
+	_, err = p.measureLabels(ctx, "removed", ns, ringObjectPrefix, key, objects, func(int) string { return "" })
 	g.Expect(err).NotTo(HaveOccurred())
 	for i := range objects {
 		cm := &corev1.ConfigMap{}

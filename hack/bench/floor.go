@@ -80,13 +80,13 @@ func (p *floorPatcher) measure(ctx context.Context, name string, n int) (floor, 
 }
 
 // measureLabels sends n patches that set (value non-empty) or remove the
-// label key on the ConfigMaps pre-00000 ... of namespace, object i
+// label key on the ConfigMaps prefix-00000 ... of namespace, object i
 // getting value(i), and returns how long they took. With the ring's shard
 // label on the ring's objects these are the sharder's own writes, seen by
 // the same watches as the sharder's (the instances', the bench's): the
 // floor of what the sharder does, rather than of writes that no watch
 // selects.
-func (p *floorPatcher) measureLabels(ctx context.Context, name, namespace, key string, n int, value func(int) string) (floor, error) {
+func (p *floorPatcher) measureLabels(ctx context.Context, name, namespace, prefix, key string, n int, value func(int) string) (floor, error) {
 	res := p.client.Resource(configMaps).Namespace(namespace)
 	start := time.Now()
 	err := parallel(ctx, 0, n, p.workers, func(i int) error {
@@ -95,7 +95,7 @@ func (p *floorPatcher) measureLabels(ctx context.Context, name, namespace, key s
 			v = strconv.Quote(s)
 		}
 		patch := []byte(`{"metadata":{"labels":{"` + key + `":` + v + `}}}`)
-		_, err := res.Patch(ctx, objectName(ringObjectPrefix, i), types.MergePatchType, patch, metav1.PatchOptions{})
+		_, err := res.Patch(ctx, objectName(prefix, i), types.MergePatchType, patch, metav1.PatchOptions{})
 		return err
 	})
 	if err != nil {

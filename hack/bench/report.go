@@ -25,8 +25,9 @@ func (b *bench) report() string {
 	s.WriteString("\n### The floor\n\n" +
 		"Label patches per second this API server accepted in this run, from the benchmark process with " +
 		fmt.Sprintf("%d concurrent writers", b.p.floorWorkers) + " (the sharder's assignment workers). " +
-		"Ratios above are to the line of the ring's shard label set on the ring's objects (the sharder's own writes, reaching the same watches), " +
-		"except the in-process variant's, which is to the floor measured just before it. " +
+		"The initial assignment's ratio is to the line of the ring's shard label set on the ring's objects (the sharder's own writes, reaching the same watches); " +
+		"the rebalance's and the fail-over's are to the line measured just before each, with the sharder running " +
+		"(the ring's shard label set on the objects outside the ring: the same watches again); the in-process variant's is to the floor measured just before it. " +
 		"Every writer here and the sharder authenticate as members of system:masters, so API Priority and Fairness exempts them alike.\n\n")
 	s.WriteString("| when | patches | rate | sharder CPU meanwhile |\n| --- | --- | --- | --- |\n")
 	for _, f := range b.floors {
@@ -123,10 +124,17 @@ the same run for that reason: the ratios are what to compare between machines.
   sends each to two watches rather than one. The floor outside the ring is
   measured again with the sharder running idle: the difference is what the
   sharder's cluster-wide metadata watches cost writes it does not care
-  about. A figure's floor time is the time of the writes it needs at the
-  rate of the shard label set on the ring's objects: one patch per assigned
-  object, two per moved object (the drain request and the acknowledgement
-  that hands the object over), one per object of a dead instance.
+  about. Just before the rebalance and the fail-over, with the sharder
+  running, the ring's shard label is set on the objects outside the ring
+  (and removed): writes that reach the same watches again, the sharder's
+  included, measured right before the step because the API server's rate
+  on a busy machine moves by a factor of two within minutes. A figure's
+  floor time is the time of the writes it needs at the rate of its floor
+  (the initial assignment: the shard label set on the ring's objects; the
+  rebalance and fail-over: the floor just before them): one patch per
+  assigned object, two per moved object (the drain request and the
+  acknowledgement that hands the object over), one per object of a dead
+  instance.
 - **Pre-existing objects**: %d ConfigMaps exist and three instances hold their
   Leases before the sharder starts; measured from starting the sharder process
   (so including its start-up, leader election and cache sync) to the last

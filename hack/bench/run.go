@@ -88,6 +88,9 @@ type bench struct {
 	// written on the ring's objects with no sharder running. The ratios of
 	// the sharder's steps are to it.
 	ringFloor floor
+	// stepFloor, when measured, is the floor of the step that runs: the
+	// ring's shard label written outside the ring just before it.
+	stepFloor floor
 	floors    []floor
 	// heapSmall is the sharder's live heap with the objects of the first
 	// steps cached.
