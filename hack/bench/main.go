@@ -13,6 +13,12 @@
 // sharder running inside this process, and the sharder's memory when it
 // starts with 50,000 objects. Times are reported as ratios to the floor.
 //
+// --step runs only the named steps (the initial assignment always runs: it
+// starts the instances and the sharder), e.g. to measure one figure with
+// the sharder's profiling endpoint at hand:
+//
+//	go run ./hack/bench --step rebalance --keep
+//
 // Simulated instances are processes of this program (`bench instance`):
 // each holds its instance Lease and acknowledges drains at once through the
 // instance library, reconciling nothing else.
