@@ -53,3 +53,35 @@ func TestFloorTimeFor(t *testing.T) {
 	f := floor{patches: 500, took: 2_000_000_000} // 250/s
 	g.Expect(f.timeFor(1000).Seconds()).To(BeNumerically("~", 4, 1e-9))
 }
+
+// TestFloorLabelsSetAndRemove: the floor of the sharder's own writes sets
+// the given label to each object's value, and removes it on an empty value.
+func TestFloorLabelsSetAndRemove(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	const objects = 12
+	g.Expect(createObjects(ctx, env.Client, ns, ringObjectPrefix, objects, 4)).To(Succeed())
+	p, err := newFloorPatcher(env.Config, ns, 4, objects)
+	g.Expect(err).NotTo(HaveOccurred())
+	const key = "shard.sharder.dev/test"
+	values := []string{"a", "b", "c"}
+
+	f, err := p.measureLabels(ctx, "set", ns, ringObjectPrefix, key, objects, func(i int) string { return values[i%3] })
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(f.patches).To(Equal(objects))
+	g.Expect(f.rate()).To(BeNumerically(">", 0))
+	for i := range objects {
+		cm := &corev1.ConfigMap{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: objectName(ringObjectPrefix, i)}, cm)).To(Succeed())
+		g.Expect(cm.Labels).To(HaveKeyWithValue(key, values[i%3]))
+	}
+
+	_, err = p.measureLabels(ctx, "removed", ns, ringObjectPrefix, key, objects, func(int) string { return "" })
+	g.Expect(err).NotTo(HaveOccurred())
+	for i := range objects {
+		cm := &corev1.ConfigMap{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: objectName(ringObjectPrefix, i)}, cm)).To(Succeed())
+		g.Expect(cm.Labels).NotTo(HaveKey(key))
+	}
+}

@@ -78,3 +78,31 @@ func (p *floorPatcher) measure(ctx context.Context, name string, n int) (floor, 
 	}
 	return floor{name: name, patches: n, took: time.Since(start)}, nil
 }
+
+// measureLabels sends n patches that set (value non-empty) or remove the
+// label key on the ConfigMaps prefix-00000 ... of namespace, object i
+// getting value(i), and returns how long they took. With the ring's shard
+// label on the ring's objects these are the sharder's own writes, seen by
+// the same watches as the sharder's (the instances', the bench's): the
+// floor of what the sharder does, rather than of writes that no watch
+// selects.
+func (p *floorPatcher) measureLabels(ctx context.Context, name, namespace, prefix, key string, n int, value func(int) string) (floor, error) {
+	res := p.client.Resource(configMaps).Namespace(namespace)
+	start := time.Now()
+	err := parallel(ctx, 0, n, p.workers, func(i int) error {
+		v := "null"
+		if s := value(i); s != "" {
+			v = strconv.Quote(s)
+		}
+		patch := []byte(`{"metadata":{"labels":{"` + key + `":` + v + `}}}`)
+		_, err := res.Patch(ctx, objectName(prefix, i), types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+	if err != nil {
+		return floor{}, fmt.Errorf("measuring the floor: %w", err)
+	}
+	return floor{name: name, patches: n, took: time.Since(start)}, nil
+}
+
+// ringObjectPrefix names the ring's pre-existing objects.
+const ringObjectPrefix = "pre"

@@ -13,6 +13,12 @@
 // sharder running inside this process, and the sharder's memory when it
 // starts with 50,000 objects. Times are reported as ratios to the floor.
 //
+// --step runs only the named steps (the initial assignment always runs: it
+// starts the instances and the sharder), e.g. to measure one figure with
+// the sharder's profiling endpoint at hand:
+//
+//	go run ./hack/bench --step rebalance --keep
+//
 // Simulated instances are processes of this program (`bench instance`):
 // each holds its instance Lease and acknowledges drains at once through the
 // instance library, reconciling nothing else.
@@ -57,6 +63,10 @@ func main() {
 	})
 	flag.Func("sharder-env", "extra environment variable NAME=VALUE for the sharder process only (repeatable), e.g. --sharder-env=GOGC=50", func(s string) error {
 		p.sharderEnv = append(p.sharderEnv, s)
+		return nil
+	})
+	flag.Func("step", "run only this step (repeatable; the steps' names as printed, e.g. --step=\"initial assignment\"); default: every step", func(s string) error {
+		p.steps = append(p.steps, s)
 		return nil
 	})
 	flag.Parse()

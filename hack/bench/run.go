@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -53,6 +54,7 @@ type params struct {
 	leaseDuration   time.Duration
 	sharderArgs     []string
 	sharderEnv      []string
+	steps           []string
 	loadBefore      string
 	loadAfter       string
 }
@@ -82,7 +84,14 @@ type bench struct {
 	// stopped is the floor with no sharder running, idle with the sharder
 	// process running idle.
 	stopped, idle floor
-	floors        []floor
+	// ringFloor is the floor of the sharder's own writes: the shard label
+	// written on the ring's objects with no sharder running. The ratios of
+	// the sharder's steps are to it.
+	ringFloor floor
+	// stepFloor, when measured, is the floor of the step that runs: the
+	// ring's shard label written outside the ring just before it.
+	stepFloor floor
+	floors    []floor
 	// heapSmall is the sharder's live heap with the objects of the first
 	// steps cached.
 	heapSmall float64
@@ -139,6 +148,9 @@ func run(ctx context.Context, p params) (err error) {
 		{"memory", b.memory},
 	}
 	for _, s := range steps {
+		if len(p.steps) > 0 && s.name != "initial assignment" && !slices.Contains(p.steps, s.name) {
+			continue
+		}
 		fmt.Printf("measuring %s ...\n", s.name)
 		if err := s.fn(ctx); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)

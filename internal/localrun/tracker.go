@@ -21,6 +21,8 @@ import (
 // Tracked is what a Tracker knows of one object.
 type Tracked struct {
 	ObjectState
+	// FirstSeen is when the tracker first saw the object.
+	FirstSeen time.Time
 	// FirstAssigned is when the tracker first saw a shard label on it.
 	FirstAssigned time.Time
 	// Changed is when the tracker last saw its shard label change.
@@ -90,7 +92,7 @@ func (t *Tracker) observe(obj any, deleted bool) {
 		instance := labels[sharderv1alpha1.ShardLabel(t.ring)]
 		o := t.objects[key]
 		if o == nil {
-			o = &Tracked{}
+			o = &Tracked{FirstSeen: now}
 			t.objects[key] = o
 		}
 		if instance != o.Instance {
