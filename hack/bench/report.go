@@ -49,7 +49,7 @@ func (b *bench) report() string {
 			within = "within"
 		}
 		fmt.Fprintf(&s, "\nBeside the idle sharder the floor was %.0f/s, %+.1f %% from the first floor without it, and %s the range of the floors "+
-			"without a sharder in this run (%.0f–%.0f/s, ± 2 %%). That difference is all that watching only the ring's namespaces "+
+			"without a sharder in this run (%.0f–%.0f/s, widened by 2 %% for this comparison). That difference is all that watching only the ring's namespaces "+
 			"could win back on writes elsewhere: the sharder's metadata watches are cluster-wide, so each of these unrelated writes "+
 			"is sent to it and decoded there (its CPU above), after the API server stored it.\n",
 			b.idle.rate(), (b.idle.rate()/b.stopped.rate()-1)*100, within, lo, hi)

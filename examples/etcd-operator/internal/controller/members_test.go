@@ -47,6 +47,10 @@ type memberPods struct {
 	started map[string]types.UID
 	// paused: the StatefulSet controller creates no pod.
 	paused bool
+	// down: members the test stopped under their running pods, which the
+	// kubelet leaves stopped (any other member that exits, it starts again,
+	// as it restarts a container).
+	down map[string]bool
 	// deletions: each pod deletion seen, with what was true at that time.
 	deletions []podDeletion
 }
@@ -61,7 +65,14 @@ type podDeletion struct {
 }
 
 func newMemberPods(t *testing.T, ns, name string, ephemeral bool) *memberPods {
-	p := &memberPods{t: t, local: etcdtest.New(t), ns: ns, name: name, ephemeral: ephemeral, started: map[string]types.UID{}}
+	p := &memberPods{t: t, local: etcdtest.New(t), ns: ns, name: name, ephemeral: ephemeral, started: map[string]types.UID{}, down: map[string]bool{}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, m := range p.local.Members() {
+				t.Logf("log of etcd member %s (running: %t):\n%s", m.Name, m.Running(), m.LogTail(4000))
+			}
+		}
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -133,6 +144,23 @@ func (p *memberPods) options() controller.Options {
 func (p *memberPods) startManager(t *testing.T) (stop func()) {
 	_, stop = startManager(t, p.options(), ctrl.Options{Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{p.ns: {}}}})
 	return stop
+}
+
+// stopMember stops m under its running pod, as a member that hangs or
+// crashes for good; the kubelet does not start it again until restartMember.
+func (p *memberPods) stopMember(m *etcdtest.Member) {
+	p.mu.Lock()
+	p.down[m.Name] = true
+	p.mu.Unlock()
+	p.local.StopMember(m)
+}
+
+// restartMember starts m again on its data after stopMember.
+func (p *memberPods) restartMember(m *etcdtest.Member) error {
+	p.mu.Lock()
+	delete(p.down, m.Name)
+	p.mu.Unlock()
+	return p.local.RestartMember(m)
 }
 
 func (p *memberPods) pause(paused bool) {
@@ -227,8 +255,10 @@ func (p *memberPods) sync(ctx context.Context) error {
 		m := p.member(name)
 		p.mu.Lock()
 		uid, ok := p.started[name]
+		down := p.down[name]
 		p.mu.Unlock()
-		if !ok || uid != pod.UID {
+		switch {
+		case !ok || uid != pod.UID:
 			err := p.local.StartMember(m, pod.Annotations["etcd.example.sharder.dev/initial-cluster"],
 				pod.Annotations["etcd.example.sharder.dev/initial-cluster-state"])
 			if err != nil {
@@ -237,6 +267,13 @@ func (p *memberPods) sync(ctx context.Context) error {
 			p.mu.Lock()
 			p.started[name] = pod.UID
 			p.mu.Unlock()
+		case !down && !m.Running():
+			// The container exited (a port taken between its choice and
+			// etcd's listen, for one): the kubelet starts it again.
+			p.t.Logf("member %s exited under its pod: starting it again", name)
+			if err := p.local.RestartMember(m); err != nil {
+				return err
+			}
 		}
 		isReady := m.Running() && answersHealth(ctx, m.ClientURL)
 		if isReady {
@@ -567,7 +604,7 @@ func TestScaleDownKeepsQuorum(t *testing.T) {
 	c, pods, _ := formCluster(t, "shrink", 5, false, "")
 	down := []*etcdtest.Member{pods.local.Member("shrink-0"), pods.local.Member("shrink-1")}
 	for _, m := range down {
-		pods.local.StopMember(m)
+		pods.stopMember(m)
 	}
 	g.Eventually(getCluster(ctx, c), timeout, interval).Should(
 		WithTransform(func(c *etcdv1alpha1.EtcdCluster) int32 { return c.Status.HealthyMembers }, BeEquivalentTo(3)))
@@ -580,7 +617,7 @@ func TestScaleDownKeepsQuorum(t *testing.T) {
 
 	t.Log("STEP: the members back: the scale-down proceeds")
 	for _, m := range down {
-		g.Expect(pods.local.RestartMember(m)).To(Succeed())
+		g.Expect(pods.restartMember(m)).To(Succeed())
 	}
 	g.Eventually(getCluster(ctx, c), 2*timeout, interval).Should(runningWith(3))
 	g.Eventually(pods.membership).WithContext(ctx).Should(HaveLen(3))

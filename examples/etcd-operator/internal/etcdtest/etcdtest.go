@@ -269,6 +269,19 @@ func (c *Cluster) Wipe(m *Member) error {
 	return os.RemoveAll(m.dataDir)
 }
 
+// LogTail returns the last n bytes of m's log (its output since it was
+// first started), for a failing test to show.
+func (m *Member) LogTail(n int) string {
+	out, err := os.ReadFile(m.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return string(out)
+}
+
 // Running reports whether m's process runs.
 func (m *Member) Running() bool {
 	m.mu.Lock()
