@@ -3,7 +3,8 @@ package localrun
 import (
 	"context"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -127,7 +128,7 @@ func (t *Tracker) Snapshot() []Tracked {
 	for _, o := range t.objects {
 		out = append(out, *o)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	slices.SortFunc(out, func(a, b Tracked) int { return strings.Compare(a.Key, b.Key) })
 	return out
 }
 
@@ -141,8 +142,16 @@ func (t *Tracker) Assignment() Assignment {
 	return a
 }
 
+// waitCheckInterval is the least time between two checks of a Wait
+// condition. Each check copies and sorts every tracked object; checking
+// after every single watch event would cost this process a core while
+// thousands of objects change, taken from the API server it measures. The
+// times a condition reads (FirstSeen, Changed, ...) are taken as events
+// arrive, so checking less often does not change them.
+const waitCheckInterval = 50 * time.Millisecond
+
 // Wait blocks until cond holds for the tracked objects or ctx ends; cond
-// is checked after every change.
+// is checked after a change, at most once per waitCheckInterval.
 func (t *Tracker) Wait(ctx context.Context, cond func([]Tracked) error) error {
 	for {
 		t.mu.Lock()
@@ -151,6 +160,13 @@ func (t *Tracker) Wait(ctx context.Context, cond func([]Tracked) error) error {
 		err := cond(t.Snapshot())
 		if err == nil {
 			return nil
+		}
+		pause := time.NewTimer(waitCheckInterval)
+		select {
+		case <-pause.C:
+		case <-ctx.Done():
+			pause.Stop()
+			return fmt.Errorf("%w: %w", ctx.Err(), err)
 		}
 		select {
 		case <-ch:
