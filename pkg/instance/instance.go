@@ -60,6 +60,10 @@ type Instance struct {
 	// acked holds the objects whose drain this instance is acknowledging or
 	// has acknowledged, until they leave the cache.
 	acked sync.Map // inflight.Key -> struct{}
+	// handedOver remembers the objects this instance acknowledged recently:
+	// when one leaves the cache, its request needs no read from the API
+	// server to tell a move from a deletion.
+	handedOver handOvers
 
 	mu        sync.Mutex
 	kinds     map[schema.GroupVersionKind]client.Object

@@ -3,6 +3,7 @@ package instance
 import (
 	"context"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -114,12 +115,20 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if drain.Requested(obj, r.inst.opts.Ring) {
 		return r.acknowledge(ctx, key, obj)
 	}
+	r.inst.handedOver.forget(key) // assigned here again: its departure is news again
 	return r.next.Reconcile(ctx, req)
 }
 
 // absent handles a request for an object the cache does not hold: deleted, or
 // no longer assigned here.
 func (r *reconciler) absent(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	key := inflight.Key{GroupKind: r.gvk.GroupKind(), NamespacedName: req.NamespacedName}
+	if r.inst.handedOver.recent(key, time.Now()) {
+		// This instance handed it over itself: it moved away, and its
+		// deletion, if any, is no longer this instance's to reconcile.
+		logf.FromContext(ctx).V(1).Info("Request dropped: object handed over by this instance")
+		return reconcile.Result{}, nil
+	}
 	live, err := r.readLive(ctx, req)
 	if apierrors.IsNotFound(err) {
 		return r.next.Reconcile(ctx, req)
@@ -154,6 +163,7 @@ func (r *reconciler) acknowledge(ctx context.Context, key inflight.Key, cached c
 		target, _ := drain.Target(obj, r.inst.opts.Ring)
 		err := drain.Acknowledge(ctx, r.inst.client, obj, r.inst.opts.Ring)
 		if err == nil {
+			r.inst.handedOver.add(key, time.Now())
 			if target != "" {
 				log.Info("Drain acknowledged: object handed over", "object", klog.KObj(obj), "to", target)
 			} else {

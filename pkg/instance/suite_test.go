@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -197,6 +198,12 @@ type instanceConfig struct {
 	// onLost is the instance's OnLost; when set, the manager stopping on the
 	// lost Lease is not an error. Default: the test fails.
 	onLost func()
+	// restConfig, when set, is the instance's connection to the API server
+	// (default: the test environment's).
+	restConfig *rest.Config
+	// absentHandled, when set, is called after a wrapped reconcile of an
+	// object that was not in the instance's cache when the request started.
+	absentHandled func(controller string, req reconcile.Request)
 }
 
 type testInstance struct {
@@ -245,7 +252,7 @@ func startInstance(t *testing.T, cfg instanceConfig) *testInstance {
 	mgrOpts := env.ManagerOptions()
 	mgrOpts.Cache = cacheOpts
 	mgrOpts.Logger = ctrl.Log.WithName(cfg.id)
-	mgr := env.NewManager(t, nil, mgrOpts)
+	mgr := env.NewManager(t, cfg.restConfig, mgrOpts)
 	inst, err := instance.Setup(mgr, instance.Options{
 		Ring:           cfg.ring,
 		LeaseNamespace: cfg.namespace,
@@ -291,7 +298,15 @@ func startInstance(t *testing.T, cfg instanceConfig) *testInstance {
 		}
 		counting := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 			cfg.rec.request(cfg.id, name, req.Name)
-			return wrapped.Reconcile(ctx, req)
+			if cfg.absentHandled == nil {
+				return wrapped.Reconcile(ctx, req)
+			}
+			absent := apierrors.IsNotFound(mgr.GetCache().Get(ctx, req.NamespacedName, &corev1.ConfigMap{}))
+			res, err := wrapped.Reconcile(ctx, req)
+			if absent {
+				cfg.absentHandled(name, req)
+			}
+			return res, err
 		})
 		err = ctrl.NewControllerManagedBy(mgr).
 			Named("configmap-" + name).

@@ -7,8 +7,12 @@ package instance_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -157,6 +162,63 @@ func TestDrainHandsTheObjectOver(t *testing.T) {
 	g.Eventually(func() int { return rec.drainedOf(id, "handed") }, 10*time.Second).Should(Equal(1))
 	g.Expect(rec.lostOf(id, "handed")).To(BeZero())
 }
+
+// TestHandedOverObjectIsNotReadBack: when an object this instance handed
+// over leaves its cache, each controller's request for it is dropped
+// without reading it from the API server (the instance knows it moved).
+func TestHandedOverObjectIsNotReadBack(t *testing.T) {
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	const ring, id, name = "hand-over-no-read", "i1", "handed"
+	var reads atomic.Int32
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/namespaces/"+ns+"/configmaps/"+name) {
+				reads.Add(1)
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	var mu sync.Mutex
+	absent := map[string]int{}
+	rec := newRecorder()
+	startInstance(t, instanceConfig{ring: ring, namespace: ns, id: id, rec: rec, restConfig: cfg,
+		absentHandled: func(controller string, req reconcile.Request) {
+			if req.Name == name {
+				mu.Lock()
+				absent[controller]++
+				mu.Unlock()
+			}
+		}})
+
+	cm := createConfigMap(t, ns, name, map[string]string{v1alpha1.ShardLabel(ring): id})
+	for _, c := range []string{"a", "b"} {
+		g.Eventually(func() bool {
+			return slices.ContainsFunc(rec.runsOf(name, id), func(iv interval) bool { return iv.controller == c })
+		}, 20*time.Second).Should(BeTrue(), "controller %s reconciles the object", c)
+	}
+	patchLabels(g, cm, map[string]*string{v1alpha1.DrainLabel(ring): ptr.To("i2")})
+	g.Eventually(func(g Gomega) map[string]string { return labelsOf(g, cm) }, 10*time.Second).
+		Should(And(HaveKeyWithValue(v1alpha1.ShardLabel(ring), "i2"), Not(HaveKey(v1alpha1.DrainLabel(ring)))))
+	g.Eventually(func() int { return rec.drainedOf(id, name) }, 10*time.Second).Should(Equal(1))
+
+	g.Eventually(func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(absent)
+	}, 10*time.Second).Should(And(HaveKeyWithValue("a", BeNumerically(">=", 1)), HaveKeyWithValue("b", BeNumerically(">=", 1))),
+		"each controller handled a request for the object after it left the cache")
+	g.Expect(reads.Load()).To(BeZero(), "no read of the handed-over object from the API server")
+	for _, run := range rec.runsOf(name, id) {
+		g.Expect(run.notFound).To(BeFalse(), "a handed-over object is not reported as deleted")
+	}
+}
+
+// roundTripper is an http.RoundTripper made of a function.
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 func TestStaleRequestForMovedObjectIsDropped(t *testing.T) {
 	g := NewWithT(t)
