@@ -86,6 +86,9 @@ func (b *bench) measureRingFloor(ctx context.Context) error {
 	n := min(b.p.floorPatches, b.p.objects)
 	shard := sharderv1alpha1.ShardLabel(ringName)
 	instances := b.liveInstances()
+	if err := b.settle(ctx); err != nil {
+		return err
+	}
 	set, err := b.patcher.measureLabels(ctx, "no sharder running (3 instances), the ring's shard label set on the ring's objects",
 		objectNamespace, ringObjectPrefix, shard, n, func(i int) string { return instances[i%len(instances)] })
 	if err != nil {
@@ -102,14 +105,17 @@ func (b *bench) measureRingFloor(ctx context.Context) error {
 	fmt.Printf("  floor, %s: %s\n", removed.name, removed)
 	b.ringFloor = set
 	// The sharder starts on unlabelled objects, as before.
-	return b.wait(ctx, time.Minute, func(objs []localrun.Tracked) error {
+	if err := b.wait(ctx, time.Minute, func(objs []localrun.Tracked) error {
 		for _, o := range objs {
 			if o.Instance != "" {
 				return fmt.Errorf("object %s still labelled", o.Key)
 			}
 		}
 		return nil
-	})
+	}); err != nil {
+		return err
+	}
+	return b.settle(ctx)
 }
 
 // measureStepFloor measures the floor again just before a step, with the
@@ -124,6 +130,9 @@ func (b *bench) measureStepFloor(ctx context.Context, step string) error {
 	n := min(b.p.floorPatches, b.p.objects)
 	shard := sharderv1alpha1.ShardLabel(ringName)
 	instances := b.liveInstances()
+	if err := b.settle(ctx); err != nil {
+		return err
+	}
 	before, err := cpuTime(b.sharder.Pid())
 	if err != nil {
 		return err
@@ -144,11 +153,14 @@ func (b *bench) measureStepFloor(ctx context.Context, step string) error {
 		return err
 	}
 	b.stepFloor = f
-	return nil
+	return b.settle(ctx)
 }
 
 // measureFloor measures the floor and keeps it for the report.
 func (b *bench) measureFloor(ctx context.Context, name string) (floor, error) {
+	if err := b.settle(ctx); err != nil {
+		return floor{}, err
+	}
 	var before time.Duration
 	if b.sharder != nil && !b.sharder.Exited() {
 		var err error
@@ -169,7 +181,7 @@ func (b *bench) measureFloor(ctx context.Context, name string) (floor, error) {
 	}
 	b.floors = append(b.floors, f)
 	fmt.Printf("  floor, %s: %s\n", name, f)
-	return f, nil
+	return f, b.settle(ctx)
 }
 
 // idleFloor measures the floor again with the sharder running idle: the
@@ -192,6 +204,9 @@ func (b *bench) idleFloor(ctx context.Context) error {
 // latency creates objects at a steady rate and measures, per object, the
 // time from the create request to the shard label seen on a watch.
 func (b *bench) latency(ctx context.Context) error {
+	if err := b.settle(ctx); err != nil {
+		return err
+	}
 	lat, _, err := b.createAtRate(ctx, "rate")
 	if err != nil {
 		return err
