@@ -25,6 +25,17 @@ type floor struct {
 	// sharderCPU is the sharder process's CPU time during the measurement;
 	// zero when no sharder process ran.
 	sharderCPU time.Duration
+	// machineCPU is the busy CPU time of the whole machine (every process)
+	// during the measurement; zero when unknown.
+	machineCPU time.Duration
+}
+
+// machinePerPatch returns the machine's busy CPU time per patch.
+func (f floor) machinePerPatch() time.Duration {
+	if f.patches == 0 {
+		return 0
+	}
+	return f.machineCPU / time.Duration(f.patches)
 }
 
 // rate returns patches per second.
@@ -68,6 +79,7 @@ func (p *floorPatcher) measure(ctx context.Context, name string, n int) (floor, 
 	value := strconv.FormatInt(p.round.Add(1), 10)
 	patch := []byte(`{"metadata":{"labels":{"` + floorLabel + `":"` + value + `"}}}`)
 	res := p.client.Resource(configMaps).Namespace(p.namespace)
+	cpu0 := machineCPU()
 	start := time.Now()
 	err := parallel(ctx, 0, n, p.workers, func(i int) error {
 		_, err := res.Patch(ctx, objectName("floor", i), types.MergePatchType, patch, metav1.PatchOptions{})
@@ -76,7 +88,7 @@ func (p *floorPatcher) measure(ctx context.Context, name string, n int) (floor, 
 	if err != nil {
 		return floor{}, fmt.Errorf("measuring the floor: %w", err)
 	}
-	return floor{name: name, patches: n, took: time.Since(start)}, nil
+	return floor{name: name, patches: n, took: time.Since(start), machineCPU: machineCPU() - cpu0}, nil
 }
 
 // measureLabels sends n patches that set (value non-empty) or remove the
@@ -88,6 +100,7 @@ func (p *floorPatcher) measure(ctx context.Context, name string, n int) (floor, 
 // selects.
 func (p *floorPatcher) measureLabels(ctx context.Context, name, namespace, prefix, key string, n int, value func(int) string) (floor, error) {
 	res := p.client.Resource(configMaps).Namespace(namespace)
+	cpu0 := machineCPU()
 	start := time.Now()
 	err := parallel(ctx, 0, n, p.workers, func(i int) error {
 		v := "null"
@@ -101,7 +114,7 @@ func (p *floorPatcher) measureLabels(ctx context.Context, name, namespace, prefi
 	if err != nil {
 		return floor{}, fmt.Errorf("measuring the floor: %w", err)
 	}
-	return floor{name: name, patches: n, took: time.Since(start)}, nil
+	return floor{name: name, patches: n, took: time.Since(start), machineCPU: machineCPU() - cpu0}, nil
 }
 
 // ringObjectPrefix names the ring's pre-existing objects.

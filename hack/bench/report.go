@@ -29,13 +29,13 @@ func (b *bench) report() string {
 		"the rebalance's and the fail-over's are to the line measured just before each, with the sharder running " +
 		"(the ring's shard label set on the objects outside the ring: the same watches again); the in-process variant's is to the floor measured just before it. " +
 		"Every writer here and the sharder authenticate as members of system:masters, so API Priority and Fairness exempts them alike.\n\n")
-	s.WriteString("| when | patches | rate | sharder CPU meanwhile |\n| --- | --- | --- | --- |\n")
+	s.WriteString("| when | patches | rate | machine CPU per patch (every process) | sharder CPU meanwhile |\n| --- | --- | --- | --- | --- |\n")
 	for _, f := range b.floors {
 		cpu := "no sharder running"
 		if f.sharderCPU > 0 {
 			cpu = fmt.Sprintf("%s (%.0f µs per unrelated write)", seconds(f.sharderCPU), float64(f.sharderCPU.Microseconds())/float64(f.patches))
 		}
-		fmt.Fprintf(&s, "| %s | %d in %s | %.0f/s | %s |\n", f.name, f.patches, seconds(f.took), f.rate(), cpu)
+		fmt.Fprintf(&s, "| %s | %d in %s | %.0f/s | %.0f µs | %s |\n", f.name, f.patches, seconds(f.took), f.rate(), float64(f.machinePerPatch().Microseconds()), cpu)
 	}
 	if b.stopped.patches > 0 && b.idle.patches > 0 {
 		lo, hi := b.stopped.rate(), b.stopped.rate()

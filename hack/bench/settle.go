@@ -88,3 +88,16 @@ func cpuTicks() (busy, total uint64, err error) {
 	}
 	return busy, total, nil
 }
+
+// clockTick is the unit of /proc/stat's times (USER_HZ, 100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+// machineCPU returns the busy CPU time of the whole machine so far, zero
+// when unknown.
+func machineCPU() time.Duration {
+	busy, _, err := cpuTicks()
+	if err != nil {
+		return 0
+	}
+	return time.Duration(busy) * clockTick
+}
