@@ -37,6 +37,13 @@ const (
 	pauseImage = "ghcr.io/sharder-dev/pause:1.0"
 )
 
+// operatorLogs is the node's folder for the reconcile logs of the example
+// operator, which the operator scenario installs and the scenarios after it
+// use until the chart's test ends. The folder lives as long: a pod of the
+// operator replaced later (a force delete) mounts it, and cannot start
+// without it.
+var operatorLogs string
+
 // TestSharderChart installs the chart, checks that it works as the docs say,
 // collects an instance's Lease with its pod, and uninstalls it. The steps
 // build on each other: a failed step ends the test.
@@ -46,6 +53,7 @@ func TestSharderChart(t *testing.T) {
 			dumpState(t, sharderNamespace, "app.kubernetes.io/name=sharder")
 		}
 	})
+	operatorLogs = reconcileLogDir(t)
 	steps := []struct {
 		name string
 		fn   func(t *testing.T)

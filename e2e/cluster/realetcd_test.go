@@ -138,4 +138,7 @@ func testRealEtcd(t *testing.T) {
 		g.Expect(client.IgnoreNotFound(err)).To(Succeed())
 		g.Expect(err).To(HaveOccurred())
 	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	// The force-deleted instance's replacement runs: the next scenarios
+	// start from 4 ready instances.
+	waitStatefulSetReady(ctx, g, operatorNamespace, operatorName, 4)
 }
