@@ -34,9 +34,7 @@ type InitialAssignmentInput struct {
 func InitialAssignmentSpec(t *testing.T, in InitialAssignmentInput) {
 	e := newRingEnv(t, ringOptions{})
 	e.createClusters("pre", in.PreExisting)
-	for i := range in.Instances {
-		e.startInstance(fmt.Sprintf("instance-%d", i))
-	}
+	e.startInstances(in.Instances)
 	e.startSharders()
 	e.waitSettled(in.PreExisting, in.Timeout)
 
@@ -104,9 +102,7 @@ type ScaleOutInput struct {
 // object is ever reconciled by two instances at once.
 func ScaleOutSpec(t *testing.T, in ScaleOutInput) {
 	e := newRingEnv(t, ringOptions{})
-	for i := range in.Instances {
-		e.startInstance(fmt.Sprintf("instance-%d", i))
-	}
+	e.startInstances(in.Instances)
 	e.startSharders()
 	e.createClusters("obj", in.Objects)
 	before := e.waitSettled(in.Objects, in.Timeout)
@@ -154,9 +150,7 @@ type ScaleInInput struct {
 // would have expired.
 func ScaleInSpec(t *testing.T, in ScaleInInput) {
 	e := newRingEnv(t, ringOptions{LeaseDuration: in.LeaseDuration})
-	for i := range in.Instances {
-		e.startInstance(fmt.Sprintf("instance-%d", i))
-	}
+	e.startInstances(in.Instances)
 	e.startSharders()
 	e.createClusters("obj", in.Objects)
 	before := e.waitSettled(in.Objects, in.Timeout)

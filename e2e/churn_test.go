@@ -33,9 +33,7 @@ type ChurnInput struct {
 // the ring chooses) and was reconciled by it after its last change.
 func ChurnSpec(t *testing.T, in ChurnInput) {
 	e := newRingEnv(t, ringOptions{})
-	for i := range in.Instances {
-		e.startInstance(fmt.Sprintf("instance-%d", i))
-	}
+	e.startInstances(in.Instances)
 	e.startSharders()
 	alive := map[string]bool{}
 	for _, k := range e.createClusters("obj", in.Objects) {

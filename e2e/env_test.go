@@ -231,10 +231,34 @@ func (e *ringEnv) startInstance(id string) *localrun.Process {
 	return e.startInstanceWithLease(id, e.opts.LeaseDuration)
 }
 
+// startInstances starts n operator instances, instance-0 to instance-<n-1>,
+// all at once (as a StatefulSet of parallel pod management does), and
+// waits until each holds its Lease. A new instance creates its Lease one
+// lease duration after it starts: started together, they wait that long
+// once, not n times.
+func (e *ringEnv) startInstances(n int) {
+	e.t.Helper()
+	procs := make([]*localrun.Process, n)
+	for i := range n {
+		procs[i] = e.launchInstance(fmt.Sprintf("instance-%d", i), e.opts.LeaseDuration)
+	}
+	for i, p := range procs {
+		e.waitHeld(fmt.Sprintf("instance-%d", i), p)
+	}
+}
+
 // startInstanceWithLease is startInstance with a lease duration of the
 // instance's own. A new instance creates its Lease one lease duration after
 // it starts, so this also bounds how long the start takes.
 func (e *ringEnv) startInstanceWithLease(id string, leaseDuration time.Duration) *localrun.Process {
+	e.t.Helper()
+	p := e.launchInstance(id, leaseDuration)
+	e.waitHeld(id, p)
+	return p
+}
+
+// launchInstance starts the process of instance id without waiting for it.
+func (e *ringEnv) launchInstance(id string, leaseDuration time.Duration) *localrun.Process {
 	e.t.Helper()
 	p, err := cluster.Start(localrun.ProcessOptions{
 		Name: e.ring + "-" + id, Path: cluster.Binaries.Operator,
@@ -246,7 +270,6 @@ func (e *ringEnv) startInstanceWithLease(id string, leaseDuration time.Duration)
 	e.mu.Lock()
 	e.instances[id] = p
 	e.mu.Unlock()
-	e.waitHeld(id, p)
 	return p
 }
 

@@ -35,9 +35,7 @@ type InstanceKilledInput struct {
 // renewal), and then all of them at once.
 func InstanceKilledSpec(t *testing.T, in InstanceKilledInput) {
 	e := newRingEnv(t, ringOptions{LeaseDuration: in.LeaseDuration})
-	for i := range in.Instances {
-		e.startInstance(fmt.Sprintf("instance-%d", i))
-	}
+	e.startInstances(in.Instances)
 	e.startSharders()
 	e.createClusters("obj", in.Objects)
 	before := e.waitSettled(in.Objects, in.Timeout)
@@ -108,9 +106,7 @@ func LeaderKilledSpec(t *testing.T, in LeaderKilledInput) {
 	// under the default Ignore, a request in flight to the killed replica
 	// at the moment of the kill is let through by design.
 	e := newRingEnv(t, ringOptions{Sharders: 2, FailurePolicy: admissionregistrationv1.Fail})
-	for i := range in.Instances {
-		e.startInstance(fmt.Sprintf("instance-%d", i))
-	}
+	e.startInstances(in.Instances)
 	e.startSharders()
 	e.createClusters("before", in.Objects)
 	e.waitSettled(in.Objects, in.Timeout)

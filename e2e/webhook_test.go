@@ -37,9 +37,7 @@ type ForbiddenEditsInput struct {
 // the ring does not have is denied.
 func ForbiddenEditsSpec(t *testing.T, in ForbiddenEditsInput) {
 	e := newRingEnv(t, ringOptions{})
-	for i := range in.Instances {
-		e.startInstance(fmt.Sprintf("instance-%d", i))
-	}
+	e.startInstances(in.Instances)
 	e.startSharders()
 	e.createClusters("obj", 1)
 	a := e.waitSettled(1, in.Timeout)
