@@ -127,8 +127,12 @@ func DrainIdentitySpec(t *testing.T, in DrainIdentityInput) {
 	// A long lease and drain timeout keep the frozen instance's drains
 	// pending for the whole check.
 	e := newRingEnv(t, ringOptions{LeaseDuration: 30 * time.Second, DrainTimeout: 60 * time.Second})
-	e.startInstance("instance-0")
-	e.startInstanceWithLease("instance-1", 3*time.Second)
+	// Started together: each creates its Lease one of its lease durations
+	// after it starts.
+	first := e.launchInstance("instance-0", e.opts.LeaseDuration)
+	second := e.launchInstance("instance-1", 3*time.Second)
+	e.waitHeld("instance-0", first)
+	e.waitHeld("instance-1", second)
 	e.startSharders()
 	e.createClusters("obj", in.Objects)
 	e.waitSettled(in.Objects, in.Timeout)
