@@ -81,15 +81,14 @@ func main() {
 			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 			os.Exit(1)
 		}
-		defer pprof.StopCPUProfile()
 	}
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, p)
 	cancel()
+	pprof.StopCPUProfile() // does nothing unless --cpuprofile started one
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
-		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }

@@ -29,8 +29,9 @@ func (b *bench) settle(ctx context.Context) error {
 	deadline := time.Now().Add(settleTimeout)
 	quiet := 0
 	prevBusy, prevTotal, err := cpuTicks()
-	if err != nil {
-		return nil // not Linux: nothing to wait on
+	if err != nil { // not Linux: nothing to wait on
+		fmt.Printf("  (cannot tell whether the machine is quiet: %v)\n", err)
+		return nil
 	}
 	for {
 		select {
@@ -99,5 +100,5 @@ func machineCPU() time.Duration {
 	if err != nil {
 		return 0
 	}
-	return time.Duration(busy) * clockTick
+	return time.Duration(busy) * clockTick //nolint:gosec // clock ticks since boot fit an int64 for millions of years
 }
