@@ -12,5 +12,8 @@
 //
 // Every process writes its output into a log file under the run's folder;
 // Processes.DumpLogs prints them when a test fails. Processes are killed when
-// the process that started them exits, so nothing outlives a run.
+// the process that started them exits, so nothing outlives a run. A process
+// started with a RestartPolicy is started again, with backoff, whenever it
+// exits on its own, as the kubelet restarts a container: Stop and Kill end
+// it for good, while a run ended by Signal is restarted.
 package localrun
