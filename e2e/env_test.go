@@ -413,17 +413,17 @@ func (e *ringEnv) records() []localrun.ReconcileRecord {
 }
 
 // intervals pairs the reconcile records; a reconcile left open by a killed
-// instance lasts until the instance's exit.
+// instance lasts until the exit of the run of its process that started it.
 func (e *ringEnv) intervals() []localrun.Interval {
-	exited := map[string]time.Time{}
+	exits := map[string][]time.Time{}
 	e.mu.Lock()
 	for id, p := range e.instances {
-		if t, ok := p.ExitTime(); ok {
-			exited[id] = t
+		for _, x := range p.Exits() {
+			exits[id] = append(exits[id], x.Time)
 		}
 	}
 	e.mu.Unlock()
-	return localrun.Intervals(e.records(), exited, time.Now())
+	return localrun.Intervals(e.records(), exits, time.Now())
 }
 
 // expectNoOverlap fails the test if two instances ever reconciled one

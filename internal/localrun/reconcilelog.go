@@ -97,7 +97,7 @@ type Interval struct {
 	Object     string
 	Start, End time.Time
 	// Open is true when no end was logged (the instance was killed or is
-	// still reconciling); End is then the instance's exit time or now.
+	// still reconciling); End is then when its process's run exited, or now.
 	Open       bool
 	Generation int64
 	// Error is the error the reconcile ended with ("" for success).
@@ -106,10 +106,29 @@ type Interval struct {
 
 // Intervals pairs start and end records per instance and object. An
 // instance reconciles one object at most once at a time, so an end closes
-// the latest start. exited gives, per instance, when its process exited;
-// a start without an end lasts until then (or until now).
-func Intervals(records []ReconcileRecord, exited map[string]time.Time, now time.Time) []Interval {
+// the latest start. exits gives, per instance, when each run of its process
+// ended, in any order (a process restarted after it exited runs several
+// times, writing to the same log): a start without an end lasts until the
+// end of its run, the first exit at or after it, or until now if there is
+// none. Two starts in a row within one run mean the first end was lost:
+// the earlier start is kept, to be conservative.
+func Intervals(records []ReconcileRecord, exits map[string][]time.Time, now time.Time) []Interval {
 	type key struct{ instance, object string }
+	sortedExits := make(map[string][]time.Time, len(exits))
+	for instance, ts := range exits {
+		ts = append([]time.Time(nil), ts...)
+		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+		sortedExits[instance] = ts
+	}
+	// runEnd is the first exit of instance at or after t.
+	runEnd := func(instance string, t time.Time) (time.Time, bool) {
+		ts := sortedExits[instance]
+		i := sort.Search(len(ts), func(i int) bool { return !ts[i].Before(t) })
+		if i == len(ts) {
+			return time.Time{}, false
+		}
+		return ts[i], true
+	}
 	open := map[key]*Interval{}
 	var out []Interval
 	sorted := append([]ReconcileRecord(nil), records...)
@@ -119,9 +138,14 @@ func Intervals(records []ReconcileRecord, exited map[string]time.Time, now time.
 		switch r.Phase {
 		case PhaseStart:
 			if prev := open[k]; prev != nil {
-				// Two starts in a row: the first end was lost; keep the
-				// earlier start to be conservative.
-				continue
+				end, ok := runEnd(prev.Instance, prev.Start)
+				if !ok || end.After(r.Time) {
+					// Same run: the first end was lost.
+					continue
+				}
+				// The run that started prev ended before this start.
+				prev.End, prev.Open = end, true
+				out = append(out, *prev)
 			}
 			open[k] = &Interval{Instance: r.Instance, Object: r.Object, Start: r.Time, Generation: r.Generation}
 		case PhaseEnd:
@@ -141,8 +165,8 @@ func Intervals(records []ReconcileRecord, exited map[string]time.Time, now time.
 	for _, iv := range open {
 		iv.Open = true
 		iv.End = now
-		if t, ok := exited[iv.Instance]; ok {
-			iv.End = t
+		if end, ok := runEnd(iv.Instance, iv.Start); ok {
+			iv.End = end
 		}
 		out = append(out, *iv)
 	}

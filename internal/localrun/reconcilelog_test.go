@@ -18,7 +18,7 @@ func TestOverlaps(t *testing.T) {
 	tests := []struct {
 		name    string
 		records []ReconcileRecord
-		exited  map[string]time.Time
+		exits   map[string][]time.Time
 		want    int
 	}{
 		{
@@ -56,7 +56,7 @@ func TestOverlaps(t *testing.T) {
 				rec("a", "ns/x", PhaseStart, 0),
 				rec("b", "ns/x", PhaseStart, 50), rec("b", "ns/x", PhaseEnd, 60),
 			},
-			exited: map[string]time.Time{"a": at(40)},
+			exits: map[string][]time.Time{"a": {at(40)}},
 		},
 		{
 			name: "killed after the other started",
@@ -64,8 +64,37 @@ func TestOverlaps(t *testing.T) {
 				rec("a", "ns/x", PhaseStart, 0),
 				rec("b", "ns/x", PhaseStart, 50), rec("b", "ns/x", PhaseEnd, 60),
 			},
-			exited: map[string]time.Time{"a": at(55)},
-			want:   1,
+			exits: map[string][]time.Time{"a": {at(55)}},
+			want:  1,
+		},
+		{
+			name: "killed mid-reconcile and restarted: open until the run's exit",
+			records: []ReconcileRecord{
+				rec("a", "ns/x", PhaseStart, 0),
+				rec("b", "ns/x", PhaseStart, 50), rec("b", "ns/x", PhaseEnd, 60),
+				rec("a", "ns/x", PhaseStart, 70), rec("a", "ns/x", PhaseEnd, 80),
+			},
+			exits: map[string][]time.Time{"a": {at(40)}},
+		},
+		{
+			name: "restarted, then killed mid-reconcile again after the other started",
+			records: []ReconcileRecord{
+				rec("a", "ns/x", PhaseStart, 0),
+				rec("a", "ns/x", PhaseStart, 30),
+				rec("b", "ns/x", PhaseStart, 50), rec("b", "ns/x", PhaseEnd, 60),
+			},
+			exits: map[string][]time.Time{"a": {at(20), at(55)}},
+			want:  1,
+		},
+		{
+			name: "a lost end within one run keeps the earlier start",
+			records: []ReconcileRecord{
+				rec("a", "ns/x", PhaseStart, 0),
+				rec("b", "ns/x", PhaseStart, 50), rec("b", "ns/x", PhaseEnd, 60),
+				rec("a", "ns/x", PhaseStart, 70), rec("a", "ns/x", PhaseEnd, 80),
+			},
+			exits: map[string][]time.Time{"a": {at(90)}},
+			want:  1,
 		},
 		{
 			name: "still running open interval overlaps",
@@ -78,7 +107,7 @@ func TestOverlaps(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Overlaps(Intervals(tt.records, tt.exited, at(1000)))
+			got := Overlaps(Intervals(tt.records, tt.exits, at(1000)))
 			if len(got) != tt.want {
 				t.Fatalf("got %d overlaps %v, want %d", len(got), got, tt.want)
 			}
@@ -103,4 +132,21 @@ func TestParseReconcileLog(t *testing.T) {
 	ivs := Intervals(recs, nil, time.Time{})
 	g.Expect(ivs).To(gomega.HaveLen(1))
 	g.Expect(LastReconcile(ivs)["ns/x"].End).To(gomega.Equal(time.Date(2026, 1, 1, 0, 0, 0, 5e8, time.UTC)))
+}
+
+func TestIntervalsAcrossRuns(t *testing.T) {
+	g := gomega.NewWithT(t)
+	// a's first run is killed mid-reconcile at 40 and restarted; its second
+	// run reconciles x again and is still reconciling y.
+	recs := []ReconcileRecord{
+		rec("a", "ns/x", PhaseStart, 0),
+		rec("a", "ns/x", PhaseStart, 70), rec("a", "ns/x", PhaseEnd, 80),
+		rec("a", "ns/y", PhaseStart, 90),
+	}
+	ivs := Intervals(recs, map[string][]time.Time{"a": {at(40)}}, at(1000))
+	g.Expect(ivs).To(gomega.Equal([]Interval{
+		{Instance: "a", Object: "ns/x", Start: at(0), End: at(40), Open: true},
+		{Instance: "a", Object: "ns/x", Start: at(70), End: at(80)},
+		{Instance: "a", Object: "ns/y", Start: at(90), End: at(1000), Open: true},
+	}))
 }
