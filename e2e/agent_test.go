@@ -132,8 +132,9 @@ func TestAgentShutdown(t *testing.T) {
 }
 
 // startPlainInstance starts the plain controller as instance id with
-// `sharder agent` beside it (given extra agent flags), and waits until the
-// agent holds the instance's Lease.
+// `sharder agent` beside it (given extra agent flags), each restarted when
+// it exits as a pod's containers are, and waits until the agent holds the
+// instance's Lease.
 func (e *ringEnv) startPlainInstance(id string, agentArgs ...string) {
 	e.t.Helper()
 	health, err := localrun.FreeAddress()
@@ -148,6 +149,7 @@ func (e *ringEnv) startPlainInstance(id string, agentArgs ...string) {
 			"--health-probe-bind-address", health,
 			"--reconcile-log", e.reconcileLog(id),
 		},
+		Restart: instanceRestart,
 	})
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
 	e.procs.Add(controller)
@@ -162,6 +164,7 @@ func (e *ringEnv) startPlainInstance(id string, agentArgs ...string) {
 			"--health-url", "http://" + health + "/healthz",
 			"--log-format", "console",
 		}, agentArgs...),
+		Restart: instanceRestart,
 	})
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
 	e.procs.Add(agent)

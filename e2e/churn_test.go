@@ -28,9 +28,11 @@ type ChurnInput struct {
 // ChurnSpec creates, updates and deletes EtcdClusters while instances join,
 // leave gracefully and die, and while the Lease of a running instance is
 // deleted and another's ring label removed (the instance is then not proven
-// gone: the sharder holds its objects while it stops). Afterwards no two instances ever reconciled one
-// object at the same time, every object sits on a live instance (the one
-// the ring chooses) and was reconciled by it after its last change.
+// gone: the sharder holds its objects while it stops; having lost its Lease
+// it exits, is restarted as its pod would be, and comes back under the same
+// ID). Afterwards no two instances ever reconciled one object at the same
+// time, every object sits on a live instance (the one the ring chooses) and
+// was reconciled by it after its last change.
 func ChurnSpec(t *testing.T, in ChurnInput) {
 	e := newRingEnv(t, ringOptions{})
 	e.startInstances(in.Instances)
@@ -94,7 +96,7 @@ func ChurnSpec(t *testing.T, in ChurnInput) {
 	e.waitSettled(len(alive), in.Timeout, e.liveInstances()...)
 	e.expectReconciledByOwner(in.Timeout)
 	ivs := e.expectNoOverlap()
-	t.Logf("churn: %d objects created, %d alive, %d reconciles checked, instances now %v", created, len(alive), len(ivs), e.liveInstances())
+	t.Logf("churn: %d objects created, %d alive, %d reconciles checked, instances now %v, restarted %v", created, len(alive), len(ivs), e.liveInstances(), e.restartCounts())
 }
 
 func TestChurn(t *testing.T) {

@@ -8,6 +8,11 @@
 // nothing of sharder (e2e/plaincontroller) stopped with its `sharder agent`
 // sidecar while it reconciles.
 //
+// Instance processes (the operator's, the plain controller and its agent)
+// are restarted with backoff when they exit on their own, as the kubelet
+// restarts a pod's containers; a scenario that stops or kills an instance
+// ends it for good. The sharder replicas are not restarted.
+//
 // Each scenario is a function taking an input struct, run by a Test
 // function; `go test ./e2e/...` (or `make e2e`) runs them all. Process logs
 // are printed when a scenario fails.

@@ -36,6 +36,15 @@ var (
 // instanceAccount is the ServiceAccount the operator's instances run as.
 const instanceAccount = "etcd-operator"
 
+// instanceRestart restarts an instance process that exits on its own (one
+// that lost its Lease exits on purpose), as the kubelet restarts the
+// containers of a StatefulSet's pod: every instance process, the plain
+// controller and its agent included, runs under it; the sharder replicas do
+// not (a replica that lost its leadership stays gone, see
+// localrun.IsLeader). A scenario ends an instance for good with
+// stopInstance or killInstance; a run ended by Signal is restarted.
+var instanceRestart = &localrun.RestartPolicy{}
+
 // ringOptions shape one scenario's ring.
 type ringOptions struct {
 	// Sharders is the number of sharder replicas. Default: 2.
@@ -73,8 +82,10 @@ type ringEnv struct {
 	instanceUser     *localrun.User
 	tracker          *localrun.Tracker
 
-	mu        sync.Mutex
-	sharders  []*localrun.Sharder
+	mu       sync.Mutex
+	sharders []*localrun.Sharder
+	// instances are the instance processes (the plain controller's beside
+	// an agent), by instance ID.
 	instances map[string]*localrun.Process
 	// agents are the `sharder agent` sidecars, by instance ID.
 	agents map[string]*localrun.Process
@@ -262,8 +273,9 @@ func (e *ringEnv) launchInstance(id string, leaseDuration time.Duration) *localr
 	e.t.Helper()
 	p, err := cluster.Start(localrun.ProcessOptions{
 		Name: e.ring + "-" + id, Path: cluster.Binaries.Operator,
-		Args: operatorArgs(e, id, leaseDuration),
-		Env:  []string{"POD_NAME=" + id, "POD_NAMESPACE=" + e.leaseNamespace},
+		Args:    operatorArgs(e, id, leaseDuration),
+		Env:     []string{"POD_NAME=" + id, "POD_NAMESPACE=" + e.leaseNamespace},
+		Restart: instanceRestart,
 	})
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
 	e.procs.Add(p)
@@ -274,7 +286,7 @@ func (e *ringEnv) launchInstance(id string, leaseDuration time.Duration) *localr
 }
 
 // waitHeld waits until instance id holds its Lease; the processes holding
-// it must not exit meanwhile.
+// it must not be stopped for good meanwhile (they may be restarted).
 func (e *ringEnv) waitHeld(id string, procs ...*localrun.Process) {
 	e.t.Helper()
 	e.g.Eventually(func() error {
@@ -285,13 +297,29 @@ func (e *ringEnv) waitHeld(id string, procs ...*localrun.Process) {
 		}
 		var lease coordinationv1.Lease
 		if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.leaseNamespace, Name: id}, &lease); err != nil {
-			return err
+			return fmt.Errorf("%w%s", err, restarts(procs))
 		}
 		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != id {
-			return fmt.Errorf("lease %s not held by its instance", id)
+			return fmt.Errorf("lease %s not held by its instance%s", id, restarts(procs))
 		}
 		return nil
 	}).WithTimeout(time.Minute).WithPolling(100 * time.Millisecond).Should(gomega.Succeed())
+}
+
+// restarts says which of procs were restarted, and how their last run
+// ended; "" if none was.
+func restarts(procs []*localrun.Process) string {
+	var out []string
+	for _, p := range procs {
+		if n := p.Restarts(); n > 0 {
+			exits := p.Exits()
+			out = append(out, fmt.Sprintf("%s restarted %d times, last exit: %v", p.Name, n, exits[len(exits)-1].Err))
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(out, "; ") + ")"
 }
 
 // reconcileLog is the path of an instance's reconcile log.
@@ -299,14 +327,17 @@ func (e *ringEnv) reconcileLog(id string) string {
 	return filepath.Join(e.reconcileLogs, id+".jsonl")
 }
 
-// stopInstance stops an instance gracefully (SIGTERM) and expects a clean
-// exit.
+// stopInstance stops an instance gracefully (SIGTERM) and for good, as a
+// scale-in does, and expects a clean exit.
 func (e *ringEnv) stopInstance(id string) {
 	e.t.Helper()
 	e.g.Expect(e.instance(id).Stop(30 * time.Second)).To(gomega.Succeed())
 }
 
-// killInstance kills an instance with SIGKILL.
+// killInstance kills an instance with SIGKILL, for good: it is not
+// restarted, as when its node dies and its pod is not replaced. (An
+// instance killed with e.instance(id).Signal(syscall.SIGKILL) is
+// restarted, as a crashed container is.)
 func (e *ringEnv) killInstance(id string) {
 	e.t.Helper()
 	e.g.Expect(e.instance(id).Kill()).To(gomega.Succeed())
@@ -322,7 +353,8 @@ func (e *ringEnv) instance(id string) *localrun.Process {
 	return p
 }
 
-// liveInstances returns the IDs of the running instances, sorted.
+// liveInstances returns the IDs of the instances not ended for good
+// (running, or waiting to be restarted), sorted.
 func (e *ringEnv) liveInstances() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -334,6 +366,22 @@ func (e *ringEnv) liveInstances() []string {
 	}
 	sort.Strings(ids)
 	return ids
+}
+
+// restartCounts returns how many times each restarted instance process
+// was restarted, by its process name.
+func (e *ringEnv) restartCounts() map[string]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[string]int{}
+	for _, ps := range []map[string]*localrun.Process{e.instances, e.agents} {
+		for _, p := range ps {
+			if n := p.Restarts(); n > 0 {
+				out[p.Name] = n
+			}
+		}
+	}
+	return out
 }
 
 // stopAll stops instances and agents first (so they release their Leases
