@@ -76,7 +76,7 @@ func (r *ringAssigner) situation(view *ringView, cfg *ringConfig, gk schema.Grou
 		s.target = target
 	}
 	if s.current != "" {
-		s.state, s.heldUntil = view.stateOf(s.current, s.now)
+		s.state, s.movable, s.heldUntil = view.stateOf(s.current, s.now)
 	}
 	if s.draining {
 		s.drainStarted, _ = r.drains.Started(obj.UID)

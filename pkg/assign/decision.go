@@ -16,8 +16,9 @@ const (
 	// acknowledged): label it for the target.
 	actionAssign
 	// actionRelabelGone: its instance is gone (dead, orphaned, or unknown
-	// past the hold for unknown instances): relabel it at once, without a
-	// drain; nobody is left to race with.
+	// past the hold for unknown instances) and the sharder holds its Lease:
+	// relabel it at once, without a drain; nobody is left to race with, and
+	// nobody can come back while the hold lasts.
 	actionRelabelGone
 	// actionRequestDrain: its ready instance must let go first.
 	actionRequestDrain
@@ -73,6 +74,10 @@ type situation struct {
 	state membership.State
 	// heldUntil is when the hold of an unknown instance ends; zero otherwise.
 	heldUntil time.Time
+	// movable reports, when current is gone, whether its objects may move
+	// now: the sharder holds its Lease, or it has none to hold
+	// (membership.Member.Movable).
+	movable bool
 	// draining reports whether the object carries the drain label.
 	draining bool
 	// drainTarget is the instance the drain label names (drain.Target);
@@ -118,8 +123,13 @@ func decide(s situation) decision {
 		return decision{action: actionWithdraw}
 	case s.current == s.target:
 		return decision{action: actionKeep}
-	case s.state.Gone():
+	case s.state.Gone() && s.movable:
 		return decision{action: actionRelabelGone}
+	case s.state.Gone():
+		// Until the sharder holds the instance's Lease, the instance could
+		// take it back and start on the object: nothing moves. The hold
+		// changes the membership, which decides again.
+		return decision{action: actionHold}
 	case s.state.Ready() && !s.draining:
 		return decision{action: actionRequestDrain}
 	case s.state.Ready():

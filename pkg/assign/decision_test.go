@@ -22,9 +22,13 @@ func TestDecide(t *testing.T) {
 		{"drain acknowledged", situation{target: "b", drainStarted: now.Add(-time.Second)}, decision{action: actionAssign}},
 		{"in place", situation{current: "b", target: "b", state: membership.StateReady}, decision{action: actionKeep}},
 		{"back in place while draining", situation{current: "b", target: "b", state: membership.StateReady, draining: true}, decision{action: actionWithdraw}},
-		{"from a dead instance", situation{current: "a", target: "b", state: membership.StateDead}, decision{action: actionRelabelGone}},
-		{"from an orphaned instance", situation{current: "a", target: "b", state: membership.StateOrphaned}, decision{action: actionRelabelGone}},
-		{"from a dead instance while draining", situation{current: "a", target: "b", state: membership.StateDead, draining: true}, decision{action: actionRelabelGone}},
+		{"from a dead instance", situation{current: "a", target: "b", state: membership.StateDead, movable: true}, decision{action: actionRelabelGone}},
+		{"from a dead instance whose Lease the sharder does not hold yet", situation{current: "a", target: "b", state: membership.StateDead},
+			decision{action: actionHold}},
+		{"from an orphaned instance", situation{current: "a", target: "b", state: membership.StateOrphaned, movable: true}, decision{action: actionRelabelGone}},
+		{"from a dead instance while draining", situation{current: "a", target: "b", state: membership.StateDead, movable: true, draining: true},
+			decision{action: actionRelabelGone}},
+		{"from a restarting instance", situation{current: "a", target: "b", state: membership.StateRestarting}, decision{action: actionHold}},
 		{"from a ready instance", situation{current: "a", target: "b", state: membership.StateReady, drainTimeout: timeout, now: now}, decision{action: actionRequestDrain}},
 		{"drain in flight", situation{current: "a", target: "b", state: membership.StateReady, draining: true,
 			drainStarted: now.Add(-10 * time.Second), drainTimeout: timeout, now: now}, decision{action: actionWait, at: now.Add(20 * time.Second)}},
@@ -64,7 +68,7 @@ func TestDecide(t *testing.T) {
 			decision{action: actionKeep}},
 		{"handed over to a ready instance that is no longer its target", situation{current: "c", target: "b", state: membership.StateReady,
 			drainTimeout: timeout, now: now}, decision{action: actionRequestDrain}},
-		{"handed over to an instance that died meanwhile", situation{current: "c", target: "b", state: membership.StateDead,
+		{"handed over to an instance that died meanwhile", situation{current: "c", target: "b", state: membership.StateDead, movable: true,
 			drainTimeout: timeout, now: now}, decision{action: actionRelabelGone}},
 		{"handed over to an instance that expired meanwhile", situation{current: "c", target: "b", state: membership.StateExpired,
 			drainTimeout: timeout, now: now}, decision{action: actionHold}},
@@ -86,14 +90,24 @@ func TestDecide(t *testing.T) {
 // are not members, during and after the hold for unknown instances.
 func TestRingViewStateOf(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	v := &ringView{states: map[string]membership.State{"a": membership.StateExpired}, unknownUntil: now.Add(time.Minute)}
-	if s, until := v.stateOf("a", now); s != membership.StateExpired || !until.IsZero() {
-		t.Errorf("member: %s until %v", s, until)
+	v := &ringView{states: map[string]membership.Member{
+		"a": {ID: "a", State: membership.StateExpired},
+		"d": {ID: "d", State: membership.StateDead},
+		"h": {ID: "h", State: membership.StateDead, Movable: true},
+	}, unknownUntil: now.Add(time.Minute)}
+	if s, movable, until := v.stateOf("a", now); s != membership.StateExpired || movable || !until.IsZero() {
+		t.Errorf("member: %s (movable %v) until %v", s, movable, until)
 	}
-	if s, until := v.stateOf("x", now); s != membership.StateVanished || !until.Equal(now.Add(time.Minute)) {
-		t.Errorf("unknown during the hold: %s until %v", s, until)
+	if s, movable, _ := v.stateOf("d", now); s != membership.StateDead || movable {
+		t.Errorf("dead member whose Lease is not held: %s, movable %v; want dead and not movable", s, movable)
 	}
-	if s, _ := v.stateOf("x", now.Add(time.Minute)); s != membership.StateDead {
-		t.Errorf("unknown after the hold: %s, want dead", s)
+	if s, movable, _ := v.stateOf("h", now); s != membership.StateDead || !movable {
+		t.Errorf("dead member whose Lease is held: %s, movable %v; want dead and movable", s, movable)
+	}
+	if s, movable, until := v.stateOf("x", now); s != membership.StateVanished || movable || !until.Equal(now.Add(time.Minute)) {
+		t.Errorf("unknown during the hold: %s (movable %v) until %v", s, movable, until)
+	}
+	if s, movable, _ := v.stateOf("x", now.Add(time.Minute)); s != membership.StateDead || !movable {
+		t.Errorf("unknown after the hold: %s (movable %v), want dead with no Lease to hold", s, movable)
 	}
 }

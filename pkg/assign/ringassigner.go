@@ -323,8 +323,8 @@ func (r *ringAssigner) urgentObject(view *ringView, cfg *ringConfig, gk schema.G
 	}
 	current := obj.Labels[r.shardLabel]
 	if current != "" {
-		state, _ := view.stateOf(current, r.c.opts.Clock.Now())
-		return state.Gone()
+		state, movable, _ := view.stateOf(current, r.c.opts.Clock.Now())
+		return state.Gone() && movable
 	}
 	if !drain.Requested(obj, r.name) {
 		return true

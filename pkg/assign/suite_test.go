@@ -105,7 +105,9 @@ func newRing(t testing.TB, ns string, mutate func(*v1alpha1.ControllerRingSpec))
 func members(state membership.State, ids ...string) []membership.Member {
 	out := make([]membership.Member, 0, len(ids))
 	for _, id := range ids {
-		out = append(out, membership.Member{ID: id, State: state})
+		// A gone instance's Lease is held by the sharder, as the lease
+		// controller holds it before its objects move.
+		out = append(out, membership.Member{ID: id, State: state, Movable: state.Gone()})
 	}
 	return out
 }

@@ -66,7 +66,7 @@ func fixtureMembers(states ...membership.State) []membership.Member {
 	ids := []string{"a", "b", "c", "d"}
 	out := make([]membership.Member, len(states))
 	for i, s := range states {
-		out[i] = membership.Member{ID: ids[i], State: s}
+		out[i] = membership.Member{ID: ids[i], State: s, Movable: s.Gone()}
 	}
 	return out
 }

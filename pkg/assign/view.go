@@ -22,35 +22,36 @@ type ringView struct {
 	// empty reports whether ring has no instance: no object has a target.
 	empty   bool
 	members []membership.Member // all instances, sorted by ID
-	states  map[string]membership.State
+	states  map[string]membership.Member
 	// unknownUntil is when the hold of instances the sharder does not know
 	// ends (see stateOf).
 	unknownUntil time.Time
 }
 
-// stateOf returns the state of instance id and, for an instance that is
-// not a member, until when it is held. An instance that the sharder never
-// saw a Lease for (a Lease deleted while this sharder was not leading, or
-// objects labelled by hand) may still be running: it is held as vanished
-// until unknownUntil, twice the default lease duration after this sharder
-// started assigning, and is gone after that.
-func (v *ringView) stateOf(id string, now time.Time) (membership.State, time.Time) {
-	if state, ok := v.states[id]; ok {
-		return state, time.Time{}
+// stateOf returns the state of instance id, whether its objects may move
+// now if it is gone (membership.Member.Movable) and, for an instance that
+// is not a member, until when it is held. An instance that the sharder
+// never saw a Lease for (a Lease deleted while this sharder was not
+// leading, or objects labelled by hand) may still be running: it is held as
+// vanished until unknownUntil, twice the default lease duration after this
+// sharder started assigning, and is gone after that, with no Lease to hold.
+func (v *ringView) stateOf(id string, now time.Time) (membership.State, bool, time.Time) {
+	if m, ok := v.states[id]; ok {
+		return m.State, m.Movable, time.Time{}
 	}
 	if now.Before(v.unknownUntil) {
-		return membership.StateVanished, v.unknownUntil
+		return membership.StateVanished, false, v.unknownUntil
 	}
-	return membership.StateDead, time.Time{}
+	return membership.StateDead, true, time.Time{}
 }
 
 // buildView builds the view of members under cfg. rings keeps the ring
 // built last, so the ring is rebuilt only when its ready instances or their
 // weights changed.
 func buildView(rings *membership.Rings, cfg *ringConfig, members []membership.Member, unknownUntil time.Time) (*ringView, bool, error) {
-	v := &ringView{members: members, states: make(map[string]membership.State, len(members)), unknownUntil: unknownUntil}
+	v := &ringView{members: members, states: make(map[string]membership.Member, len(members)), unknownUntil: unknownUntil}
 	for _, m := range members {
-		v.states[m.ID] = m.State
+		v.states[m.ID] = m
 	}
 	rg, rebuilt, err := rings.Build(cfg.name, cfg.algorithm, cfg.virtualNodes, members)
 	if err != nil {

@@ -43,8 +43,8 @@ func TestBuildViewReusesRingWhenReadySetUnchanged(t *testing.T) {
 	if err != nil || built {
 		t.Fatalf("second build: %v, built=%v; want the ring reused", err, built)
 	}
-	if v2.states["b"] != membership.StateUncertain {
-		t.Errorf("state of b = %s, want uncertain", v2.states["b"])
+	if v2.states["b"].State != membership.StateUncertain {
+		t.Errorf("state of b = %s, want uncertain", v2.states["b"].State)
 	}
 	if id, err := v2.ring.Lookup("k"); err != nil || id != "a" {
 		t.Errorf("Lookup = %q, %v; want a (the only ready instance)", id, err)

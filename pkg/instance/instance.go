@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -80,6 +79,11 @@ var (
 // instance's Lease holder and the instance itself to mgr, and a readiness
 // check "instance-<ring>" that passes once the Lease is held.
 //
+// When the instance loses its Lease it stops reconciling at once, and the
+// manager stops: mgr.Start returns an error wrapping ErrLeaseLost, as it
+// returns one on lost leader election. Exit non-zero then, so that the
+// process is restarted (its pod's container) and the instance rejoins.
+//
 // The manager's cache must already select the instance's objects (see
 // CacheByObject with the same ring and identity): cache selectors are fixed
 // when the manager is created. Wrap each reconciler of the ring's main
@@ -123,6 +127,7 @@ func Setup(mgr manager.Manager, opts Options) (*Instance, error) {
 		RenewDeadline:   opts.RenewDeadline,
 		Pod:             opts.Pod,
 		OnLost:          i.lost,
+		Release:         opts.Release,
 		BeforeRelease:   i.beforeRelease,
 		Clock:           opts.Clock,
 		ShutdownTimeout: opts.ShutdownTimeout,
@@ -328,10 +333,7 @@ func (i *Instance) lost() {
 	i.log.Info("Instance lost its Lease, no longer reconciling")
 	if i.opts.OnLost != nil {
 		i.opts.OnLost()
-		return
 	}
-	i.log.Error(errors.New("lease lost"), "Exiting: the instance lost its Lease")
-	os.Exit(1)
 }
 
 // beforeRelease is the Lease holder's BeforeRelease: admit no new reconcile

@@ -60,11 +60,22 @@ type Options struct {
 	// renew it within RenewDeadline, another party took it, or it was
 	// deleted or left the ring). By then the instance has stopped admitting
 	// reconciles for good and cancelled those in flight (cause ErrLeaseLost);
-	// the usual answer is to exit and let the process restart, as after lost
-	// leader election. The Lease holder stops, and with it the manager, right
-	// after OnLost returns.
-	// Default: log and exit the process with status 1.
+	// the Lease holder then stops, and with it the manager: mgr.Start returns
+	// an error wrapping ErrLeaseLost, and the usual answer is to exit
+	// non-zero and let the process restart, as after lost leader election.
+	// OnLost is for callers who want to react before that (a metric, an
+	// alert).
+	// Default: none.
 	OnLost func()
+
+	// Release is how the instance hands its Lease back on a graceful stop,
+	// once its reconciles in flight have finished: lease.ReleaseRestart when
+	// the instance comes back with the same ID (a StatefulSet's pod), so
+	// that the sharder keeps its objects for the ring's restartHold and a
+	// rolling update moves no object; lease.ReleaseStop when it does not (a
+	// Deployment's pod), so that its objects move at once.
+	// Default: lease.ReleaseStop.
+	Release lease.Release
 
 	// ShutdownTimeout bounds how long shutdown waits for reconciles in flight
 	// before the Lease is released anyway.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -24,8 +25,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/sharder-dev/sharder/internal/eventrecorder"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
@@ -53,8 +56,8 @@ func CacheByObject() map[client.Object]cache.ByObject {
 }
 
 // sharderIdentityPrefix starts the holder identity of every Lease a sharder
-// holds; a colon cannot occur in a Lease name, so no instance ID has it.
-const sharderIdentityPrefix = "sharder:"
+// holds.
+const sharderIdentityPrefix = membership.SharderHolderPrefix
 
 // Defaults of ControllerOptions.
 const (
@@ -141,12 +144,16 @@ type Controller struct {
 	reported sync.Map
 	// invalid holds the Leases reported as having an invalid instance ID.
 	invalid sync.Map
+
+	// woken carries Leases to reconcile besides their own changes: dead
+	// instances whose objects can move once a ring has a ready instance.
+	woken chan event.TypedGenericEvent[*coordinationv1.Lease]
 }
 
 // NewController returns a lease controller; SetupWithManager checks the
 // options and fills in their defaults.
 func NewController(opts ControllerOptions) *Controller {
-	return &Controller{opts: opts}
+	return &Controller{opts: opts, woken: make(chan event.TypedGenericEvent[*coordinationv1.Lease], 1024)}
 }
 
 // SetupWithManager adds the controller to mgr. The manager's cache should be
@@ -169,6 +176,7 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 		Named("lease").
 		For(&coordinationv1.Lease{}).
 		Watches(&v1alpha1.ControllerRing{}, handler.EnqueueRequestsFromMapFunc(c.leasesOfRing)).
+		WatchesRawSource(source.Channel(c.woken, &handler.TypedEnqueueRequestForObject[*coordinationv1.Lease]{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: c.opts.Workers}).
 		Complete(reconcile.Func(c.reconcileLease))
 	if err != nil {
@@ -229,8 +237,8 @@ func (c *Controller) ringOf(ctx context.Context, lease *coordinationv1.Lease) (*
 	return ring, nil
 }
 
-// reconcileLease brings one Lease's state label, takeover and deletion up to
-// date and requeues it at its next transition.
+// reconcileLease brings one Lease's state label, takeover, hold and
+// deletion up to date and requeues it at its next transition.
 func (c *Controller) reconcileLease(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	lease := &coordinationv1.Lease{}
@@ -252,8 +260,9 @@ func (c *Controller) reconcileLease(ctx context.Context, req reconcile.Request) 
 	}
 	c.reportVirtualNodes(ctx, ring, lease)
 
+	restartHold := ring.Spec.EffectiveRestartHold()
 	now := c.opts.Clock.Now()
-	member, next := c.tracker.Observe(ring.Name, lease, now)
+	member, next := c.tracker.Observe(ring.Name, restartHold, lease, now)
 	state := member.State
 	switch state {
 	case membership.StateInvalid:
@@ -263,32 +272,33 @@ func (c *Controller) reconcileLease(ctx context.Context, req reconcile.Request) 
 		if lease, err = c.patchState(ctx, lease, state); err != nil || lease == nil {
 			return reconcile.Result{}, err
 		}
-		taken, err := c.take(ctx, lease, now)
+		taken, err := c.take(ctx, ring, lease)
 		if err != nil || taken == nil {
 			return reconcile.Result{}, err
 		}
 		metrics.LeaseTakeoversTotal.WithLabelValues(ring.Name).Inc()
 		log.Info("Took the Lease of an instance that stopped renewing: it is dead", "lease", klog.KObj(lease), "ring", ring.Name)
 		c.recorder.Eventf(taken, corev1.EventTypeWarning, "InstanceDead",
-			"Instance %s of ring %s did not renew its Lease for twice its duration; the sharder took the Lease and moves its objects", lease.Name, ring.Name)
+			"Instance %s of ring %s did not renew its Lease for twice its duration; the sharder took the Lease", lease.Name, ring.Name)
 		lease = taken
-		member, next = c.tracker.Observe(ring.Name, lease, now)
+		member, next = c.tracker.Observe(ring.Name, restartHold, lease, now)
 		state = member.State
 	case membership.StateOrphaned:
 		return reconcile.Result{}, c.deleteOrphan(ctx, ring, lease)
 	}
 	if state == membership.StateDead {
-		held, again, err := c.holdWhileMoving(ctx, ring, lease, now)
+		held, again, err := c.holdForMoves(ctx, ring, lease)
 		if err != nil || held == nil {
 			return reconcile.Result{}, err
 		}
 		if held != lease {
 			lease = held
-			member, next = c.tracker.Observe(ring.Name, lease, now)
+			now = c.opts.Clock.Now()
+			member, next = c.tracker.Observe(ring.Name, restartHold, lease, now)
 			state = member.State
 		}
-		if again && (next.IsZero() || now.Add(membership.DurationOf(lease)/3).Before(next)) {
-			next = now.Add(membership.DurationOf(lease) / 3)
+		if again > 0 && (next.IsZero() || now.Add(again).Before(next)) {
+			next = now.Add(again)
 		}
 	}
 
@@ -304,8 +314,9 @@ func (c *Controller) reconcileLease(ctx context.Context, req reconcile.Request) 
 // take acquires an uncertain Lease for the sharder with twice its duration.
 // It returns nil and no error when the Lease changed meanwhile (the newer
 // version is reconciled on its own).
-func (c *Controller) take(ctx context.Context, lease *coordinationv1.Lease, now time.Time) (*coordinationv1.Lease, error) {
+func (c *Controller) take(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
 	taken := lease.DeepCopy()
+	now := c.opts.Clock.Now()
 	hold := membership.TakeoverFactor * membership.DurationOf(lease)
 	taken.Spec.HolderIdentity = ptr.To(c.opts.Identity)
 	taken.Spec.LeaseDurationSeconds = ptr.To(int32(hold / time.Second)) //nolint:gosec // at most 2 × MaxLeaseDuration
@@ -320,6 +331,8 @@ func (c *Controller) take(ctx context.Context, lease *coordinationv1.Lease, now 
 		}
 		return nil, fmt.Errorf("taking Lease %s: %w", klog.KObj(lease), err)
 	}
+	c.tracker.Hold(ring.Name, lease.Name, now, hold)
+	c.publishRing(ctx, ring)
 	return taken, nil
 }
 
@@ -398,34 +411,51 @@ func (c *Controller) reportVirtualNodes(ctx context.Context, ring *v1alpha1.Cont
 		"Instance %s keeps ring %s's default weight: %v", lease.Name, ring.Name, err)
 }
 
-// holdWhileMoving keeps the Lease of a dead instance held by the sharder
-// while objects still carry the instance's shard label, so that an
-// instance with the same ID (a restarted pod) cannot acquire it and start
-// on objects that are being moved away from it. A released Lease is taken
-// (keeping its duration) and renewed every third of its duration until
-// the assignment engine counts no object on the instance; then the hold
-// expires and the instance may acquire the Lease one lease duration later.
+// holdForMoves holds the Lease of a dead instance while its objects can
+// move: while objects still carry the instance's shard label and the ring
+// has a ready instance to move them to. The sharder takes the Lease (a
+// write locked on the resourceVersion it read, so an instance that took
+// its Lease back first wins) and renews it every third of its duration;
+// the assignment moves the instance's objects only while that hold is
+// recorded (Member.Movable), and an instance with the same ID (a restarted
+// pod) cannot acquire the Lease before it has watched it unrenewed for its
+// duration, so it never starts on objects that are being moved away.
+//
+// When no move can happen (no object left, or no ready instance to move
+// them to) the sharder releases a Lease it or a previous leader held: an
+// instance with the same ID acquires a released Lease at once. So a ring
+// whose instances all went away never stalls: their objects stay where
+// they are, and each instance takes its Lease and its objects back when
+// it returns.
+//
 // Until the assignment engine has counted the ring's objects (the first
-// second after the sharder starts), it holds nothing but looks again a
+// second after the sharder starts) it changes nothing but looks again a
 // third of a lease duration later. It returns the Lease as it is now (nil
-// when it changed meanwhile) and whether to look at it again then.
-func (c *Controller) holdWhileMoving(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease, now time.Time) (*coordinationv1.Lease, bool, error) {
-	n, counted := c.opts.Registry.Assigned(ring.Name, lease.Name)
-	switch {
-	case !counted:
-		return lease, true, nil
-	case n == 0:
-		return lease, false, nil
-	}
+// when it changed meanwhile) and when to look at it again (0: only on a
+// change).
+func (c *Controller) holdForMoves(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease) (*coordinationv1.Lease, time.Duration, error) {
 	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	if holder != "" && !strings.HasPrefix(holder, membership.SharderHolderPrefix) {
+		return lease, 0, nil // taken by someone else: not the sharder's to hold
+	}
 	d := membership.DurationOf(lease)
-	switch {
-	case holder == c.opts.Identity:
-		if now.Sub(membership.ReferenceTime(lease)) < d/3 {
-			return lease, true, nil
+	n, counted := c.opts.Registry.Assigned(ring.Name, lease.Name)
+	if !counted {
+		return lease, d / 3, nil
+	}
+	if n == 0 || !c.opts.Registry.HasReady(ring.Name) {
+		if holder == "" {
+			return lease, 0, nil
 		}
-	case holder != "" && !strings.HasPrefix(holder, sharderIdentityPrefix):
-		return lease, false, nil // taken by someone else: not the sharder's to hold
+		return c.releaseHold(ctx, ring, lease, n)
+	}
+	now := c.opts.Clock.Now()
+	if holder == c.opts.Identity {
+		if heldAt := c.tracker.HeldAt(ring.Name, lease.Name); !heldAt.IsZero() {
+			if renewAt := heldAt.Add(d / 3); now.Before(renewAt) {
+				return lease, renewAt.Sub(now), nil
+			}
+		}
 	}
 	held := lease.DeepCopy()
 	held.Spec.HolderIdentity = ptr.To(c.opts.Identity)
@@ -434,16 +464,45 @@ func (c *Controller) holdWhileMoving(ctx context.Context, ring *v1alpha1.Control
 		held.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
 		held.Spec.LeaseTransitions = ptr.To(nextTransition(ptr.Deref(lease.Spec.LeaseTransitions, 0)))
 	}
+	// Held, the Lease no longer says the instance is restarting: released
+	// again later, its instance takes it back as from any stop.
+	delete(held.Annotations, v1alpha1.AnnotationRestarting)
 	if err := c.client.Update(ctx, held); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return nil, false, nil
+			return nil, 0, nil
 		}
-		return nil, false, fmt.Errorf("holding Lease %s while its objects move: %w", klog.KObj(lease), err)
+		return nil, 0, fmt.Errorf("holding Lease %s while its objects move: %w", klog.KObj(lease), err)
 	}
-	if holder == "" {
-		ctrl.LoggerFrom(ctx).Info("Holding a released Lease while its objects move", "lease", klog.KObj(lease), "ring", ring.Name, "objects", n)
+	c.tracker.Hold(ring.Name, lease.Name, now, d)
+	if holder != c.opts.Identity {
+		ctrl.LoggerFrom(ctx).Info("Holding the Lease of a dead instance while its objects move", "lease", klog.KObj(lease), "ring", ring.Name, "objects", n)
+		c.publishRing(ctx, ring)
 	}
-	return held, true, nil
+	return held, d / 3, nil
+}
+
+// releaseHold ends the sharder's hold of a dead instance's Lease: the
+// instance's objects stop being movable at once, and the Lease is released
+// (no holder) so that the instance, should it come back, acquires it at
+// once.
+func (c *Controller) releaseHold(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease, objects int32) (*coordinationv1.Lease, time.Duration, error) {
+	c.tracker.Unhold(ring.Name, lease.Name)
+	c.publishRing(ctx, ring)
+	released := lease.DeepCopy()
+	released.Spec.HolderIdentity = ptr.To("")
+	released.Spec.RenewTime = ptr.To(metav1.NewMicroTime(c.opts.Clock.Now()))
+	if err := c.client.Update(ctx, released); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil, 0, nil
+		}
+		return nil, 0, fmt.Errorf("releasing the hold of Lease %s: %w", klog.KObj(lease), err)
+	}
+	reason := "its objects have moved"
+	if objects > 0 {
+		reason = "no instance is ready to take its objects"
+	}
+	ctrl.LoggerFrom(ctx).Info("Released the Lease of a dead instance: "+reason, "lease", klog.KObj(lease), "ring", ring.Name, "objects", objects)
+	return released, 0, nil
 }
 
 // reportInvalid reports a Lease whose name cannot be an instance ID, once.
@@ -483,22 +542,52 @@ func (c *Controller) reconcileRing(ctx context.Context, req reconcile.Request) (
 		}
 		return reconcile.Result{}, fmt.Errorf("getting ControllerRing %s: %w", name, err)
 	}
-	list := &coordinationv1.LeaseList{}
-	err := c.client.List(ctx, list, client.InNamespace(ring.Spec.LeaseNamespace), client.MatchingLabels{v1alpha1.LabelRing: name})
-	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("listing the Leases of ring %s: %w", name, err)
-	}
-	now := c.opts.Clock.Now()
-	members, earliest := c.tracker.Members(name, list.Items, now)
-	c.publish(ctx, name, members)
-	if earliest.IsZero() {
-		return reconcile.Result{}, nil
+	now, earliest, err := c.publishRing(ctx, ring)
+	if err != nil || earliest.IsZero() {
+		return reconcile.Result{}, err
 	}
 	return reconcile.Result{RequeueAfter: earliest.Sub(now)}, nil
 }
 
-func (c *Controller) publish(ctx context.Context, ring string, members []membership.Member) {
+// publishRing publishes the ring's membership as the tracker sees it now
+// and returns now and the earliest next transition of its Leases. When the
+// ring has a ready instance, it asks the lease controller to look at every
+// dead instance whose objects cannot move yet, so that it holds their
+// Leases and they move.
+func (c *Controller) publishRing(ctx context.Context, ring *v1alpha1.ControllerRing) (time.Time, time.Time, error) {
+	list := &coordinationv1.LeaseList{}
+	err := c.client.List(ctx, list, client.InNamespace(ring.Spec.LeaseNamespace), client.MatchingLabels{v1alpha1.LabelRing: ring.Name})
+	if err != nil {
+		return time.Time{}, time.Time{}, fmt.Errorf("listing the Leases of ring %s: %w", ring.Name, err)
+	}
+	now := c.opts.Clock.Now()
+	members, earliest := c.tracker.Members(ring.Name, ring.Spec.EffectiveRestartHold(), list.Items, now)
+	if c.publish(ctx, ring.Name, members) && slices.ContainsFunc(members, func(m membership.Member) bool { return m.State.Ready() }) {
+		for _, m := range members {
+			if m.State == membership.StateDead && !m.Movable {
+				if n, _ := c.opts.Registry.Assigned(ring.Name, m.ID); n > 0 {
+					c.wake(types.NamespacedName{Namespace: ring.Spec.LeaseNamespace, Name: m.ID})
+				}
+			}
+		}
+	}
+	return now, earliest, nil
+}
+
+// wake asks the lease controller to reconcile a Lease; it never blocks.
+func (c *Controller) wake(key types.NamespacedName) {
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	select {
+	case c.woken <- event.TypedGenericEvent[*coordinationv1.Lease]{Object: lease}:
+	default:
+		ctrl.Log.WithName("lease").V(1).Info("Dropped a request to look at a Lease: the queue is full; it is looked at on its next change", "lease", klog.KObj(lease))
+	}
+}
+
+func (c *Controller) publish(ctx context.Context, ring string, members []membership.Member) bool {
 	if c.opts.Registry.Set(ring, members) {
 		ctrl.LoggerFrom(ctx).V(1).Info("Published ring membership", "ring", ring, "members", len(members))
+		return true
 	}
+	return false
 }

@@ -73,11 +73,19 @@ func (r *Registry) Set(ring string, members []membership.Member) bool {
 	return true
 }
 
+// HasReady reports whether ring has a ready instance: objects of gone
+// instances can move only then.
+func (r *Registry) HasReady(ring string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return slices.ContainsFunc(r.rings[ring], func(m membership.Member) bool { return m.State.Ready() })
+}
+
 // SetAssigned records how many main objects of ring carry each instance's
 // shard label, as the assignment engine counts them from its synced caches.
 // The lease controller holds the Lease of a dead instance while objects
-// still carry its label, so that the instance cannot come back while they
-// are being moved.
+// still carry its label and can move, so that the instance cannot come back
+// while they are being moved.
 func (r *Registry) SetAssigned(ring string, counts map[string]int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

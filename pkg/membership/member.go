@@ -27,13 +27,20 @@ const (
 	// is held like an expired one until twice its last seen lease duration
 	// has passed since its last seen renewal, and is gone after that.
 	StateVanished State = "vanished"
+	// StateRestarting: the instance handed its Lease back because it is
+	// restarting with the same ID (a StatefulSet's pod): the Lease has no
+	// holder and the sharder.dev/restarting annotation. For the ring's
+	// restartHold after the sharder saw that, the instance keeps its
+	// objects and gets no new ones; the next process with the same ID
+	// acquires the Lease at once and resumes. Then it is dead.
+	StateRestarting State = "restarting"
 	// StateInvalid: the Lease cannot be handled (its name is not a valid
 	// instance ID, see InvalidID). It never receives objects.
 	StateInvalid State = "invalid"
 )
 
 // States lists every state in the order of an instance's life.
-var States = []State{StateReady, StateExpired, StateUncertain, StateVanished, StateDead, StateOrphaned, StateInvalid}
+var States = []State{StateReady, StateRestarting, StateExpired, StateUncertain, StateVanished, StateDead, StateOrphaned, StateInvalid}
 
 // Ready reports whether an instance in state s may receive objects: only a
 // ready instance is on the ring.
@@ -53,4 +60,12 @@ type Member struct {
 	VirtualNodes int
 	// State is the instance's current state.
 	State State
+	// Movable reports, for an instance that is gone, whether its objects
+	// may be relabelled to other instances now: the sharder holds its Lease
+	// (so no process with its ID can acquire the Lease while they move), or
+	// there is no Lease to hold (it vanished) or somebody other than the
+	// instance and the sharder holds it. The objects of a gone instance
+	// that is not movable stay where they are until the sharder holds its
+	// Lease (docs/design.md §3). Always false for an instance not gone.
+	Movable bool
 }

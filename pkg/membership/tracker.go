@@ -8,32 +8,49 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
 
+// SharderHolderPrefix starts the holder identity of every Lease a sharder
+// takes or holds ("sharder:<pod name or hostname>"); a colon cannot occur
+// in a Lease name, so no instance ID has it.
+const SharderHolderPrefix = "sharder:"
+
 // Tracker computes the members of rings from their Leases as one observer
-// (the sharder, or a webhook replica) sees them over time. It differs from
-// StateOf in two ways, both of which keep an instance that may still be
-// working from being counted as gone, or a stale Lease from being counted as
-// ready:
+// (the sharder, or a webhook replica) sees them over time, on the
+// observer's own clock. No time written on a Lease by another node decides
+// anything:
 //
-//   - A renewal counts from when the tracker first observed it, or from the
-//     time written on the Lease if that is earlier. A renewTime in the
-//     future (a skewed clock, or anyone who may write Leases in the
-//     namespace) therefore cannot keep an instance ready: the Lease expires
-//     one lease duration after the tracker saw it last change. This is how
-//     client-go's leader election measures expiry, except that a Lease
-//     already old when first observed is not given a fresh lease duration.
+//   - A renewal counts from when the tracker first observed it (a Lease
+//     whose holder, renewTime or duration changed). A Lease counts as
+//     renewed when the tracker first sees it, however old or new the
+//     renewTime written on it: a clock on another node that lags or runs
+//     ahead, or steps, changes nothing. This is how client-go's leader
+//     election measures expiry. A new observer (a new sharder leader)
+//     therefore starts with every Lease as observed now; instances that
+//     stopped before it started are found expired d later, and their
+//     objects are held meanwhile, as those of every instance that is not
+//     proven gone.
 //   - An instance whose Lease disappears from its ring (deleted, its
 //     sharder.dev/ring label changed, or the ring's leaseNamespace changed)
 //     without having been released or taken is not proven gone. It stays a
 //     member in StateVanished, holding its objects, until twice its last
-//     seen lease duration has passed since its last seen renewal. Then it
-//     is dead, and dropped once ten lease durations have passed, as a dead
-//     Lease would be deleted.
+//     seen lease duration has passed since its last observed renewal. Then
+//     it is dead, and dropped once ten lease durations have passed, as a
+//     dead Lease would be deleted.
+//   - A Lease handed back for a restart (no holder, the
+//     sharder.dev/restarting annotation) is restarting for the ring's
+//     restart hold after the tracker saw it, then dead.
+//   - A gone instance is movable (Member.Movable) while the sharder holds
+//     its Lease by a write recorded with Hold, for two thirds of the
+//     duration written: the instance cannot acquire the Lease before it has
+//     watched it unrenewed for its whole duration, counted from after the
+//     write, so the rest is the margin for moves already sent.
 //
-// The tracker's memory is its own: a new observer starts with the times
-// written on the Leases and knows nothing of instances that vanished
-// before it started. The zero value is ready to use; it is safe for
+// Elapsed times are differences of the clock's readings; with the real
+// clock those come from Go's monotonic clock, which a step of the wall
+// clock does not move. The zero value is ready to use; it is safe for
 // concurrent use.
 type Tracker struct {
 	mu    sync.Mutex
@@ -42,31 +59,36 @@ type Tracker struct {
 
 // observation is what the tracker last saw of one Lease.
 type observation struct {
-	holder  string
-	written time.Time // the reference time written on the Lease
-	since   time.Time // when the tracker first saw holder and written
-	d       time.Duration
-	weight  int
-	state   State
+	holder     string
+	written    time.Time // the reference time written on the Lease: tells renewals apart
+	d          time.Duration
+	restarting bool
+	since      time.Time // when the tracker first saw this holder, written and d
+	weight     int
+	state      State
+	// heldAt is when the sharder's last write holding the Lease started
+	// (Hold), zero when it does not hold it; heldFor is the duration that
+	// write gave the Lease.
+	heldAt  time.Time
+	heldFor time.Duration
 }
 
-// reference is the time the Lease's last renewal counts from.
-func (o *observation) reference() time.Time {
-	if o.written.After(o.since) {
-		return o.since
-	}
-	return o.written
+// restartingLease reports whether lease was handed back for a restart.
+func restartingLease(lease *coordinationv1.Lease) bool {
+	_, ok := lease.Annotations[v1alpha1.AnnotationRestarting]
+	return ok && ptr.Deref(lease.Spec.HolderIdentity, "") == ""
 }
 
 // Observe records lease, a member of ring, as seen at now, and returns it as
 // a member with the time of its next transition (zero when there is none).
-func (t *Tracker) Observe(ring string, lease *coordinationv1.Lease, now time.Time) (Member, time.Time) {
+// restartHold is the ring's restart hold (0: none).
+func (t *Tracker) Observe(ring string, restartHold time.Duration, lease *coordinationv1.Lease, now time.Time) (Member, time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.observe(ring, lease, now)
+	return t.observe(ring, restartHold, lease, now)
 }
 
-func (t *Tracker) observe(ring string, lease *coordinationv1.Lease, now time.Time) (Member, time.Time) {
+func (t *Tracker) ring(ring string) map[string]*observation {
 	if t.rings == nil {
 		t.rings = map[string]map[string]*observation{}
 	}
@@ -75,11 +97,22 @@ func (t *Tracker) observe(ring string, lease *coordinationv1.Lease, now time.Tim
 		seen = map[string]*observation{}
 		t.rings[ring] = seen
 	}
+	return seen
+}
+
+func (t *Tracker) observe(ring string, restartHold time.Duration, lease *coordinationv1.Lease, now time.Time) (Member, time.Time) {
+	seen := t.ring(ring)
 	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
-	written, d := ReferenceTime(lease), DurationOf(lease)
+	written, d, restarting := ReferenceTime(lease), DurationOf(lease), restartingLease(lease)
 	o := seen[lease.Name]
-	if o == nil || o.holder != holder || !o.written.Equal(written) || o.d != d {
-		o = &observation{holder: holder, written: written, since: now, d: d}
+	if o == nil || o.holder != holder || !o.written.Equal(written) || o.d != d || o.restarting != restarting {
+		fresh := &observation{holder: holder, written: written, since: now, d: d, restarting: restarting}
+		if o != nil && holder != lease.Name {
+			// The sharder's hold outlives a version the cache delivers late:
+			// only the instance itself holding the Lease again ends it.
+			fresh.heldAt, fresh.heldFor = o.heldAt, o.heldFor
+		}
+		o = fresh
 		seen[lease.Name] = o
 	}
 	weight, err := VirtualNodesOf(lease)
@@ -87,19 +120,86 @@ func (t *Tracker) observe(ring string, lease *coordinationv1.Lease, now time.Tim
 		weight = 0 // the ring's default; the lease controller reports the label
 	}
 	o.weight = weight
-	state, next := stateAt(lease, o.reference(), now)
+	var state State
+	var next time.Time
+	if end := o.since.Add(restartHold); o.restarting && restartHold > 0 && now.Before(end) && InvalidID(lease.Name) == nil {
+		state, next = StateRestarting, end
+	} else {
+		state, next = stateAt(lease, o.since, now)
+	}
 	o.state = state
-	return Member{ID: lease.Name, VirtualNodes: weight, State: state}, next
+	movable, until := o.movable(now)
+	if movable && !until.IsZero() && (next.IsZero() || until.Before(next)) {
+		next = until
+	}
+	return Member{ID: lease.Name, VirtualNodes: weight, State: state, Movable: movable}, next
+}
+
+// movable reports whether the objects of the instance may move now (see
+// Member.Movable), and until when, zero when no time ends it.
+func (o *observation) movable(now time.Time) (bool, time.Time) {
+	if !o.state.Gone() {
+		return false, time.Time{}
+	}
+	if !o.heldAt.IsZero() {
+		if until := o.heldAt.Add(o.heldFor * 2 / 3); now.Before(until) {
+			return true, until
+		}
+	}
+	switch {
+	case o.holder == "", strings.HasPrefix(o.holder, SharderHolderPrefix):
+		// Released, or held by a sharder whose hold this one did not write
+		// (a previous leader): the instance could take a released Lease
+		// back at once, and another sharder's hold may lapse at any time.
+		return false, time.Time{}
+	}
+	return true, time.Time{} // taken by somebody else: not the sharder's to hold
+}
+
+// Hold records that the sharder holds the Lease of instance id of ring by
+// a write that started at start and gave the Lease duration d: the
+// instance's objects are movable until start + 2d/3.
+func (t *Tracker) Hold(ring, id string, start time.Time, d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	o := t.ring(ring)[id]
+	if o == nil {
+		o = &observation{since: start, d: d, state: StateDead}
+		t.rings[ring][id] = o
+	}
+	o.heldAt, o.heldFor = start, d
+}
+
+// Unhold records that the sharder no longer holds the Lease of instance id:
+// its objects stop being movable at once.
+func (t *Tracker) Unhold(ring, id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if o := t.ring(ring)[id]; o != nil {
+		o.heldAt, o.heldFor = time.Time{}, 0
+	}
+}
+
+// HeldAt returns when the sharder's last recorded hold of instance id's
+// Lease started; zero when it holds none.
+func (t *Tracker) HeldAt(ring, id string) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if o := t.ring(ring)[id]; o != nil {
+		return o.heldAt
+	}
+	return time.Time{}
 }
 
 // Members returns the members of ring at now, sorted by ID, given every
 // Lease the ring has now (those in its leaseNamespace with its ring label),
 // and the earliest next transition among them (zero when there is none).
-// Instances the tracker saw in the ring before that are missing from leases
-// are returned in StateVanished until twice their lease duration after
-// their last renewal, then as dead until ten lease durations after it;
-// orphaned and invalid ones are dropped at once.
-func (t *Tracker) Members(ring string, leases []coordinationv1.Lease, now time.Time) ([]Member, time.Time) {
+// restartHold is the ring's restart hold. Instances the tracker saw in the
+// ring before that are missing from leases are returned in StateVanished
+// until twice their lease duration after their last observed renewal, then
+// as dead (and movable: there is no Lease to hold) until ten lease
+// durations after it; orphaned and invalid ones are dropped at once.
+func (t *Tracker) Members(ring string, restartHold time.Duration, leases []coordinationv1.Lease, now time.Time) ([]Member, time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	members := make([]Member, 0, len(leases))
@@ -111,7 +211,7 @@ func (t *Tracker) Members(ring string, leases []coordinationv1.Lease, now time.T
 		}
 	}
 	for i := range leases {
-		m, at := t.observe(ring, &leases[i], now)
+		m, at := t.observe(ring, restartHold, &leases[i], now)
 		present[m.ID] = true
 		members = append(members, m)
 		next(at)
@@ -120,13 +220,12 @@ func (t *Tracker) Members(ring string, leases []coordinationv1.Lease, now time.T
 		if present[id] {
 			continue
 		}
-		ref := o.reference()
-		gone, forgotten := ref.Add(uncertainAfter*o.d), ref.Add(orphanedAfter*o.d)
+		gone, forgotten := o.since.Add(uncertainAfter*o.d), o.since.Add(orphanedAfter*o.d)
 		switch {
 		case o.state == StateInvalid || o.state == StateOrphaned || !now.Before(forgotten):
 			delete(t.rings[ring], id)
 			continue
-		case o.state == StateDead || !now.Before(gone):
+		case o.state.Gone() || !now.Before(gone):
 			// Proven gone, or held long enough: dead, remembered as long as
 			// a dead Lease would be kept, so that its objects move at once.
 			o.state = StateDead
@@ -135,7 +234,7 @@ func (t *Tracker) Members(ring string, leases []coordinationv1.Lease, now time.T
 			o.state = StateVanished
 			next(gone)
 		}
-		members = append(members, Member{ID: id, VirtualNodes: o.weight, State: o.state})
+		members = append(members, Member{ID: id, VirtualNodes: o.weight, State: o.state, Movable: o.state.Gone()})
 	}
 	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
 	return members, earliest

@@ -16,37 +16,148 @@ func TestTrackerFutureRenewTime(t *testing.T) {
 	var tr Tracker
 	lease := instanceLease("a", "a", epoch.Add(24*time.Hour), 10)
 
-	m, next := tr.Observe("r", lease, epoch)
+	m, next := tr.Observe("r", 0, lease, epoch)
 	g.Expect(m.State).To(Equal(StateReady))
 	g.Expect(next).To(Equal(epoch.Add(10 * time.Second)))
 	// StateOf alone trusts the Lease for a day.
 	state, _ := StateOf(lease, epoch.Add(time.Hour))
 	g.Expect(state).To(Equal(StateReady))
 
-	m, next = tr.Observe("r", lease, epoch.Add(10*time.Second))
+	m, next = tr.Observe("r", 0, lease, epoch.Add(10*time.Second))
 	g.Expect(m.State).To(Equal(StateExpired))
 	g.Expect(next).To(Equal(epoch.Add(20 * time.Second)))
-	m, _ = tr.Observe("r", lease, epoch.Add(time.Hour))
+	m, _ = tr.Observe("r", 0, lease, epoch.Add(time.Hour))
 	g.Expect(m.State).To(Equal(StateUncertain))
 
 	// A new renewal (a changed renewTime) counts from its observation.
 	lease.Spec.RenewTime.Time = epoch.Add(48 * time.Hour)
-	m, next = tr.Observe("r", lease, epoch.Add(2*time.Hour))
+	m, next = tr.Observe("r", 0, lease, epoch.Add(2*time.Hour))
 	g.Expect(m.State).To(Equal(StateReady))
 	g.Expect(next).To(Equal(epoch.Add(2*time.Hour + 10*time.Second)))
 }
 
 // TestTrackerPastRenewTime checks that a Lease already old when first
-// observed keeps the time written on it: a new observer does not give it a
-// fresh lease duration.
+// observed counts as renewed when it was observed: no time written on a
+// Lease decides, so a new sharder leader starts with every Lease as
+// observed now.
 func TestTrackerPastRenewTime(t *testing.T) {
 	g := NewWithT(t)
 	var tr Tracker
-	m, _ := tr.Observe("r", instanceLease("a", "a", epoch, 10), epoch.Add(25*time.Second))
-	g.Expect(m.State).To(Equal(StateUncertain))
-	m, next := tr.Observe("r", instanceLease("b", "b", epoch, 10), epoch.Add(5*time.Second))
+	m, next := tr.Observe("r", 0, instanceLease("a", "a", epoch, 10), epoch.Add(25*time.Second))
 	g.Expect(m.State).To(Equal(StateReady))
-	g.Expect(next).To(Equal(epoch.Add(10 * time.Second)))
+	g.Expect(next).To(Equal(epoch.Add(35 * time.Second)))
+	m, _ = tr.Observe("r", 0, instanceLease("a", "a", epoch, 10), epoch.Add(40*time.Second))
+	g.Expect(m.State).To(Equal(StateExpired))
+	m, _ = tr.Observe("r", 0, instanceLease("a", "a", epoch, 10), epoch.Add(45*time.Second))
+	g.Expect(m.State).To(Equal(StateUncertain))
+}
+
+// TestTrackerSkewedInstanceClock checks that an instance whose clock lags
+// two and a half lease durations, renewing on time, stays ready, and that
+// one whose clock runs ahead gains nothing: only the tracker's own clock
+// times renewals.
+func TestTrackerSkewedInstanceClock(t *testing.T) {
+	g := NewWithT(t)
+	var tr Tracker
+	const d = 10 * time.Second
+	for _, skew := range []time.Duration{-25 * time.Second, 25 * time.Second, -time.Hour, time.Hour} {
+		id := "lag"
+		if skew > 0 {
+			id = "ahead"
+		}
+		for i := range 30 {
+			now := epoch.Add(time.Duration(i) * d / 3)
+			m, _ := tr.Observe("r"+skew.String(), 0, instanceLease(id, id, now.Add(skew), 10), now)
+			g.Expect(m.State).To(Equal(StateReady), "skew %v, renewal %d", skew, i)
+		}
+		// It stops renewing: expired d after the last renewal was seen,
+		// whatever its clock wrote.
+		last := epoch.Add(29 * d / 3)
+		l := instanceLease(id, id, last.Add(skew), 10)
+		m, _ := tr.Observe("r"+skew.String(), 0, l, last.Add(d-time.Millisecond))
+		g.Expect(m.State).To(Equal(StateReady))
+		m, _ = tr.Observe("r"+skew.String(), 0, l, last.Add(d))
+		g.Expect(m.State).To(Equal(StateExpired), "skew %v", skew)
+		m, _ = tr.Observe("r"+skew.String(), 0, l, last.Add(2*d))
+		g.Expect(m.State).To(Equal(StateUncertain), "skew %v", skew)
+	}
+}
+
+// TestTrackerRestarting checks the restart hold: a Lease handed back for a
+// restart keeps its instance restarting (objects stay, none are added) for
+// the ring's restart hold after the tracker saw it, then dead; a restart
+// hold of 0 makes it dead at once; the instance acquiring the Lease again
+// makes it ready.
+func TestTrackerRestarting(t *testing.T) {
+	g := NewWithT(t)
+	var tr Tracker
+	restarting := instanceLease("a", "", epoch, 10)
+	restarting.Annotations = map[string]string{"sharder.dev/restarting": "true"}
+	m, next := tr.Observe("r", 30*time.Second, restarting, epoch.Add(time.Second))
+	g.Expect(m.State).To(Equal(StateRestarting))
+	g.Expect(m.Movable).To(BeFalse())
+	g.Expect(next).To(Equal(epoch.Add(31 * time.Second)))
+	m, _ = tr.Observe("r", 30*time.Second, restarting, epoch.Add(31*time.Second))
+	g.Expect(m.State).To(Equal(StateDead))
+	g.Expect(m.Movable).To(BeFalse(), "a released Lease is not held by the sharder")
+
+	m, _ = tr.Observe("off", 0, restarting, epoch)
+	g.Expect(m.State).To(Equal(StateDead))
+
+	back := instanceLease("a", "a", epoch.Add(5*time.Second), 10)
+	m, _ = tr.Observe("r", 30*time.Second, back, epoch.Add(32*time.Second))
+	g.Expect(m.State).To(Equal(StateReady))
+
+	// Released without the annotation: dead at once.
+	m, _ = tr.Observe("r", 30*time.Second, instanceLease("b", "", epoch, 10), epoch)
+	g.Expect(m.State).To(Equal(StateDead))
+}
+
+// TestTrackerHold checks when a dead instance's objects may move: only
+// while the sharder's recorded hold lasts (two thirds of the duration it
+// wrote), never for a released Lease or another sharder's hold; always for
+// a Lease taken by somebody else and for a vanished instance, which have
+// no Lease for the sharder to hold.
+func TestTrackerHold(t *testing.T) {
+	g := NewWithT(t)
+	var tr Tracker
+	released := instanceLease("a", "", epoch, 10)
+	m, _ := tr.Observe("r", 0, released, epoch)
+	g.Expect(m).To(Equal(Member{ID: "a", State: StateDead}))
+
+	oldLeader := instanceLease("a", "sharder:old", epoch, 10)
+	m, _ = tr.Observe("r", 0, oldLeader, epoch.Add(time.Second))
+	g.Expect(m.Movable).To(BeFalse(), "another sharder's hold may lapse at any time")
+
+	held := instanceLease("a", "sharder:me", epoch.Add(time.Hour), 10) // a wall clock ahead changes nothing
+	tr.Hold("r", "a", epoch.Add(2*time.Second), 10*time.Second)
+	g.Expect(tr.HeldAt("r", "a")).To(Equal(epoch.Add(2 * time.Second)))
+	// The cache may still deliver the version before the hold.
+	m, next := tr.Observe("r", 0, released, epoch.Add(3*time.Second))
+	g.Expect(m.Movable).To(BeTrue())
+	g.Expect(next).To(Equal(epoch.Add(2*time.Second + 10*time.Second*2/3)))
+	m, _ = tr.Observe("r", 0, held, epoch.Add(4*time.Second))
+	g.Expect(m.Movable).To(BeTrue())
+	m, _ = tr.Observe("r", 0, held, epoch.Add(2*time.Second+10*time.Second*2/3))
+	g.Expect(m.Movable).To(BeFalse(), "a hold not renewed within two thirds of its duration")
+
+	tr.Hold("r", "a", epoch.Add(9*time.Second), 10*time.Second)
+	m, _ = tr.Observe("r", 0, held, epoch.Add(10*time.Second))
+	g.Expect(m.Movable).To(BeTrue())
+	tr.Unhold("r", "a")
+	m, _ = tr.Observe("r", 0, held, epoch.Add(10*time.Second))
+	g.Expect(m.Movable).To(BeFalse())
+	g.Expect(tr.HeldAt("r", "a").IsZero()).To(BeTrue())
+
+	// The instance holds its Lease again: the hold is over for good.
+	tr.Hold("r", "a", epoch.Add(11*time.Second), 10*time.Second)
+	m, _ = tr.Observe("r", 0, instanceLease("a", "a", epoch, 10), epoch.Add(12*time.Second))
+	g.Expect(m).To(Equal(Member{ID: "a", State: StateReady}))
+	m, _ = tr.Observe("r", 0, released, epoch.Add(13*time.Second))
+	g.Expect(m.Movable).To(BeFalse())
+
+	m, _ = tr.Observe("r", 0, instanceLease("b", "someone-else", epoch, 10), epoch)
+	g.Expect(m).To(Equal(Member{ID: "b", State: StateDead, Movable: true}))
 }
 
 // TestTrackerVanished walks instances whose Leases disappear from the ring
@@ -61,8 +172,11 @@ func TestTrackerVanished(t *testing.T) {
 	weighted := *instanceLease("weighted", "weighted", epoch, 10)
 	weighted.Labels["sharder.dev/virtual-nodes"] = "7"
 	all := []coordinationv1.Lease{ready, expired, uncertain, released, weighted}
+	// The tracker saw the last renewals of two of them some time ago.
+	tr.Observe("r", 0, &expired, epoch.Add(-15*time.Second))
+	tr.Observe("r", 0, &uncertain, epoch.Add(-25*time.Second))
 
-	members, next := tr.Members("r", all, epoch)
+	members, next := tr.Members("r", 0, all, epoch)
 	g.Expect(members).To(Equal([]Member{
 		{ID: "expired", State: StateExpired}, {ID: "ready", State: StateReady}, {ID: "released", State: StateDead},
 		{ID: "uncertain", State: StateUncertain}, {ID: "weighted", VirtualNodes: 7, State: StateReady},
@@ -70,30 +184,30 @@ func TestTrackerVanished(t *testing.T) {
 	g.Expect(next).To(Equal(epoch.Add(5 * time.Second)))
 
 	// Every Lease vanishes at epoch + 1s.
-	members, next = tr.Members("r", nil, epoch.Add(time.Second))
+	members, next = tr.Members("r", 0, nil, epoch.Add(time.Second))
 	g.Expect(members).To(Equal([]Member{
-		{ID: "expired", State: StateVanished}, // held until its t + 2d = epoch + 5s
-		{ID: "ready", State: StateVanished},   // held until epoch + 20s
-		{ID: "released", State: StateDead},    // proven gone: stays dead
-		{ID: "uncertain", State: StateDead},   // not renewed for 2d: gone
+		{ID: "expired", State: StateVanished},              // held until its t + 2d = epoch + 5s
+		{ID: "ready", State: StateVanished},                // held until epoch + 20s
+		{ID: "released", State: StateDead, Movable: true},  // proven gone: stays dead, no Lease to hold
+		{ID: "uncertain", State: StateDead, Movable: true}, // not renewed for 2d: gone, no Lease to hold
 		{ID: "weighted", VirtualNodes: 7, State: StateVanished},
 	}))
 	g.Expect(next).To(Equal(epoch.Add(5 * time.Second)))
 
-	members, _ = tr.Members("r", nil, epoch.Add(5*time.Second))
-	g.Expect(members).To(ContainElement(Member{ID: "expired", State: StateDead}))
+	members, _ = tr.Members("r", 0, nil, epoch.Add(5*time.Second))
+	g.Expect(members).To(ContainElement(Member{ID: "expired", State: StateDead, Movable: true}))
 	g.Expect(members).To(ContainElement(Member{ID: "ready", State: StateVanished}))
 
-	members, next = tr.Members("r", nil, epoch.Add(20*time.Second))
-	g.Expect(members).To(ContainElement(Member{ID: "ready", State: StateDead}))
+	members, next = tr.Members("r", 0, nil, epoch.Add(20*time.Second))
+	g.Expect(members).To(ContainElement(Member{ID: "ready", State: StateDead, Movable: true}))
 	g.Expect(next).To(Equal(epoch.Add(75 * time.Second))) // the dead are forgotten at t + 10d, uncertain's first
 
 	// An instance that comes back with a new Lease is ready again.
 	back := *instanceLease("ready", "ready", epoch.Add(21*time.Second), 10)
-	members, _ = tr.Members("r", []coordinationv1.Lease{back}, epoch.Add(21*time.Second))
+	members, _ = tr.Members("r", 0, []coordinationv1.Lease{back}, epoch.Add(21*time.Second))
 	g.Expect(members).To(ContainElement(Member{ID: "ready", State: StateReady}))
 
-	members, next = tr.Members("r", nil, epoch.Add(time.Hour))
+	members, next = tr.Members("r", 0, nil, epoch.Add(time.Hour))
 	g.Expect(members).To(BeEmpty())
 	g.Expect(next.IsZero()).To(BeTrue())
 }
@@ -105,15 +219,15 @@ func TestTrackerRingsApart(t *testing.T) {
 	g := NewWithT(t)
 	var tr Tracker
 	l := *instanceLease("a", "a", epoch, 10)
-	members, _ := tr.Members("one", []coordinationv1.Lease{l}, epoch)
+	members, _ := tr.Members("one", 0, []coordinationv1.Lease{l}, epoch)
 	g.Expect(members).To(HaveLen(1))
 	l.Labels["sharder.dev/ring"] = "two"
-	members, _ = tr.Members("two", []coordinationv1.Lease{l}, epoch.Add(time.Second))
+	members, _ = tr.Members("two", 0, []coordinationv1.Lease{l}, epoch.Add(time.Second))
 	g.Expect(members).To(Equal([]Member{{ID: "a", State: StateReady}}))
-	members, _ = tr.Members("one", nil, epoch.Add(time.Second))
+	members, _ = tr.Members("one", 0, nil, epoch.Add(time.Second))
 	g.Expect(members).To(Equal([]Member{{ID: "a", State: StateVanished}}))
 	tr.Forget("one")
-	members, _ = tr.Members("one", nil, epoch.Add(time.Second))
+	members, _ = tr.Members("one", 0, nil, epoch.Add(time.Second))
 	g.Expect(members).To(BeEmpty())
 }
 
@@ -140,7 +254,7 @@ func TestInvalidID(t *testing.T) {
 		t.Errorf("StateOf(64-character name) = %s, %v; want invalid with no next transition", state, next)
 	}
 	var tr Tracker
-	if m, _ := tr.Observe("r", lease, epoch); m.State.Ready() {
+	if m, _ := tr.Observe("r", 0, lease, epoch); m.State.Ready() {
 		t.Error("an invalid Lease is ready")
 	}
 }

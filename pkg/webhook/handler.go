@@ -297,7 +297,7 @@ func (h *labelHandler) ringOf(ctx context.Context, rg *v1alpha1.ControllerRing) 
 		client.MatchingLabels{v1alpha1.LabelRing: rg.Name}); err != nil {
 		return nil, nil, fmt.Errorf("listing the Leases of ring %q: %w", rg.Name, err)
 	}
-	members, _ := h.members.Members(rg.Name, list.Items, h.clock.Now())
+	members, _ := h.members.Members(rg.Name, rg.Spec.EffectiveRestartHold(), list.Items, h.clock.Now())
 	r, _, err := h.rings.Build(rg.Name, rg.Spec.EffectiveAlgorithm(), rg.Spec.EffectiveVirtualNodes(), members)
 	return r, members, err
 }

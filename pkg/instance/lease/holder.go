@@ -80,6 +80,23 @@ func ValidateIdentity(id string) error {
 		id, strings.Join(slices.Compact(problems), "; "))
 }
 
+// Release says how a holder hands its Lease back on a graceful stop.
+type Release string
+
+const (
+	// ReleaseStop hands the Lease back for good: the sharder moves the
+	// instance's objects at once. For instances whose ID changes with every
+	// start (a Deployment's pods).
+	ReleaseStop Release = "Stop"
+	// ReleaseRestart hands the Lease back marked as restarting (annotation
+	// sharder.dev/restarting): the sharder keeps the instance's objects
+	// where they are, and gives it no new ones, for the ring's
+	// restartHold, and the next process with the same ID acquires the
+	// Lease at once and resumes. For instances that come back with the
+	// same ID (a StatefulSet's pods): a rolling update moves no object.
+	ReleaseRestart Release = "Restart"
+)
+
 // HolderOptions configures a Holder.
 type HolderOptions struct {
 	// Ring is the ring the instance belongs to (sharder.dev/ring). Required.
@@ -122,10 +139,16 @@ type HolderOptions struct {
 	// RenewDeadline of its last renewal, or found it taken, deleted, or
 	// without its ring label (removed or changed). The instance must stop
 	// reconciling at once: the sharder may move its objects. Start returns
-	// after OnLost. Default:
-	// log and exit the process with status 1, as controller-runtime does on
-	// lost leader election.
+	// an error wrapping ErrLeaseLost right after OnLost; leave the exit of
+	// the process to main, as with a manager's lost leader election.
+	// Default: none.
 	OnLost func()
+
+	// Release is how the Lease is handed back on a graceful stop: Restart
+	// (the instance comes back with the same ID: the sharder keeps its
+	// objects for the ring's restartHold) or Stop (its objects move at
+	// once). Default: Stop.
+	Release Release
 
 	// BeforeRelease is called on shutdown, before the Lease is released, with
 	// a context bounded by ShutdownTimeout. The holder keeps renewing while it
@@ -192,8 +215,18 @@ func (o *HolderOptions) setDefaults(c client.Client) error {
 	if o.RenewPeriod <= 0 || o.RenewPeriod >= o.RenewDeadline {
 		return fmt.Errorf("renew period %v: must be positive and shorter than the renew deadline %v (lease duration %v)", o.RenewPeriod, o.RenewDeadline, o.LeaseDuration)
 	}
-	if o.ShutdownTimeout <= 0 {
+	if o.ShutdownTimeout == 0 {
 		o.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if o.ShutdownTimeout < 0 {
+		return fmt.Errorf("shutdown timeout %v: must not be negative", o.ShutdownTimeout)
+	}
+	switch o.Release {
+	case "":
+		o.Release = ReleaseStop
+	case ReleaseStop, ReleaseRestart:
+	default:
+		return fmt.Errorf("release %q: must be %s or %s", o.Release, ReleaseStop, ReleaseRestart)
 	}
 	if o.Reader == nil {
 		o.Reader = c
@@ -211,9 +244,15 @@ func (o *HolderOptions) setDefaults(c client.Client) error {
 // Guarantees:
 //   - It never takes a Lease another process holds: a Lease held by another
 //     identity, or by the same identity but written by another process (two
-//     processes claiming one instance ID), is acquired only once it has not
-//     been renewed for its leaseDurationSeconds. This includes the sharder's
-//     hold on a Lease it took (twice the instance's duration).
+//     processes claiming one instance ID), is acquired only once this holder
+//     has watched it stay unrenewed for its leaseDurationSeconds, timed on
+//     its own clock from when it first read that version, as client-go's
+//     leader election does: no clock of another node decides, and a clock
+//     here that lags, runs ahead or steps cannot cut a hold short. This
+//     includes the sharder's hold of a dead instance's Lease while its
+//     objects move. A released Lease (no holder) is acquired at once: the
+//     sharder moves objects only while it holds the Lease, and its hold is
+//     a write locked on the version this holder would replace.
 //   - Every write carries the resourceVersion it was computed from.
 //   - A write whose reply was lost (a timeout after the request reached the
 //     API server) is not taken for someone else's: the holder remembers the
@@ -232,9 +271,6 @@ func (o *HolderOptions) setDefaults(c client.Client) error {
 //     Lease vanished has given up by then (RenewDeadline < LeaseDuration),
 //     provided it used the same lease duration.
 //   - It renews nothing while Check fails.
-//
-// It assumes that the clocks of the instance and the sharder agree to well
-// within the lease duration.
 type Holder struct {
 	client client.Client
 	opts   HolderOptions
@@ -257,6 +293,11 @@ type Holder struct {
 	// missingSince is when the holder, not holding the Lease, first found
 	// it missing; zero once it has seen it.
 	missingSince time.Time
+	// observed is the version of somebody else's Lease this holder read
+	// last, and observedAt when it first read it (Clock): the Lease may be
+	// acquired once it stayed unrenewed for its duration since then.
+	observed   coordinationv1.LeaseSpec
+	observedAt time.Time
 
 	// woken carries the watch's requests to check the Lease.
 	woken chan struct{}
@@ -502,8 +543,6 @@ func (h *Holder) lost(err error) error {
 	h.log.Error(err, "Lost the instance Lease: the instance must stop reconciling")
 	if h.opts.OnLost != nil {
 		h.opts.OnLost()
-	} else {
-		os.Exit(1)
 	}
 	return err
 }
@@ -545,6 +584,12 @@ func (h *Holder) release(ctx context.Context) error {
 		released := current.DeepCopy()
 		released.Spec.HolderIdentity = ptr.To("")
 		released.Spec.RenewTime = ptr.To(metav1.NewMicroTime(h.opts.Clock.Now()))
+		if h.opts.Release == ReleaseRestart {
+			if released.Annotations == nil {
+				released.Annotations = map[string]string{}
+			}
+			released.Annotations[v1alpha1.AnnotationRestarting] = "true"
+		}
 		err := h.client.Update(ctx, released)
 		switch {
 		case err == nil, apierrors.IsNotFound(err):
@@ -628,8 +673,9 @@ func (h *Holder) tryAcquireOrRenew(ctx context.Context) (bool, error) {
 		return h.write(ctx, h.desired(current, now, false), now)
 	case h.lease != nil:
 		return false, fmt.Errorf("%w: now held by %q", ErrLeaseLost, ptr.Deref(current.Spec.HolderIdentity, ""))
-	case !acquirable(current, now):
-		return false, fmt.Errorf("held by %q (renewed %v) until it expires", ptr.Deref(current.Spec.HolderIdentity, ""), membership.ReferenceTime(current))
+	case !h.acquirable(current, now):
+		return false, fmt.Errorf("held by %q: acquiring it once nobody renewed it for %v after %v",
+			ptr.Deref(current.Spec.HolderIdentity, ""), membership.DurationOf(current), h.observedAt)
 	}
 	return h.write(ctx, h.desired(current, now, true), now)
 }
@@ -699,14 +745,27 @@ func microEqual(a, b *metav1.MicroTime) bool {
 	return a.Truncate(time.Microsecond).Equal(b.Truncate(time.Microsecond))
 }
 
-// acquirable reports whether a Lease this holder does not hold may be taken:
-// nobody renewed it within its duration. That holds for a released Lease
-// too, counted from its release: the sharder moves a released instance's
-// objects at once, and an instance with the same ID that took the Lease
-// back sooner (a restarted pod) could start on objects while they are being
-// relabelled to other instances.
-func acquirable(lease *coordinationv1.Lease, now time.Time) bool {
-	return !now.Before(membership.ReferenceTime(lease).Add(membership.DurationOf(lease)))
+// acquirable reports whether a Lease this holder does not hold may be
+// taken at now. A released Lease (no holder) may be taken at once: the
+// sharder moves an instance's objects only while it holds the instance's
+// Lease, by a write locked on the released version, so whichever of the two
+// writes first wins. Any other Lease may be taken once this holder has
+// watched it unrenewed (holder, renewTime, acquireTime and duration alike)
+// for its duration, counted on the holder's clock from when it first read
+// that version: the times written on the Lease decide nothing.
+func (h *Holder) acquirable(lease *coordinationv1.Lease, now time.Time) bool {
+	if ptr.Deref(lease.Spec.HolderIdentity, "") == "" {
+		return true
+	}
+	if h.observedAt.IsZero() || !sameRecord(&h.observed, &lease.Spec) {
+		h.observed, h.observedAt = *lease.Spec.DeepCopy(), now
+	}
+	return !now.Before(h.observedAt.Add(membership.DurationOf(lease)))
+}
+
+// sameRecord reports whether two Lease specs are the same renewal.
+func sameRecord(a, b *coordinationv1.LeaseSpec) bool {
+	return sameStamps(a, b) && ptr.Deref(a.LeaseDurationSeconds, 0) == ptr.Deref(b.LeaseDurationSeconds, 0)
 }
 
 // desired returns base with this holder's labels, owner and spec; acquire
@@ -718,6 +777,7 @@ func (h *Holder) desired(base *coordinationv1.Lease, now time.Time, acquire bool
 		l.Labels = map[string]string{}
 	}
 	l.Labels[v1alpha1.LabelRing] = h.opts.Ring
+	delete(l.Annotations, v1alpha1.AnnotationRestarting)
 	if h.opts.VirtualNodes > 0 {
 		l.Labels[v1alpha1.LabelVirtualNodes] = fmt.Sprint(h.opts.VirtualNodes)
 	} else {

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,6 +36,17 @@ type running struct {
 	done   chan error
 	lost   atomic.Int32
 	lostAt atomic.Pointer[time.Time]
+	// held is when the test first saw Held() true (polled every 10ms).
+	held atomic.Pointer[time.Time]
+}
+
+// acquiredAt returns when Held was first seen true: at most 10ms after the
+// acquisition.
+func (r *running) acquiredAt() time.Time {
+	if at := r.held.Load(); at != nil {
+		return *at
+	}
+	return time.Time{}
 }
 
 // startHolder starts a holder and stops it at the end of the test.
@@ -60,6 +72,13 @@ func startHolderOn(t *testing.T, c client.Client, opts lease.HolderOptions) *run
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { r.done <- h.Start(ctx) }()
+	go func() {
+		for ctx.Err() == nil && !h.Held() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		now := time.Now()
+		r.held.Store(&now)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-r.done; err != nil && !errors.Is(err, lease.ErrLeaseLost) {
@@ -177,23 +196,167 @@ func TestHolderReacquiresReleasedLease(t *testing.T) {
 	g.Expect(got.OwnerReferences).To(ConsistOf(*pod, other))
 }
 
-// TestHolderWaitsOutRecentRelease checks that a Lease released moments ago
-// (the previous process of a restarted instance) is taken back only once its
-// duration has passed since the release: the sharder is moving the released
-// instance's objects meanwhile.
-func TestHolderWaitsOutRecentRelease(t *testing.T) {
+// TestHolderAcquiresReleasedLeaseAtOnce checks that a Lease released
+// moments ago (the previous process of a restarted instance) is taken back
+// at once: the sharder moves an instance's objects only while it holds the
+// instance's Lease, so a released Lease is nobody's.
+func TestHolderAcquiresReleasedLeaseAtOnce(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ns := env.Namespace(t)
-	released := time.Now()
-	createLease(t, holderRing, ns, "pod-6", released, 2, func(l *coordinationv1.Lease) {
+	createLease(t, holderRing, ns, "pod-6", time.Now(), 60, func(l *coordinationv1.Lease) {
 		l.Spec.HolderIdentity = ptr.To("")
 	})
-	r := startHolder(t, lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-6", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
+	started := time.Now()
+	r := startHolder(t, lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-6", LeaseDuration: 60 * time.Second})
 	g.Eventually(r.Held).Should(BeTrue())
-	got, err := getLease(ns, "pod-6")()
+	g.Expect(time.Since(started)).To(BeNumerically("<", 10*time.Second), "acquired without waiting out the 60s duration")
+}
+
+// holdLease keeps a Lease held by holder, renewing it every period with
+// renewTime stamped by stamp, until the returned stop is called; stop
+// returns when the last renewal landed.
+func holdLease(t *testing.T, ns, id, holder string, period time.Duration, stamp func() time.Time) (stop func() time.Time) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	last := make(chan time.Time, 1)
+	renew := func() error {
+		return retryOnConflict(func() error {
+			l := &coordinationv1.Lease{}
+			if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: id}, l); err != nil {
+				return err
+			}
+			l.Spec.HolderIdentity = ptr.To(holder)
+			l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(stamp()))
+			return env.Client.Update(ctx, l)
+		})
+	}
+	if err := renew(); err != nil {
+		t.Fatalf("holding Lease %s: %v", id, err)
+	}
+	go func() {
+		at := time.Now()
+		defer func() { last <- at }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(period):
+			}
+			if err := renew(); err == nil {
+				at = time.Now()
+			} else if ctx.Err() == nil {
+				t.Errorf("renewing the hold of Lease %s: %v", id, err)
+			}
+		}
+	}()
+	var once sync.Once
+	var at time.Time
+	stop = func() time.Time {
+		once.Do(func() { cancel(); at = <-last })
+		return at
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+func retryOnConflict(f func() error) error {
+	for {
+		if err := f(); !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+}
+
+// offsetClock is the real clock with its wall time moved by offset, as on a
+// node whose clock runs ahead (offset > 0) or lags.
+type offsetClock struct {
+	clock.RealClock
+	offset time.Duration
+}
+
+func (c offsetClock) Now() time.Time                  { return time.Now().Add(c.offset) }
+func (c offsetClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+// TestHolderWaitsOutSharderHold checks that a holder does not acquire a
+// Lease the sharder holds while the sharder renews it, whatever the clocks
+// say: neither a clock here that runs ahead nor a stamp the sharder wrote
+// long ago lets it in. Once the renewals stop, it acquires the Lease after
+// watching it unrenewed for its duration.
+func TestHolderWaitsOutSharderHold(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		clock clock.Clock
+		stamp func() time.Time
+	}{
+		"clock ahead by an hour": {clock: offsetClock{offset: time.Hour}, stamp: time.Now},
+		"sharder's stamps an hour old": {clock: clock.RealClock{}, stamp: func() time.Time {
+			return time.Now().Add(-time.Hour)
+		}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			ns := env.Namespace(t)
+			createLease(t, holderRing, ns, "pod-9", time.Now(), 2)
+			stop := holdLease(t, ns, "pod-9", "sharder:test", 500*time.Millisecond, tc.stamp)
+			r := startHolder(t, lease.HolderOptions{
+				Ring: holderRing, Namespace: ns, Identity: "pod-9", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond, Clock: tc.clock,
+			})
+			g.Consistently(r.Held, 4*time.Second, 50*time.Millisecond).Should(BeFalse(), "acquired a Lease the sharder renews")
+			last := stop()
+			g.Eventually(r.Held, 10*time.Second).Should(BeTrue())
+			got, err := getLease(ns, "pod-9")()
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got.Spec.HolderIdentity).To(HaveValue(Equal("pod-9")))
+			// Acquired no sooner than the Lease's duration after its last
+			// renewal landed (as timed here, by the test's clock).
+			g.Expect(r.acquiredAt()).To(BeTemporally(">=", last.Add(2*time.Second-100*time.Millisecond)))
+		})
+	}
+}
+
+// TestHolderReleaseRestart checks the hand-back for a restart: the Lease
+// loses its holder and gains the restarting annotation, and the next
+// process with the same ID acquires it at once and drops the annotation.
+func TestHolderReleaseRestart(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	opts := lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-10", LeaseDuration: 60 * time.Second, Release: lease.ReleaseRestart}
+	for _, id := range []string{"pod-10", "pod-11"} {
+		createLease(t, holderRing, ns, id, time.Now(), 60, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("") })
+	}
+	first := startHolder(t, opts)
+	g.Eventually(first.Held).Should(BeTrue())
+	first.cancel()
+	g.Eventually(first.done, 10*time.Second).Should(Receive(BeNil()))
+	first.done <- nil // for the cleanup
+	released, err := getLease(ns, "pod-10")()
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(got.Spec.AcquireTime.Time).To(BeTemporally(">=", released.Add(2*time.Second).Truncate(time.Microsecond)))
+	g.Expect(released.Spec.HolderIdentity).To(HaveValue(BeEmpty()))
+	g.Expect(released.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationRestarting, "true"))
+
+	started := time.Now()
+	second := startHolder(t, opts)
+	g.Eventually(second.Held).Should(BeTrue())
+	g.Expect(time.Since(started)).To(BeNumerically("<", 10*time.Second), "acquired without waiting out the 60s duration")
+	back, err := getLease(ns, "pod-10")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(back.Spec.HolderIdentity).To(HaveValue(Equal("pod-10")))
+	g.Expect(back.Annotations).NotTo(HaveKey(v1alpha1.AnnotationRestarting))
+
+	// Stopping for good hands it back without the annotation.
+	opts.Identity, opts.Release = "pod-11", lease.ReleaseStop
+	third := startHolder(t, opts)
+	g.Eventually(third.Held).Should(BeTrue())
+	third.cancel()
+	g.Eventually(third.done, 10*time.Second).Should(Receive(BeNil()))
+	third.done <- nil
+	stopped, err := getLease(ns, "pod-11")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(stopped.Spec.HolderIdentity).To(HaveValue(BeEmpty()))
+	g.Expect(stopped.Annotations).NotTo(HaveKey(v1alpha1.AnnotationRestarting))
 }
 
 // TestHolderKeepsLeaseWhenNotIdle checks that a holder whose BeforeRelease

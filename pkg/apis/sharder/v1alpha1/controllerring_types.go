@@ -15,6 +15,11 @@ const (
 	// LabelState on an instance Lease is the state the sharder last computed,
 	// written for people (kubectl get leases -L sharder.dev/state).
 	LabelState = "sharder.dev/state"
+	// AnnotationRestarting on an instance Lease without a holder says that
+	// the instance handed the Lease back to restart with the same ID: the
+	// sharder keeps its objects where they are for the ring's restartHold.
+	// The value is not read; the instance writes "true".
+	AnnotationRestarting = "sharder.dev/restarting"
 
 	// ShardLabelPrefix + ring name is the label holding an object's instance.
 	ShardLabelPrefix = "shard.sharder.dev/"
@@ -44,6 +49,7 @@ const (
 	DefaultAlgorithm    = AlgorithmConsistentHash
 	DefaultVirtualNodes = 512
 	DefaultDrainTimeout = 30 // seconds
+	DefaultRestartHold  = 30 // seconds
 )
 
 // ControllerRingSpec declares which resources are sharded over which instances.
@@ -99,6 +105,19 @@ type ControllerRingSpec struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="drainTimeout must be positive"
 	DrainTimeout *metav1.Duration `json:"drainTimeout,omitempty"`
+
+	// RestartHold is how long the sharder keeps the objects of an instance
+	// that handed its Lease back to restart with the same ID (a
+	// StatefulSet's pod on a rolling update) where they are: they wait for
+	// the instance to come back instead of moving away and back again. The
+	// next process with the same ID acquires the Lease at once and resumes;
+	// if none has by then, the objects move as from any instance that
+	// stopped. 0 turns it off: such an instance's objects move at once.
+	// Default: 30s.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="restartHold must not be negative"
+	RestartHold *metav1.Duration `json:"restartHold,omitempty"`
 
 	// InstanceServiceAccounts are the identities of the ring's instances: the
 	// webhook lets only them (and the sharder) acknowledge a drain: remove the

@@ -63,6 +63,15 @@ func (s *ControllerRingSpec) EffectiveDrainTimeout() time.Duration {
 	return s.DrainTimeout.Duration
 }
 
+// EffectiveRestartHold returns spec.restartHold, or DefaultRestartHold
+// seconds when unset; 0 (or a negative value) turns the hold off.
+func (s *ControllerRingSpec) EffectiveRestartHold() time.Duration {
+	if s.RestartHold == nil {
+		return DefaultRestartHold * time.Second
+	}
+	return max(s.RestartHold.Duration, 0)
+}
+
 // AssignsAtAdmission reports whether spec.assignment.mode is Admission.
 func (s *ControllerRingSpec) AssignsAtAdmission() bool {
 	return s.Assignment != nil && s.Assignment.Mode == AssignmentAdmission

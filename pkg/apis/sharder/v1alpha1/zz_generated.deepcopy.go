@@ -94,6 +94,11 @@ func (in *ControllerRingSpec) DeepCopyInto(out *ControllerRingSpec) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.RestartHold != nil {
+		in, out := &in.RestartHold, &out.RestartHold
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.InstanceServiceAccounts != nil {
 		in, out := &in.InstanceServiceAccounts, &out.InstanceServiceAccounts
 		*out = make([]ServiceAccountReference, len(*in))
