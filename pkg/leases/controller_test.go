@@ -12,11 +12,16 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sharder-dev/sharder/internal/testenv"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance/lease"
+	"github.com/sharder-dev/sharder/pkg/leases"
 	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/metrics"
 )
@@ -378,4 +383,82 @@ func TestUntrustedLeaseContents(t *testing.T) {
 		Should(Equal(membership.Member{ID: long, State: membership.StateInvalid}))
 	g.Eventually(getLease(ns, long)).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "invalid")))
 	g.Eventually(eventReasons(ns, long)).Should(ContainElement("InvalidInstanceID"))
+}
+
+// renewEvery renews the instance Lease id every period as a live instance
+// does, stamping renewTime with stamp, until the test ends.
+func renewEvery(t *testing.T, ns, id string, period time.Duration, stamp func() time.Time) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		for {
+			l, err := getLease(ns, id)()
+			if err == nil && ptr.Deref(l.Spec.HolderIdentity, "") == id {
+				l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(stamp()))
+				_ = env.Client.Update(ctx, l)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(period):
+			}
+		}
+	}()
+}
+
+// offsetClock is the real clock with its wall time moved by offset, as on a
+// node whose clock runs ahead (offset > 0), or stepped forward.
+type offsetClock struct {
+	clock.RealClock
+	offset time.Duration
+}
+
+func (c offsetClock) Now() time.Time                  { return time.Now().Add(c.offset) }
+func (c offsetClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+// TestSkewedClocksTakeNoLiveLease checks that no clock decides: an instance
+// whose clock lags two and a half lease durations, renewing on time, stays
+// ready and is never taken; and a sharder whose wall clock is three lease
+// durations ahead of the instances' takes no live Lease either.
+func TestSkewedClocksTakeNoLiveLease(t *testing.T) {
+	t.Parallel()
+	const d = 2 * time.Second
+	t.Run("instance clock lags 2.5d", func(t *testing.T) {
+		t.Parallel()
+		g := NewWithT(t)
+		ring, ns := newRing(t)
+		lag := func() time.Time { return time.Now().Add(-5 * d / 2) }
+		createLease(t, ring, ns, "lagging", lag(), int32(d/time.Second))
+		renewEvery(t, ns, "lagging", d/3, lag)
+		g.Eventually(stateOf(ring, "lagging")).Should(Equal(membership.StateReady))
+		g.Consistently(func(g Gomega) {
+			g.Expect(stateOf(ring, "lagging")()).To(Equal(membership.StateReady))
+			g.Expect(getLease(ns, "lagging")()).To(HaveField("Spec.HolderIdentity", HaveValue(Equal("lagging"))))
+		}, 4*d, 50*time.Millisecond).Should(Succeed())
+	})
+	t.Run("sharder clock ahead by 3d", func(t *testing.T) {
+		t.Parallel()
+		g := NewWithT(t)
+		ring, ns := newRing(t)
+		// A second sharder whose wall clock runs 3d ahead watches the ring
+		// beside the suite's.
+		mgrOpts := env.ManagerOptions()
+		mgrOpts.Cache = cache.Options{ByObject: leases.CacheByObject()}
+		mgr := env.NewManager(t, env.Config, mgrOpts)
+		reg := leases.NewRegistry()
+		c := leases.NewController(leases.ControllerOptions{Registry: reg, Identity: "sharder:ahead", Clock: offsetClock{offset: 3 * d}})
+		g.Expect(c.SetupWithManager(mgr)).To(Succeed())
+		testenv.StartManager(t, mgr)
+
+		createLease(t, ring, ns, "live", time.Now(), int32(d/time.Second))
+		renewEvery(t, ns, "live", d/3, time.Now)
+		g.Eventually(func() []membership.Member { return reg.Members(ring) }).Should(ContainElement(HaveField("State", membership.StateReady)))
+		g.Consistently(func(g Gomega) {
+			g.Expect(reg.Members(ring)).To(ConsistOf(membership.Member{ID: "live", State: membership.StateReady}))
+			g.Expect(getLease(ns, "live")()).To(HaveField("Spec.HolderIdentity", HaveValue(Equal("live"))))
+		}, 4*d, 50*time.Millisecond).Should(Succeed())
+	})
 }

@@ -16,6 +16,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -197,11 +198,18 @@ func TestLabelsProtected(t *testing.T) {
 	t.Run("a main object created with a ready instance is allowed, the sharder's choice or not", func(t *testing.T) {
 		g := NewWithT(t)
 		now := time.Now()
-		// Two ready instances and one expired: only the ready ones count.
+		// Two ready instances and one that released its Lease: only the
+		// ready ones count. (A Lease counts as renewed when a replica first
+		// sees it, whatever time is written on it: no clock but the
+		// replica's decides.)
 		for _, name := range []string{"inst-a", "inst-c"} {
 			createLease(t, sh, ns, r.Name, name, now, time.Hour)
 		}
-		createLease(t, sh, ns, r.Name, "inst-b", now.Add(-90*time.Minute), time.Hour)
+		createLease(t, sh, ns, r.Name, "inst-b", now, time.Hour)
+		released := &coordinationv1.Lease{}
+		g.Expect(sh.Get(ctx, client.ObjectKey{Namespace: ns, Name: "inst-b"}, released)).To(Succeed())
+		released.Spec.HolderIdentity = ptr.To("")
+		g.Expect(sh.Update(ctx, released)).To(Succeed())
 
 		want, err := ring.New("", []ring.Member{{ID: "inst-a", VirtualNodes: v1alpha1.DefaultVirtualNodes}, {ID: "inst-c", VirtualNodes: v1alpha1.DefaultVirtualNodes}})
 		g.Expect(err).NotTo(HaveOccurred())
