@@ -105,17 +105,37 @@ func (s *simInstance) start() {
 			return err
 		},
 	})
-	h, err := lease.NewHolder(c, lease.HolderOptions{
-		Ring: s.ns, Namespace: s.ns, Identity: s.id, LeaseDuration: restartLease, Release: s.release,
-		OnLost: func() { s.closeSpan(currentRevision(s.t)) },
-	})
-	if err != nil {
-		s.t.Fatalf("holder %s: %v", s.id, err)
+	newHolder := func() *lease.Holder {
+		h, err := lease.NewHolder(c, lease.HolderOptions{
+			Ring: s.ns, Namespace: s.ns, Identity: s.id, LeaseDuration: restartLease, Release: s.release,
+			OnLost: func() { s.closeSpan(currentRevision(s.t)) },
+		})
+		if err != nil {
+			s.t.Fatalf("holder %s: %v", s.id, err)
+		}
+		return h
 	}
+	h := newHolder()
 	ctx, cancel := context.WithCancel(ctrl.LoggerInto(context.Background(), ctrl.Log.WithName(s.id)))
 	s.holder, s.cancel, s.done, s.killed, s.stopped = h, cancel, make(chan error, 1), killed, false
 	done := s.done
-	go func() { done <- h.Start(ctx) }()
+	go func() {
+		for {
+			err := h.Start(ctx)
+			if !errors.Is(err, lease.ErrLeaseLost) || ctx.Err() != nil || killed.Load() {
+				done <- err
+				return
+			}
+			// A process that lost its Lease (a renewal answered too late on
+			// a loaded machine) exits and is started again, as a kubelet
+			// restarts its container.
+			s.t.Logf("instance %s lost its Lease (%v): starting it again", s.id, err)
+			h = newHolder()
+			s.mu.Lock()
+			s.holder = h
+			s.mu.Unlock()
+		}
+	}()
 }
 
 // wrote records a write of the Lease by the running process.

@@ -62,8 +62,10 @@ namespace and renews it while the controller's health endpoint answers.
 On SIGTERM it keeps the Lease as long as the controller still runs, so that
 the sharder moves nothing while a reconcile may be in flight: it goes on
 renewing until the health endpoint refuses connections (the controller has
-exited), then releases the Lease and the sharder moves the instance's objects
-at once. If the controller still runs when --shutdown-timeout ends, or no
+exited), then releases the Lease: with --release=Restart (a StatefulSet's pod,
+which comes back with the same ID) the sharder keeps the instance's objects
+for the ring's restartHold, waiting for the next pod; with --release=Stop (the
+default) it moves them at once. If the controller still runs when --shutdown-timeout ends, or no
 --health-url is given (the agent cannot tell when the controller stops), the
 Lease is not released but left to expire: the sharder then moves the objects
 two lease durations after the last renewal. Run the agent as a native sidecar

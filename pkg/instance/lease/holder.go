@@ -132,7 +132,8 @@ type HolderOptions struct {
 
 	// Pod, when set, becomes an ownerReference of the Lease (replacing older
 	// Pod ownerReferences), so that garbage collection deletes the Lease
-	// with the Pod. Default: none.
+	// with the Pod. A release for a restart (ReleaseRestart) removes it, so
+	// that the Lease outlives the pod it is created again as. Default: none.
 	Pod *metav1.OwnerReference
 
 	// OnLost is called once when the holder could not renew the Lease within
@@ -589,6 +590,13 @@ func (h *Holder) release(ctx context.Context) error {
 				released.Annotations = map[string]string{}
 			}
 			released.Annotations[v1alpha1.AnnotationRestarting] = "true"
+			if h.opts.Pod != nil {
+				// The pod is deleted and created again with the same name:
+				// garbage collection must not take the Lease with the old
+				// pod, or the next process would find none and wait a lease
+				// duration to create it. It sets its own pod as the owner.
+				released.OwnerReferences = slices.DeleteFunc(released.OwnerReferences, isPodRef)
+			}
 		}
 		err := h.client.Update(ctx, released)
 		switch {
@@ -768,6 +776,9 @@ func sameRecord(a, b *coordinationv1.LeaseSpec) bool {
 	return sameStamps(a, b) && ptr.Deref(a.LeaseDurationSeconds, 0) == ptr.Deref(b.LeaseDurationSeconds, 0)
 }
 
+// isPodRef reports whether ref names a Pod.
+func isPodRef(ref metav1.OwnerReference) bool { return ref.Kind == "Pod" && ref.APIVersion == "v1" }
+
 // desired returns base with this holder's labels, owner and spec; acquire
 // starts a new hold (acquireTime, transitions).
 func (h *Holder) desired(base *coordinationv1.Lease, now time.Time, acquire bool) *coordinationv1.Lease {
@@ -784,13 +795,7 @@ func (h *Holder) desired(base *coordinationv1.Lease, now time.Time, acquire bool
 		delete(l.Labels, v1alpha1.LabelVirtualNodes)
 	}
 	if h.opts.Pod != nil {
-		refs := []metav1.OwnerReference{*h.opts.Pod}
-		for _, ref := range l.OwnerReferences {
-			if ref.Kind != "Pod" || ref.APIVersion != "v1" {
-				refs = append(refs, ref)
-			}
-		}
-		l.OwnerReferences = refs
+		l.OwnerReferences = append([]metav1.OwnerReference{*h.opts.Pod}, slices.DeleteFunc(slices.Clone(l.OwnerReferences), isPodRef)...)
 	}
 	stamp := ptr.To(metav1.NewMicroTime(now))
 	if acquire || l.Spec.AcquireTime == nil {

@@ -323,7 +323,8 @@ func TestHolderReleaseRestart(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ns := env.Namespace(t)
-	opts := lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-10", LeaseDuration: 60 * time.Second, Release: lease.ReleaseRestart}
+	pod := &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "pod-10", UID: "uid-10"}
+	opts := lease.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-10", LeaseDuration: 60 * time.Second, Release: lease.ReleaseRestart, Pod: pod}
 	for _, id := range []string{"pod-10", "pod-11"} {
 		createLease(t, holderRing, ns, id, time.Now(), 60, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("") })
 	}
@@ -336,6 +337,7 @@ func TestHolderReleaseRestart(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(released.Spec.HolderIdentity).To(HaveValue(BeEmpty()))
 	g.Expect(released.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationRestarting, "true"))
+	g.Expect(released.OwnerReferences).To(BeEmpty(), "garbage collection would delete the Lease with the old pod")
 
 	started := time.Now()
 	second := startHolder(t, opts)
@@ -345,9 +347,11 @@ func TestHolderReleaseRestart(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(back.Spec.HolderIdentity).To(HaveValue(Equal("pod-10")))
 	g.Expect(back.Annotations).NotTo(HaveKey(v1alpha1.AnnotationRestarting))
+	g.Expect(back.OwnerReferences).To(ConsistOf(*pod))
 
 	// Stopping for good hands it back without the annotation.
 	opts.Identity, opts.Release = "pod-11", lease.ReleaseStop
+	opts.Pod = &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "pod-11", UID: "uid-11"}
 	third := startHolder(t, opts)
 	g.Eventually(third.Held).Should(BeTrue())
 	third.cancel()
@@ -357,6 +361,7 @@ func TestHolderReleaseRestart(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(stopped.Spec.HolderIdentity).To(HaveValue(BeEmpty()))
 	g.Expect(stopped.Annotations).NotTo(HaveKey(v1alpha1.AnnotationRestarting))
+	g.Expect(stopped.OwnerReferences).To(ConsistOf(*opts.Pod), "a Lease released for good goes with its pod")
 }
 
 // TestHolderKeepsLeaseWhenNotIdle checks that a holder whose BeforeRelease
