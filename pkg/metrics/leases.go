@@ -7,7 +7,7 @@ var (
 	// lease controller recorded, by ring and the state entered.
 	LeaseTransitionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sharder_lease_transitions_total",
-		Help: "State changes of instance Leases by ring and the state entered (ready, expired, uncertain, dead).",
+		Help: "State changes of instance Leases by ring and the state entered (ready, restarting, expired, uncertain, dead).",
 	}, []string{LabelRing, LabelState})
 
 	// LeaseTakeoversTotal counts the uncertain Leases the sharder took: each

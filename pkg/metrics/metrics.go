@@ -31,7 +31,7 @@ var (
 	// Instances is the number of instances of a ring per Lease state.
 	Instances = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "sharder_ring_instances",
-		Help: "Instances of a ring by state (ready, expired, uncertain, vanished, dead, orphaned, invalid).",
+		Help: "Instances of a ring by state (ready, restarting, expired, uncertain, vanished, dead, orphaned, invalid).",
 	}, []string{LabelRing, LabelState})
 
 	// Objects is the number of main objects assigned to each instance of a

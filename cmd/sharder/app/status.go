@@ -109,7 +109,7 @@ type RingReport struct {
 // InstanceReport is one instance of a ring.
 type InstanceReport struct {
 	Name string `json:"name"`
-	// State is the instance's state: ready, expired, uncertain, vanished,
+	// State is the instance's state: ready, restarting, expired, uncertain, vanished,
 	// dead, orphaned or invalid; no-lease (source "labels") for an instance
 	// only labels name.
 	State string `json:"state"`

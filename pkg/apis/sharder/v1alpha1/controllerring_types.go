@@ -259,7 +259,7 @@ type ControllerRingStatus struct {
 type MemberStatus struct {
 	// Name is the instance ID (= Lease name).
 	Name string `json:"name"`
-	// State is ready, expired, uncertain, vanished, dead, orphaned or invalid
+	// State is ready, restarting, expired, uncertain, vanished, dead, orphaned or invalid
 	// (docs/design.md §3).
 	State string `json:"state"`
 	// VirtualNodes is the instance's weight.
