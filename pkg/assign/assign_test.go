@@ -364,6 +364,9 @@ func TestUnacknowledgedDrainIsForcedAfterTimeout(t *testing.T) {
 
 	clk.Step(time.Millisecond)
 	g.Eventually(func(g Gomega) {
+		// Time goes on: a write that failed on a loaded API server is
+		// retried after a backoff on the sharder's clock.
+		clk.Step(10 * time.Millisecond)
 		got := labelsOf(g, ns)
 		for _, name := range toB {
 			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "b"))
