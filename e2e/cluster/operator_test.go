@@ -41,6 +41,9 @@ const (
 	clustersNamespace = "etcd-e2e"
 	// clusters is how many EtcdClusters the scenario spreads.
 	clusters = 12
+	// rollClusters is how many there are during the rolling update: the
+	// update must move none of them.
+	rollClusters = 32
 	// operatorLeaseSeconds is the operator instances' lease duration (the
 	// kustomization's is 15 s).
 	operatorLeaseSeconds = 5
@@ -71,7 +74,8 @@ func testEtcdOperator(t *testing.T) {
 	tracker, err := localrun.NewTracker(restConfig, etcdClusterGVR, clustersNamespace, operatorRing)
 	g.Expect(err).NotTo(HaveOccurred())
 	labels := newLabelRecorder(ctx, t, etcdClusterGVR, clustersNamespace, operatorRing)
-	states := newRingStateRecorder(ctx, t)
+	states := newRingStateRecorder(ctx, t, operatorRing)
+	pods := newRolloutRecorder(ctx, t, operatorNamespace, operatorName)
 	g.Expect(tracker.Start(ctx)).To(Succeed())
 
 	By(t, fmt.Sprintf("%d EtcdClusters spread over 3 instances", clusters))
@@ -127,7 +131,7 @@ func testEtcdOperator(t *testing.T) {
 	} {
 		if !t.Run(s.name, func(t *testing.T) {
 			g := NewWithT(t)
-			s.fn(t, g, recorders{tracker: tracker, labels: labels, states: states})
+			s.fn(t, g, recorders{tracker: tracker, labels: labels, states: states, pods: pods})
 			waitReadyReplicas(ctx, g, 4)
 			waitRingReady(ctx, g, operatorRing, instances(4))
 			settled := waitSettled(ctx, t, tracker, instances(4))
@@ -140,33 +144,53 @@ func testEtcdOperator(t *testing.T) {
 	}
 }
 
-// recorders are what the scenario watches: the EtcdClusters' labels and
-// the ring's member states.
+// recorders are what the scenario watches: the EtcdClusters' labels, the
+// ring's member states, and the operator's pods and Leases.
 type recorders struct {
 	tracker *localrun.Tracker
 	labels  *labelRecorder
 	states  *ringStateRecorder
+	pods    *rolloutRecorder
 }
 
-// rollOperator restarts the operator's pods (kubectl rollout restart) and
-// waits until every pod has been replaced, one by one, under its own name:
-// each instance releases its Lease on the way out, the sharder moves its
-// objects away and holds the Lease meanwhile, and the restarted instance
-// takes it back.
+// rollOperator restarts the operator's pods (kubectl rollout restart) with
+// rollClusters EtcdClusters on them, and waits until every pod has been
+// replaced, one by one, under its own name. Each instance hands its Lease
+// back marked as restarting (--release=Restart), the sharder keeps its
+// objects where they are, and its new pod acquires the Lease at once: no
+// EtcdCluster moves, and none is without a reconciling instance for longer
+// than its pod's restart and restartSlack. The EtcdClusters added for the
+// update are deleted again at its end.
 func rollOperator(t *testing.T, g Gomega, r recorders) {
-	before := r.tracker.Assignment()
+	ctx := t.Context()
+	const rolled = "e2e.sharder.dev/rolling-update"
+	By(t, fmt.Sprintf("%d EtcdClusters more, %d in all, for the rolling update", rollClusters-clusters, rollClusters))
+	for i := range rollClusters - clusters {
+		g.Expect(k8sClient.Create(ctx, &etcdv1alpha1.EtcdCluster{
+			ObjectMeta: metav1.ObjectMeta{Namespace: clustersNamespace, Name: fmt.Sprintf("etcd-roll-%02d", i), Labels: map[string]string{rolled: "true"}},
+			Spec:       etcdv1alpha1.EtcdClusterSpec{Size: 1},
+		})).To(Succeed())
+	}
+	before := waitSettledOn(ctx, t, r.tracker, etcdClusterKind, rollClusters, instances(4))
+	expectReconciledByOwner(g, operatorLogs, before)
+
+	By(t, "kubectl rollout restart moves no EtcdCluster")
 	start := time.Now()
-	rollStatefulSet(t.Context(), t, g, operatorNamespace, operatorName, 4)
-	// Each instance released its Lease on the way out, so its objects went
-	// to the others at once.
-	expectLeftWhileRestarting(g, r.labels, before, start)
+	old, replaced := rollStatefulSet(ctx, t, g, operatorNamespace, operatorName, 4)
+	waitRingReady(ctx, g, operatorRing, instances(4))
+	expectNoMoves(t, g, rollout{before: before, start: start, old: old, replaced: replaced, slack: restartSlack,
+		logs: operatorLogs, labels: r.labels, states: r.states, pods: r.pods})
+
+	g.Expect(k8sClient.DeleteAllOf(ctx, &etcdv1alpha1.EtcdCluster{}, client.InNamespace(clustersNamespace),
+		client.MatchingLabels{rolled: "true"})).To(Succeed())
 }
 
 // rollStatefulSet runs kubectl rollout restart on a StatefulSet of n pods
 // (labelled app.kubernetes.io/name=name) and waits until each pod has been
-// replaced and every replica is updated and Ready.
-func rollStatefulSet(ctx context.Context, t *testing.T, g Gomega, namespace, name string, n int) {
-	old := podUIDs(ctx, g, namespace, name)
+// replaced and every replica is updated and Ready. It returns the UIDs of
+// the pods before and after, by name.
+func rollStatefulSet(ctx context.Context, t *testing.T, g Gomega, namespace, name string, n int) (old, replaced map[string]types.UID) {
+	old = podUIDs(ctx, g, namespace, name)
 	g.Expect(old).To(HaveLen(n))
 	if _, err := kubectl(ctx, "rollout", "restart", "statefulset", name, "--namespace", namespace); err != nil {
 		t.Fatal(err)
@@ -183,21 +207,9 @@ func rollStatefulSet(ctx context.Context, t *testing.T, g Gomega, namespace, nam
 		for pod, uid := range now {
 			g.Expect(uid).NotTo(Equal(old[pod]), "%s not replaced yet", pod)
 		}
+		replaced = now
 	}).WithTimeout(4 * time.Minute).WithPolling(time.Second).Should(Succeed())
-}
-
-// expectLeftWhileRestarting checks that every object of before was seen
-// on another instance (or none) at some point after start.
-func expectLeftWhileRestarting(g Gomega, labels *labelRecorder, before localrun.Assignment, start time.Time) {
-	for _, o := range before {
-		var away []string
-		for _, c := range labels.changesSince(o.Key, start) {
-			if c.Instance != o.Instance {
-				away = append(away, c.Instance)
-			}
-		}
-		g.Expect(away).NotTo(BeEmpty(), "%s never left %s while it restarted", o.Key, o.Instance)
-	}
+	return old, replaced
 }
 
 // forceDeleteInstance deletes an instance's pod with no grace: the garbage
@@ -289,7 +301,7 @@ func heldObjects(g Gomega, r recorders, instance string, lease *coordinationv1.L
 func expectHeld(t *testing.T, g Gomega, r recorders, instance string, held []string, from, holdUntil time.Time) {
 	moved := 0
 	for _, key := range held {
-		for _, c := range r.labels.changesSince(key, from) {
+		for _, c := range shardChanges(r.labels.changesSince(key, from), instance) {
 			if c.Instance != instance {
 				moved++
 				g.Expect(c.At).NotTo(BeTemporally("<", holdUntil), "%s left the vanished %s for %q at %s, before the hold ended at %s",
@@ -547,19 +559,23 @@ func readReconcileLogs(g Gomega, dir string) []localrun.ReconcileRecord {
 }
 
 // labelRecorder remembers every object it ever saw with the ring's
-// drain label, and every value its shard label took, with when it saw it.
-// It watches every event, so a drain or an assignment that lasts a moment
-// is not missed.
+// drain label, and every value its shard and drain labels took, with when
+// it saw it. It watches every event, so a drain or an assignment that lasts
+// a moment is not missed, unless the watch broke and the informer listed
+// anew (which it records: the values in between are lost).
 type labelRecorder struct {
 	mu      sync.Mutex
 	drained map[string]bool
 	history map[string][]labelChange
+	broken  []time.Time
 }
 
-// labelChange is a shard label value and when the recorder first saw it.
+// labelChange is a shard label value, with the drain label's value beside
+// it, and when the recorder first saw them.
 type labelChange struct {
 	At       time.Time
 	Instance string
+	Drain    string
 }
 
 func newLabelRecorder(ctx context.Context, t *testing.T, gvr schema.GroupVersionResource, namespace, ring string) *labelRecorder {
@@ -577,13 +593,22 @@ func newLabelRecorder(ctx context.Context, t *testing.T, gvr schema.GroupVersion
 		key := m.Namespace + "/" + m.Name
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if m.Labels[sharderv1alpha1.DrainLabel(ring)] != "" {
+		drain := m.Labels[sharderv1alpha1.DrainLabel(ring)]
+		if drain != "" {
 			r.drained[key] = true
 		}
 		shard := m.Labels[sharderv1alpha1.ShardLabel(ring)]
-		if h := r.history[key]; len(h) == 0 || h[len(h)-1].Instance != shard {
-			r.history[key] = append(h, labelChange{At: time.Now(), Instance: shard})
+		if h := r.history[key]; len(h) == 0 || h[len(h)-1].Instance != shard || h[len(h)-1].Drain != drain {
+			r.history[key] = append(h, labelChange{At: time.Now(), Instance: shard, Drain: drain})
 		}
+	}
+	if err := informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, rf *cache.Reflector, err error) {
+		r.mu.Lock()
+		r.broken = append(r.broken, time.Now())
+		r.mu.Unlock()
+		cache.DefaultWatchErrorHandler(ctx, rf, err)
+	}); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    observe,
@@ -604,7 +629,22 @@ func (r *labelRecorder) seen(key string) bool {
 	return r.drained[key]
 }
 
-// changesSince returns the shard label values key took from since on.
+// brokenSince returns when the watch broke from since on: label values
+// may have been missed around those moments.
+func (r *labelRecorder) brokenSince(since time.Time) []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []time.Time
+	for _, at := range r.broken {
+		if !at.Before(since) {
+			out = append(out, at)
+		}
+	}
+	return out
+}
+
+// changesSince returns the shard and drain label values key took from
+// since on.
 func (r *labelRecorder) changesSince(key string, since time.Time) []labelChange {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -617,7 +657,7 @@ func (r *labelRecorder) changesSince(key string, since time.Time) []labelChange 
 	return out
 }
 
-// ringStateRecorder remembers, per member, the states the ring's status
+// ringStateRecorder remembers, per member, the states a ring's status
 // showed for it, in order, with when it saw each.
 type ringStateRecorder struct {
 	mu     sync.Mutex
@@ -629,7 +669,7 @@ type stateChange struct {
 	State string
 }
 
-func newRingStateRecorder(ctx context.Context, t *testing.T) *ringStateRecorder {
+func newRingStateRecorder(ctx context.Context, t *testing.T, ring string) *ringStateRecorder {
 	wc, err := client.NewWithWatch(restConfig, client.Options{Scheme: k8sClient.Scheme()})
 	if err != nil {
 		t.Fatal(err)
@@ -646,7 +686,7 @@ func newRingStateRecorder(ctx context.Context, t *testing.T) *ringStateRecorder 
 	}
 	go func() {
 		for ctx.Err() == nil {
-			w, err := wc.Watch(ctx, &sharderv1alpha1.ControllerRingList{}, client.MatchingFields{"metadata.name": operatorRing})
+			w, err := wc.Watch(ctx, &sharderv1alpha1.ControllerRingList{}, client.MatchingFields{"metadata.name": ring})
 			if err != nil {
 				select {
 				case <-ctx.Done():

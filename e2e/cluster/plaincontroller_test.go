@@ -30,14 +30,22 @@ const (
 	// namespace's kube-root-ca.crt is one more object of the ring.
 	plainConfigMaps = 12
 	// plainReconcile is how long each reconcile of the scenario's
-	// ConfigMaps takes: well within the 2 s between a forced move's
-	// release and its assignment.
+	// ConfigMaps takes: a pod told to stop has reconciles to finish before
+	// its agent hands the Lease back, and the moves the ring may force
+	// (drainTimeout) leave 2 s between a release and its assignment.
 	plainReconcile = 200 * time.Millisecond
 	// plainLeaseSeconds is the agents' lease duration (the example's is the
-	// agent's default, 15 s): a restarted pod's agent acquires its Lease
-	// once the sharder's hold on it has expired, a lease duration after the
-	// hold's last renewal.
+	// agent's default, 15 s): a pod that stops without releasing its Lease
+	// holds its ConfigMaps for 2 lease durations.
 	plainLeaseSeconds = 5
+	// plainRestartSlack is how much longer than its pod's restart a
+	// ConfigMap may be without a reconciling instance on a rolling update.
+	// The agent, a native sidecar, starts before the controller and
+	// acquires the Lease only once the controller's health endpoint
+	// answers; it asks again every renew period (a third of the lease
+	// duration), so it acquires the Lease up to one renew period after the
+	// controller is up.
+	plainRestartSlack = restartSlack + plainLeaseSeconds*time.Second/3
 )
 
 var configMapKind = schema.GroupKind{Kind: "ConfigMap"}
@@ -47,9 +55,11 @@ var configMapKind = schema.GroupKind{Kind: "ConfigMap"}
 // with the agent holding its Lease. Its ConfigMaps settle on the 2 instances;
 // then kubectl rollout restart replaces the pods one by one while the ConfigMaps keep
 // changing. Each pod's controller finishes its reconciles before its agent
-// releases the Lease, and a pod is Ready only while its agent holds the
-// Lease, so every ConfigMap moves to the other instance at once while its
-// pod restarts, none is reconciled by two pods at once, and at the end
+// hands the Lease back marked as restarting (--release=Restart), so the
+// sharder keeps the pod's ConfigMaps where they are and the new pod's agent
+// acquires the Lease once its controller is up: no ConfigMap moves, none is
+// without a reconciling instance for longer than its pod's restart and
+// plainRestartSlack, none is reconciled by two pods at once, and at the end
 // every one is on the instance the ring of the 2 chooses, last reconciled
 // there.
 func testPlainControllerWithAgent(t *testing.T) {
@@ -76,6 +86,8 @@ func testPlainControllerWithAgent(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(tracker.Start(ctx)).To(Succeed())
 	labels := newLabelRecorder(ctx, t, gvr, plainObjects, plainRing)
+	states := newRingStateRecorder(ctx, t, plainRing)
+	pods := newRolloutRecorder(ctx, t, plainNamespace, plainName)
 
 	By(t, fmt.Sprintf("%d ConfigMaps spread over the 2 instances", plainConfigMaps))
 	for i := range plainConfigMaps {
@@ -91,16 +103,13 @@ func testPlainControllerWithAgent(t *testing.T) {
 	By(t, "kubectl rollout restart while the ConfigMaps keep changing")
 	stop := touchConfigMaps(ctx, t, plainObjects, plainConfigMaps)
 	start := time.Now()
-	rollStatefulSet(ctx, t, g, plainNamespace, plainName, len(ids))
+	old, replaced := rollStatefulSet(ctx, t, g, plainNamespace, plainName, len(ids))
 	stop()
 	t.Logf("%s: every pod replaced and Ready", elapsed())
-	// Each pod is Ready only while its agent holds the Lease, so the
-	// StatefulSet stopped a pod only while the other was an instance: on
-	// the agent's release, once the controller had exited, the pod's
-	// ConfigMaps moved to the other at once.
-	expectLeftWhileRestarting(g, labels, before, start)
-
 	waitRingReady(ctx, g, plainRing, ids)
+	expectNoMoves(t, g, rollout{before: before, start: start, old: old, replaced: replaced, slack: plainRestartSlack,
+		logs: logs, labels: labels, states: states, pods: pods})
+
 	after := waitSettledOn(ctx, t, tracker, configMapKind, plainConfigMaps+1, ids)
 	expectReconciledByOwner(g, logs, after)
 	expectNoOverlap(g, logs)
