@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -322,7 +321,7 @@ func (c *Controller) take(ctx context.Context, ring *v1alpha1.ControllerRing, le
 	taken.Spec.LeaseDurationSeconds = ptr.To(int32(hold / time.Second)) //nolint:gosec // at most 2 × MaxLeaseDuration
 	taken.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
 	taken.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
-	taken.Spec.LeaseTransitions = ptr.To(nextTransition(ptr.Deref(lease.Spec.LeaseTransitions, 0)))
+	taken.Spec.LeaseTransitions = ptr.To(membership.NextTransition(ptr.Deref(lease.Spec.LeaseTransitions, 0)))
 	// Update sends the resourceVersion the state was computed from: if the
 	// instance renewed meanwhile, the takeover fails with a conflict.
 	if err := c.client.Update(ctx, taken); err != nil {
@@ -462,7 +461,7 @@ func (c *Controller) holdForMoves(ctx context.Context, ring *v1alpha1.Controller
 	held.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
 	if holder != c.opts.Identity {
 		held.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
-		held.Spec.LeaseTransitions = ptr.To(nextTransition(ptr.Deref(lease.Spec.LeaseTransitions, 0)))
+		held.Spec.LeaseTransitions = ptr.To(membership.NextTransition(ptr.Deref(lease.Spec.LeaseTransitions, 0)))
 	}
 	// Held, the Lease no longer says the instance is restarting: released
 	// again later, its instance takes it back as from any stop.
@@ -518,15 +517,6 @@ func (c *Controller) reportInvalid(ctx context.Context, ring *v1alpha1.Controlle
 		"Lease %s/%s never receives objects of ring %s: %v; give the instance a shorter ID (its pod name or --id)", lease.Namespace, lease.Name, ring.Name, err)
 }
 
-// nextTransition counts one more holder change, staying at the largest
-// int32 instead of overflowing (the API server would reject the takeover
-// forever).
-func nextTransition(n int32) int32 {
-	if n == math.MaxInt32 {
-		return n
-	}
-	return n + 1
-}
 
 // reconcileRing publishes the ring's membership and requeues the ring at the
 // earliest next transition of its Leases.

@@ -3,6 +3,7 @@ package membership
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -124,6 +125,17 @@ func InvalidID(id string) error {
 		return nil
 	}
 	return fmt.Errorf("instance ID %q names a Lease and is a label value: %s", id, strings.Join(slices.Compact(errs), "; "))
+}
+
+// NextTransition returns leaseTransitions after one more change of holder:
+// n + 1, but never past the largest int32. An overflow would be a negative
+// count, which the API server rejects, and the Lease could never be
+// acquired or taken again.
+func NextTransition(n int32) int32 {
+	if n == math.MaxInt32 {
+		return n
+	}
+	return n + 1
 }
 
 // VirtualNodesOf returns the weight a Lease asks for with its

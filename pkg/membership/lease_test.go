@@ -2,6 +2,7 @@ package membership
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -265,4 +266,14 @@ func FuzzStateOf(f *testing.F) {
 			t.Fatalf("bad member %+v", m)
 		}
 	})
+}
+
+// TestNextTransition checks that a change of holder is counted up to the
+// largest int32 and kept there.
+func TestNextTransition(t *testing.T) {
+	for n, want := range map[int32]int32{0: 1, 41: 42, math.MaxInt32 - 1: math.MaxInt32, math.MaxInt32: math.MaxInt32} {
+		if got := NextTransition(n); got != want {
+			t.Errorf("NextTransition(%d) = %d, want %d", n, got, want)
+		}
+	}
 }

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -65,19 +63,11 @@ func DefaultIdentity() (string, error) {
 // would let the instance join the ring while every label write naming it
 // fails, leaving its objects unassigned.
 func ValidateIdentity(id string) error {
-	var problems []string
-	if id == "" {
-		problems = append(problems, "it is empty")
+	if err := membership.InvalidID(id); err != nil {
+		return fmt.Errorf("%w; choose an ID of at most 63 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit "+
+			"(set it explicitly, or set POD_NAME from the downward API, rather than rely on the hostname)", err)
 	}
-	problems = append(problems, validation.IsDNS1123Subdomain(id)...)
-	problems = append(problems, validation.IsValidLabelValue(id)...)
-	if len(problems) == 0 {
-		return nil
-	}
-	return fmt.Errorf("instance ID %q cannot name both a Lease and a shard label value: %s; "+
-		"choose an ID of at most 63 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit "+
-		"(set it explicitly, or set POD_NAME from the downward API, rather than rely on the hostname)",
-		id, strings.Join(slices.Compact(problems), "; "))
+	return nil
 }
 
 // Release says how a holder hands its Lease back on a graceful stop.
@@ -800,12 +790,7 @@ func (h *Holder) desired(base *coordinationv1.Lease, now time.Time, acquire bool
 	stamp := ptr.To(metav1.NewMicroTime(now))
 	if acquire || l.Spec.AcquireTime == nil {
 		if previous := ptr.Deref(l.Spec.HolderIdentity, ""); previous != "" && previous != h.opts.Identity {
-			// Counted up to the largest value the field holds, then kept
-			// there: an overflow would be a negative count, which the API
-			// server rejects, and the Lease could never be acquired.
-			if n := ptr.Deref(l.Spec.LeaseTransitions, 0); n < math.MaxInt32 {
-				l.Spec.LeaseTransitions = ptr.To(n + 1)
-			}
+			l.Spec.LeaseTransitions = ptr.To(membership.NextTransition(ptr.Deref(l.Spec.LeaseTransitions, 0)))
 		}
 		l.Spec.AcquireTime = stamp
 	}
