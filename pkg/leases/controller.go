@@ -517,7 +517,6 @@ func (c *Controller) reportInvalid(ctx context.Context, ring *v1alpha1.Controlle
 		"Lease %s/%s never receives objects of ring %s: %v; give the instance a shorter ID (its pod name or --id)", lease.Namespace, lease.Name, ring.Name, err)
 }
 
-
 // reconcileRing publishes the ring's membership and requeues the ring at the
 // earliest next transition of its Leases.
 func (c *Controller) reconcileRing(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
