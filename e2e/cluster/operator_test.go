@@ -212,12 +212,18 @@ func rollStatefulSet(ctx context.Context, t *testing.T, g Gomega, namespace, nam
 	return old, replaced
 }
 
-// forceDeleteInstance deletes an instance's pod with no grace: the garbage
-// collector deletes its Lease and the StatefulSet's new pod of the same
-// name creates a new Lease of its own. The kubelet still stops the
-// container with SIGTERM, so the instance may release its Lease before the
-// collector deletes it (dead: its objects move at once); if the collector
-// is first, the instance vanished and its objects are held.
+// forceDeleteInstance deletes an instance's pod with no grace: the
+// StatefulSet creates a new pod of the same name at once. The kubelet still
+// stops the old container with SIGTERM, and the instance hands its Lease
+// back for a restart (--release=Restart, which drops the pod's
+// ownerReference) while the garbage collector deletes the Lease of the
+// deleted pod: either may be first. When the collector is, the instance
+// vanished: its objects are held until two lease durations after its last
+// renewal, and the new pod creates a new Lease. When the instance is, it is
+// restarting: the collector leaves the Lease alone, the objects stay, and
+// the new pod acquires the same Lease at once; or the collector, having
+// read the Lease before the hand-back, still deletes it, and the objects
+// are held as in the first case.
 func forceDeleteInstance(t *testing.T, g Gomega, r recorders) {
 	ctx := t.Context()
 	victim := instances(4)[1]
@@ -231,20 +237,27 @@ func forceDeleteInstance(t *testing.T, g Gomega, r recorders) {
 	if _, err := kubectl(ctx, "delete", "pod", "--namespace", operatorNamespace, victim, "--force", "--grace-period=0"); err != nil {
 		t.Fatal(err)
 	}
+	var l coordinationv1.Lease
 	g.Eventually(func(g Gomega) {
 		var now corev1.Pod
 		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: victim}, &now)).To(Succeed())
 		g.Expect(now.UID).NotTo(Equal(pod.UID), "the StatefulSet recreates the pod")
-		var l coordinationv1.Lease
 		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: victim}, &l)).To(Succeed())
-		g.Expect(l.UID).NotTo(Equal(lease.UID), "the old Lease is collected")
-		g.Expect(l.OwnerReferences).To(ContainElement(HaveField("UID", now.UID)), "the new Lease belongs to the new pod")
+		g.Expect(l.Spec.HolderIdentity).To(HaveValue(Equal(victim)))
+		g.Expect(l.OwnerReferences).To(ContainElement(HaveField("UID", now.UID)), "the new pod holds the Lease")
 	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
-	path := r.states.first(victim, killed, "dead", "vanished")
-	t.Logf("%s after the force delete: %v", victim, r.states.since(victim, killed))
-	g.Expect(path).NotTo(BeEmpty(), "the ring showed %s neither dead nor vanished", victim)
-	if path == "vanished" {
+	path := r.states.first(victim, killed, "restarting", "vanished", "dead")
+	t.Logf("%s after the force delete (Lease collected: %t): %v", victim, l.UID != lease.UID, r.states.since(victim, killed))
+	if l.UID != lease.UID {
+		g.Expect(path).To(BeElementOf("vanished", "restarting"), "the ring showed %s neither vanished nor restarting", victim)
 		expectHeld(t, g, r, victim, held, killed, holdUntil)
+		return
+	}
+	// The instance handed its Lease back first: its objects waited for the
+	// new pod.
+	g.Expect(path).To(Equal("restarting"), "the ring showed %s %q, not restarting", victim, path)
+	for _, key := range held {
+		g.Expect(shardChanges(r.labels.changesSince(key, killed), victim)).To(BeEmpty(), "%s left the restarting %s", key, victim)
 	}
 }
 
