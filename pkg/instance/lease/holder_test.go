@@ -92,41 +92,45 @@ func TestHolderOptions(t *testing.T) {
 	valid := func() lease.HolderOptions {
 		return lease.HolderOptions{Ring: "r", Namespace: "ns", Identity: "i-0"}
 	}
+	// Each case names the option its error must name.
 	for _, tc := range []struct {
 		name   string
+		field  string
 		mutate func(*lease.HolderOptions)
 	}{
-		{"no ring", func(o *lease.HolderOptions) { o.Ring = "" }},
-		{"ring not a DNS label", func(o *lease.HolderOptions) { o.Ring = "Ring.One" }},
-		{"no namespace", func(o *lease.HolderOptions) { o.Namespace = "" }},
-		{"identity not a Lease name", func(o *lease.HolderOptions) { o.Identity = "Instance_0" }},
-		{"identity too long for a label value", func(o *lease.HolderOptions) { o.Identity = strings.Repeat("i", 64) }},
-		{"default identity too long for a label value", func(o *lease.HolderOptions) {
+		{"no ring", "ring", func(o *lease.HolderOptions) { o.Ring = "" }},
+		{"ring not a DNS label", "ring", func(o *lease.HolderOptions) { o.Ring = "Ring.One" }},
+		{"no namespace", "lease namespace", func(o *lease.HolderOptions) { o.Namespace = "" }},
+		{"identity not a Lease name", "instance ID", func(o *lease.HolderOptions) { o.Identity = "Instance_0" }},
+		{"identity too long for a label value", "instance ID", func(o *lease.HolderOptions) { o.Identity = strings.Repeat("i", 64) }},
+		{"default identity too long for a label value", "instance ID", func(o *lease.HolderOptions) {
 			o.Identity = ""
 			t.Setenv("POD_NAME", "pod."+strings.Repeat("p", 60))
 		}},
-		{"negative weight", func(o *lease.HolderOptions) { o.VirtualNodes = -1 }},
-		{"weight above the maximum", func(o *lease.HolderOptions) { o.VirtualNodes = membership.MaxVirtualNodes + 1 }},
-		{"fractional duration", func(o *lease.HolderOptions) { o.LeaseDuration = 1500 * time.Millisecond }},
-		{"duration below a second", func(o *lease.HolderOptions) { o.LeaseDuration = 500 * time.Millisecond }},
-		{"renew period not below the duration", func(o *lease.HolderOptions) {
+		{"negative weight", "virtual nodes", func(o *lease.HolderOptions) { o.VirtualNodes = -1 }},
+		{"weight above the maximum", "virtual nodes", func(o *lease.HolderOptions) { o.VirtualNodes = membership.MaxVirtualNodes + 1 }},
+		{"fractional duration", "lease duration", func(o *lease.HolderOptions) { o.LeaseDuration = 1500 * time.Millisecond }},
+		{"duration below a second", "lease duration", func(o *lease.HolderOptions) { o.LeaseDuration = 500 * time.Millisecond }},
+		{"renew period not below the duration", "renew period", func(o *lease.HolderOptions) {
 			o.LeaseDuration = 2 * time.Second
 			o.RenewPeriod = 2 * time.Second
 		}},
-		{"renew period not below the deadline", func(o *lease.HolderOptions) {
+		{"renew period not below the deadline", "renew period", func(o *lease.HolderOptions) {
 			o.RenewPeriod = 10 * time.Second
 			o.RenewDeadline = 10 * time.Second
 		}},
-		{"renew period not below the default deadline", func(o *lease.HolderOptions) { o.RenewPeriod = 11 * time.Second }},
-		{"renew deadline not below the duration", func(o *lease.HolderOptions) { o.RenewDeadline = 15 * time.Second }},
-		{"negative renew deadline", func(o *lease.HolderOptions) { o.RenewDeadline = -time.Second }},
-		{"default renew period above the duration given", func(o *lease.HolderOptions) { o.RenewPeriod = 20 * time.Second }},
+		{"renew period not below the default deadline", "renew period", func(o *lease.HolderOptions) { o.RenewPeriod = 11 * time.Second }},
+		{"renew deadline not below the duration", "renew deadline", func(o *lease.HolderOptions) { o.RenewDeadline = 15 * time.Second }},
+		{"negative renew deadline", "renew deadline", func(o *lease.HolderOptions) { o.RenewDeadline = -time.Second }},
+		{"default renew period above the duration given", "renew period", func(o *lease.HolderOptions) { o.RenewPeriod = 20 * time.Second }},
+		{"negative shutdown timeout", "shutdown timeout", func(o *lease.HolderOptions) { o.ShutdownTimeout = -time.Second }},
+		{"unknown release", "release", func(o *lease.HolderOptions) { o.Release = "Pause" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := valid()
 			tc.mutate(&opts)
 			_, err := lease.NewHolder(env.Client, opts)
-			NewWithT(t).Expect(err).To(HaveOccurred())
+			NewWithT(t).Expect(err).To(MatchError(ContainSubstring(tc.field)))
 		})
 	}
 
