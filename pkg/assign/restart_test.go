@@ -275,8 +275,9 @@ func (sc *restartScenario) settled(g Gomega) {
 	for id, s := range sc.instances {
 		g.Expect(s.held()).To(BeTrue(), "instance %s does not hold its Lease", id)
 	}
+	all := labelsOf(g, sc.ns)
 	for _, name := range sc.names {
-		l := labelsOf(g, sc.ns)[name]
+		l := all[name]
 		id := l[v1alpha1.ShardLabel(sc.ns)]
 		s, ok := sc.instances[id]
 		g.Expect(ok && s.held()).To(BeTrue(), "%s is on %q, which is not a live instance", name, id)
@@ -375,11 +376,14 @@ func TestRingRecoversFromRestarts(t *testing.T) {
 			}
 			wg.Wait()
 			time.Sleep(tc.away) // the instances are away: nothing to wait for but time
+			back := time.Now()
 			for _, s := range sc.instances {
 				s.start()
 			}
 			g.Eventually(sc.settled, tc.within, 50*time.Millisecond).Should(Succeed(),
 				"the ring did not recover within %v of the instances' return", tc.within)
+			t.Logf("recovered %v after the instances' return (bound %v); objects moved meanwhile: %d",
+				time.Since(back).Round(time.Millisecond), tc.within, len(sc.moves(before)))
 			sc.checkNoOverlap(t)
 			if tc.noMoves {
 				g.Expect(sc.moves(before)).To(BeEmpty(), "objects moved although their instances came back")
