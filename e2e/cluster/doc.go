@@ -9,8 +9,10 @@
 // through its Service with its self-managed certificate, membership in
 // Leases and ControllerRings, Leases garbage collected with their pods, a
 // controller that knows nothing of sharder beyond a label selector with
-// `sharder agent` as a native sidecar (a rolling update without overlapping
-// reconciles), the example operator as a StatefulSet scaled from 3 to 4 pods
-// (moves through drains, no overlapping reconciles), and an uninstall that
-// leaves nothing behind that would reject writes.
+// `sharder agent` as a native sidecar (a rolling update that moves nothing,
+// without overlapping reconciles), the example operator as a StatefulSet
+// scaled from 3 to 4 pods (moves through drains, a rolling update that moves
+// none of 32 EtcdClusters and leaves none without an instance for longer
+// than its pod's restart and 2 s, no overlapping reconciles), and an
+// uninstall that leaves nothing behind that would reject writes.
 package cluster
