@@ -155,7 +155,8 @@ type HolderOptions struct {
 
 	// Check, when set, is called before every acquisition and renewal; while
 	// it returns an error the holder does not write the Lease (a failed
-	// renewal). Default: none.
+	// renewal). An acquisition that only Check refused is tried again after
+	// 250ms (or RenewPeriod, if shorter). Default: none.
 	Check func(ctx context.Context) error
 
 	// Reader reads the Lease. Pass an uncached reader (mgr.GetAPIReader())
@@ -415,11 +416,26 @@ func (h *Holder) acquire(ctx context.Context) bool {
 		case err != nil:
 			h.log.Info("Could not acquire the instance Lease; retrying", "error", err.Error())
 		}
-		if !h.wait(ctx, h.opts.RenewPeriod) {
+		retry := h.opts.RenewPeriod
+		if errors.Is(err, errCheckFailed) {
+			// Only Check stands in the way (a controller that is still
+			// starting beside sharder agent): ask again soon, at no cost to
+			// the API server, so that a restarted instance is back as soon
+			// as it can work.
+			retry = min(retry, checkRetryPeriod)
+		}
+		if !h.wait(ctx, retry) {
 			return false
 		}
 	}
 }
+
+// checkRetryPeriod is how soon an acquisition that only Check refused is
+// tried again.
+const checkRetryPeriod = 250 * time.Millisecond
+
+// errCheckFailed is wrapped by an attempt that Check refused.
+var errCheckFailed = errors.New("check failed")
 
 // renew renews the Lease until ctx is done (nil) or the Lease is lost.
 func (h *Holder) renew(ctx context.Context) error {
@@ -620,7 +636,7 @@ func (h *Holder) key() types.NamespacedName {
 func (h *Holder) tryAcquireOrRenew(ctx context.Context) (bool, error) {
 	if h.opts.Check != nil {
 		if err := h.opts.Check(ctx); err != nil {
-			return false, fmt.Errorf("check failed: %w", err)
+			return false, fmt.Errorf("%w: %w", errCheckFailed, err)
 		}
 	}
 	now := h.opts.Clock.Now()

@@ -882,3 +882,31 @@ func TestHolderAcquiresAtTransitionLimit(t *testing.T) {
 	g.Expect(got.Spec.HolderIdentity).To(HaveValue(Equal("pod-9")))
 	g.Expect(got.Spec.LeaseTransitions).To(HaveValue(BeEquivalentTo(math.MaxInt32)))
 }
+
+// TestHolderAcquiresSoonAfterCheckPasses checks that an acquisition that
+// only Check refused (a controller still starting beside sharder agent) is
+// tried again soon, not a whole renew period (5 s with the default lease
+// duration) later: a restarted instance is back as soon as it can work.
+func TestHolderAcquiresSoonAfterCheckPasses(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	createLease(t, holderRing, ns, "pod-12", time.Now().Add(-time.Hour), 15, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("") })
+	var calls atomic.Int32
+	var healthy atomic.Bool
+	r := startHolder(t, lease.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "pod-12", // 15 s Lease: renewed every 5 s
+		Check: func(context.Context) error {
+			calls.Add(1)
+			if !healthy.Load() {
+				return errors.New("the controller is starting")
+			}
+			return nil
+		},
+	})
+	g.Eventually(calls.Load).Should(BeNumerically(">=", 1))
+	healthy.Store(true)
+	healthyAt := time.Now()
+	g.Eventually(r.Held, 10*time.Second, 10*time.Millisecond).Should(BeTrue())
+	g.Expect(r.acquiredAt().Sub(healthyAt)).To(BeNumerically("<", 2*time.Second), "acquired a renew period after the check passed")
+}
