@@ -447,7 +447,7 @@ func (h *Holder) renew(ctx context.Context) error {
 		deadline := h.renewedAt.Add(h.opts.RenewDeadline)
 		remaining := deadline.Sub(h.opts.Clock.Now())
 		if remaining <= 0 {
-			return fmt.Errorf("%w: not renewed within the renew deadline %v", ErrLeaseLost, h.opts.RenewDeadline)
+			return fmt.Errorf("%w %v", errRenewDeadline, h.opts.RenewDeadline)
 		}
 		// An attempt may take the time left until the deadline: on a loaded
 		// API server a renewal that answers late still keeps the Lease,
@@ -516,6 +516,9 @@ func (h *Holder) check(ctx context.Context) error {
 	return nil
 }
 
+// errRenewDeadline reports renewals that failed for the renew deadline.
+var errRenewDeadline = fmt.Errorf("%w: not renewed within the renew deadline", ErrLeaseLost)
+
 // errDeleted reports a Lease deleted while held: the sharder no longer sees
 // the instance as a member and may move its objects once its hold ends, so
 // the instance must stop as on any other loss.
@@ -565,7 +568,18 @@ func (h *Holder) shutdown(ctx context.Context) error {
 		notIdle := h.opts.BeforeRelease(ctx)
 		stopRenewing()
 		if err := <-renewed; err != nil {
-			return h.lost(err)
+			if notIdle != nil || !errors.Is(err, errRenewDeadline) {
+				return h.lost(err)
+			}
+			// Renewals failed for the renew deadline while the last
+			// reconciles ended (a controller stopping on a loaded machine):
+			// nothing is in flight any more, so the Lease is still released
+			// if nobody else wrote it meanwhile, rather than left for the
+			// sharder to wait out.
+			h.log.Info("Not renewed within the renew deadline during the shutdown; nothing is in flight, releasing the Lease if it is still ours", "error", err.Error())
+			if h.opts.OnLost != nil {
+				h.opts.OnLost()
+			}
 		}
 		if notIdle != nil {
 			h.held.Store(false)

@@ -910,3 +910,41 @@ func TestHolderAcquiresSoonAfterCheckPasses(t *testing.T) {
 	g.Eventually(r.Held, 10*time.Second, 10*time.Millisecond).Should(BeTrue())
 	g.Expect(r.acquiredAt().Sub(healthyAt)).To(BeNumerically("<", 2*time.Second), "acquired a renew period after the check passed")
 }
+
+// TestHolderReleasesAfterDeadlineInShutdown checks that renewals failing
+// past the renew deadline while BeforeRelease waits for the last reconciles
+// (a controller stopping on a loaded machine) do not cost the release once
+// nothing is in flight: the Lease is still handed back, so the sharder need
+// not wait it out, and OnLost is called.
+func TestHolderReleasesAfterDeadlineInShutdown(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env.Namespace(t)
+	createLease(t, holderRing, ns, "pod-13", time.Now().Add(-time.Hour), 2, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("") })
+	var stopping atomic.Bool
+	r := startHolder(t, lease.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "pod-13", LeaseDuration: 2 * time.Second, RenewPeriod: 200 * time.Millisecond,
+		Check: func(context.Context) error {
+			if stopping.Load() {
+				return errors.New("the API server does not answer in time")
+			}
+			return nil
+		},
+		BeforeRelease: func(ctx context.Context) error {
+			stopping.Store(true)
+			// The last reconcile takes longer than the renew deadline (1.33 s).
+			select {
+			case <-time.After(2 * time.Second):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+	})
+	g.Eventually(r.Held).Should(BeTrue())
+	r.cancel()
+	g.Eventually(r.done, 10*time.Second).Should(Receive(BeNil()))
+	r.done <- nil // for the cleanup
+	g.Expect(getLease(ns, "pod-13")()).To(HaveField("Spec.HolderIdentity", HaveValue(BeEmpty())), "released")
+	g.Expect(r.lost.Load()).To(BeEquivalentTo(1))
+}
