@@ -41,10 +41,13 @@ type running struct {
 }
 
 // acquiredAt returns when Held was first seen true: at most 10ms after the
-// acquisition.
+// acquisition. Called once Held is true, it waits for the watcher below to
+// have recorded it (zero if it never does).
 func (r *running) acquiredAt() time.Time {
-	if at := r.held.Load(); at != nil {
-		return *at
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if at := r.held.Load(); at != nil {
+			return *at
+		}
 	}
 	return time.Time{}
 }
