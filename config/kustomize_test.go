@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sharder-dev/sharder/internal/testenv"
-	"github.com/sharder-dev/sharder/pkg/config"
+	"github.com/sharder-dev/sharder/pkg/sharder/config"
 )
 
 var env *testenv.Env

@@ -47,7 +47,7 @@ type AgentShutdownInput struct {
 func AgentShutdownSpec(t *testing.T, in AgentShutdownInput) {
 	e := newRingEnv(t, ringOptions{
 		Resources:   []sharderv1alpha1.RingResource{{Group: "", Resource: "configmaps"}},
-		Tracked:     corev1.SchemeGroupVersion.WithResource("configmaps"),
+		Watched:     corev1.SchemeGroupVersion.WithResource("configmaps"),
 		TrackedKind: schema.GroupKind{Kind: "ConfigMap"},
 	})
 	shutdownTimeout := "--shutdown-timeout=" + in.ShutdownTimeout.String()

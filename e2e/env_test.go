@@ -58,9 +58,9 @@ type ringOptions struct {
 	// Resources of the ring. Default: EtcdClusters and everything they
 	// control.
 	Resources []sharderv1alpha1.RingResource
-	// Tracked is the resource the tracker watches, TrackedKind its kind.
+	// Watched is the resource the tracker watches, TrackedKind its kind.
 	// Default: EtcdClusters.
-	Tracked     schema.GroupVersionResource
+	Watched     schema.GroupVersionResource
 	TrackedKind schema.GroupKind
 }
 
@@ -80,7 +80,7 @@ type ringEnv struct {
 	sharderNamespace string
 	reconcileLogs    string
 	instanceUser     *localrun.User
-	tracker          *localrun.Tracker
+	tracker          *localrun.LabelWatch
 
 	mu       sync.Mutex
 	sharders []*localrun.Sharder
@@ -121,8 +121,8 @@ func newRingEnv(t *testing.T, opts ringOptions) *ringEnv {
 			},
 		}}
 	}
-	if opts.Tracked.Empty() {
-		opts.Tracked, opts.TrackedKind = etcdClusters, etcdClusterKind
+	if opts.Watched.Empty() {
+		opts.Watched, opts.TrackedKind = etcdClusters, etcdClusterKind
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	suffix := make([]byte, 3)
@@ -173,7 +173,7 @@ func newRingEnv(t *testing.T, opts ringOptions) *ringEnv {
 	}
 	g.Expect(e.c.Create(ctx, r)).To(gomega.Succeed())
 
-	e.tracker, err = localrun.NewTracker(cluster.ControlPlane.Config, opts.Tracked, e.namespace, e.ring)
+	e.tracker, err = localrun.NewLabelWatch(cluster.ControlPlane.Config, opts.Watched, e.namespace, e.ring)
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	g.Expect(e.tracker.Start(ctx)).To(gomega.Succeed())
 	return e
@@ -441,7 +441,7 @@ func (e *ringEnv) waitSettled(n int, timeout time.Duration, instances ...string)
 	ctx, cancel := context.WithTimeout(e.ctx, timeout)
 	defer cancel()
 	if err := e.tracker.Wait(ctx, localrun.SettledOn(e.opts.TrackedKind, n, instances...)); err != nil {
-		e.t.Fatalf("%s of ring %s did not settle on %v within %s: %v", e.opts.Tracked.Resource, e.ring, instances, timeout, err)
+		e.t.Fatalf("%s of ring %s did not settle on %v within %s: %v", e.opts.Watched.Resource, e.ring, instances, timeout, err)
 	}
 	return e.tracker.Assignment()
 }

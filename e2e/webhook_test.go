@@ -151,7 +151,7 @@ func DrainIdentitySpec(t *testing.T, in DrainIdentityInput) {
 	// reconciling: acknowledging for it then is what the instance itself
 	// would do once idle (acknowledging mid-reconcile would let two
 	// instances overlap, which the final check would catch).
-	var pending localrun.Tracked
+	var pending localrun.Watched
 	e.g.Eventually(func() error {
 		busy := map[string]bool{}
 		for _, iv := range e.intervals() {

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 "$cg" object paths=./pkg/apis/...
 "$cg" crd paths=./pkg/apis/... output:crd:artifacts:config=config/crd/bases
 # Only the sharder's own packages: pkg/instance runs inside controllers, not in the sharder.
-"$cg" rbac:roleName=sharder paths=./pkg/leases/... paths=./pkg/assign/... paths=./pkg/drain/... paths=./pkg/webhook/... paths=./cmd/... output:rbac:artifacts:config=config/rbac
+"$cg" rbac:roleName=sharder paths=./pkg/sharder/... paths=./pkg/drain/... paths=./cmd/... output:rbac:artifacts:config=config/rbac
 if [ -d examples/etcd-operator/api ]; then
   "$cg" object paths=./examples/etcd-operator/api/...
   "$cg" crd paths=./examples/etcd-operator/api/... output:crd:artifacts:config=examples/etcd-operator/config/crd

@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sharder-dev/sharder/internal/testenv"
-	"github.com/sharder-dev/sharder/pkg/config"
+	"github.com/sharder-dev/sharder/pkg/sharder/config"
 )
 
 const (
@@ -279,7 +279,7 @@ func TestRenderServiceMonitor(t *testing.T) {
 	g.Expect(find(objs, "ClusterRole")).To(HaveKey("sharder-metrics-reader"))
 }
 
-// metricNamesRE finds the metric names in pkg/metrics.
+// metricNamesRE finds the metric names in pkg/sharder/metrics.
 var metricNamesRE = regexp.MustCompile(`Name:\s+"(sharder_[a-z_]+)"`)
 
 func TestRenderDashboard(t *testing.T) {
@@ -300,7 +300,7 @@ func TestRenderDashboard(t *testing.T) {
 	}
 	g.Expect(json.Unmarshal([]byte(cm.Data["sharder-rings.json"]), &dash)).To(Succeed())
 
-	// Every metric the dashboard queries is defined in pkg/metrics.
+	// Every metric the dashboard queries is defined in pkg/sharder/metrics.
 	defined := map[string]bool{}
 	files, err := filepath.Glob(filepath.Join(repoRoot(t), "pkg", "metrics", "*.go"))
 	g.Expect(err).NotTo(HaveOccurred())

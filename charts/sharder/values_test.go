@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sharder-dev/sharder/pkg/config"
+	"github.com/sharder-dev/sharder/pkg/sharder/config"
 )
 
 // boolValues returns the dotted path of every boolean in values.yaml with

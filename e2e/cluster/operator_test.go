@@ -71,7 +71,7 @@ func testEtcdOperator(t *testing.T) {
 	installOperator(ctx, t, g, logs)
 	waitReadyReplicas(ctx, g, 3)
 
-	tracker, err := localrun.NewTracker(restConfig, etcdClusterGVR, clustersNamespace, operatorRing)
+	tracker, err := localrun.NewLabelWatch(restConfig, etcdClusterGVR, clustersNamespace, operatorRing)
 	g.Expect(err).NotTo(HaveOccurred())
 	labels := newLabelRecorder(ctx, t, etcdClusterGVR, clustersNamespace, operatorRing)
 	states := newRingStateRecorder(ctx, t, operatorRing)
@@ -147,7 +147,7 @@ func testEtcdOperator(t *testing.T) {
 // recorders are what the scenario watches: the EtcdClusters' labels, the
 // ring's member states, and the operator's pods and Leases.
 type recorders struct {
-	tracker *localrun.Tracker
+	tracker *localrun.LabelWatch
 	labels  *labelRecorder
 	states  *ringStateRecorder
 	pods    *rolloutRecorder
@@ -528,14 +528,14 @@ func waitStatefulSetReady(ctx context.Context, g Gomega, namespace, name string,
 
 // waitSettled waits until every EtcdCluster sits on the instance the ring
 // of ids chooses, none draining.
-func waitSettled(ctx context.Context, t *testing.T, tracker *localrun.Tracker, ids []string) localrun.Assignment {
+func waitSettled(ctx context.Context, t *testing.T, tracker *localrun.LabelWatch, ids []string) localrun.Assignment {
 	t.Helper()
 	return waitSettledOn(ctx, t, tracker, etcdClusterKind, clusters, ids)
 }
 
 // waitSettledOn waits until the n objects of kind the tracker sees sit on
 // the instances the ring of ids chooses, none draining.
-func waitSettledOn(ctx context.Context, t *testing.T, tracker *localrun.Tracker, kind schema.GroupKind, n int, ids []string) localrun.Assignment {
+func waitSettledOn(ctx context.Context, t *testing.T, tracker *localrun.LabelWatch, kind schema.GroupKind, n int, ids []string) localrun.Assignment {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()

@@ -82,7 +82,7 @@ func testPlainControllerWithAgent(t *testing.T) {
 	t.Logf("%s: 2 pods ready, each an instance", elapsed())
 
 	gvr := corev1.SchemeGroupVersion.WithResource("configmaps")
-	tracker, err := localrun.NewTracker(restConfig, gvr, plainObjects, plainRing)
+	tracker, err := localrun.NewLabelWatch(restConfig, gvr, plainObjects, plainRing)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(tracker.Start(ctx)).To(Succeed())
 	labels := newLabelRecorder(ctx, t, gvr, plainObjects, plainRing)

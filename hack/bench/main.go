@@ -34,7 +34,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sharder-dev/sharder/pkg/assign"
+	"github.com/sharder-dev/sharder/pkg/sharder/assign"
 )
 
 func main() {

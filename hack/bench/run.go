@@ -74,9 +74,9 @@ type bench struct {
 	instances map[string]*localrun.Process
 	// killed holds the instances the bench killed on purpose.
 	killed  map[string]bool
-	tracker *localrun.Tracker
+	tracker *localrun.LabelWatch
 	// unrelated tracks the objects of unrelatedNamespace.
-	unrelated *localrun.Tracker
+	unrelated *localrun.LabelWatch
 	sharder   *localrun.Sharder
 	// pprofAddress serves the sharder process's /debug/pprof/.
 	pprofAddress string
@@ -202,14 +202,14 @@ func (b *bench) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.tracker, err = localrun.NewTracker(b.cl.ControlPlane.Config, configMaps, objectNamespace, ringName)
+	b.tracker, err = localrun.NewLabelWatch(b.cl.ControlPlane.Config, configMaps, objectNamespace, ringName)
 	if err != nil {
 		return err
 	}
 	if err := b.tracker.Start(ctx); err != nil {
 		return err
 	}
-	b.unrelated, err = localrun.NewTracker(b.cl.ControlPlane.Config, configMaps, unrelatedNamespace, ringName)
+	b.unrelated, err = localrun.NewLabelWatch(b.cl.ControlPlane.Config, configMaps, unrelatedNamespace, ringName)
 	if err != nil {
 		return err
 	}
@@ -267,11 +267,11 @@ func (b *bench) liveInstances() []string {
 // wait waits until cond holds for the objects of the ring's namespace. It
 // fails at once when a simulated instance exits that the bench did not
 // kill: the figure would not be the one measured.
-func (b *bench) wait(ctx context.Context, timeout time.Duration, cond func([]localrun.Tracked) error) error {
+func (b *bench) wait(ctx context.Context, timeout time.Duration, cond func([]localrun.Watched) error) error {
 	return b.waitOn(ctx, b.tracker, timeout, cond)
 }
 
-func (b *bench) waitOn(ctx context.Context, t *localrun.Tracker, timeout time.Duration, cond func([]localrun.Tracked) error) error {
+func (b *bench) waitOn(ctx context.Context, t *localrun.LabelWatch, timeout time.Duration, cond func([]localrun.Watched) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	ctx, stop := context.WithTimeout(ctx, timeout)
@@ -340,7 +340,7 @@ func (b *bench) idleCPU(ctx context.Context, d time.Duration) (float64, error) {
 	return (after - before).Seconds() / time.Since(t0).Seconds(), nil
 }
 
-func lastChange(objs []localrun.Tracked) time.Time {
+func lastChange(objs []localrun.Watched) time.Time {
 	var last time.Time
 	for _, o := range objs {
 		if o.Changed.After(last) {

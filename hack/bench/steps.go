@@ -34,7 +34,7 @@ func (b *bench) initialAssignment(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := b.wait(ctx, time.Minute, func(objs []localrun.Tracked) error {
+	if err := b.wait(ctx, time.Minute, func(objs []localrun.Watched) error {
 		if len(objs) != b.p.objects {
 			return fmt.Errorf("%d objects tracked", len(objs))
 		}
@@ -107,7 +107,7 @@ func (b *bench) measureRingFloor(ctx context.Context) error {
 	fmt.Printf("  floor, %s: %s\n", removed.name, removed)
 	b.ringFloor = set
 	// The sharder starts on unlabelled objects, as before.
-	if err := b.wait(ctx, time.Minute, func(objs []localrun.Tracked) error {
+	if err := b.wait(ctx, time.Minute, func(objs []localrun.Watched) error {
 		for _, o := range objs {
 			if o.Instance != "" {
 				return fmt.Errorf("object %s still labelled", o.Key)
@@ -258,7 +258,7 @@ func (b *bench) watchDelay(ctx context.Context) ([]time.Duration, error) {
 		return nil, fmt.Errorf("%d creations failed", f)
 	}
 	lat := make([]time.Duration, n)
-	err := b.waitOn(ctx, b.unrelated, time.Minute, func([]localrun.Tracked) error {
+	err := b.waitOn(ctx, b.unrelated, time.Minute, func([]localrun.Watched) error {
 		for i := range n {
 			o, ok := b.unrelated.Get(unrelatedNamespace + "/" + objectName(prefix, i))
 			if !ok {

@@ -73,7 +73,7 @@ type demo struct {
 	instanceUser  *localrun.User
 	leaseDuration time.Duration
 	instances     []*localrun.Process
-	tracker       *localrun.Tracker
+	tracker       *localrun.LabelWatch
 	kube          kube
 }
 
@@ -207,7 +207,7 @@ func (d *demo) setUp(ctx context.Context) error {
 	if d.instanceUser, err = d.cl.ControlPlane.AddServiceAccountUser("etcd-operator", sa[0].Namespace, sa[0].Name); err != nil {
 		return err
 	}
-	d.tracker, err = localrun.NewTracker(d.cl.ControlPlane.Config, etcdv1alpha1.GroupVersion.WithResource("etcdclusters"), demoNamespace, d.ring.Name)
+	d.tracker, err = localrun.NewLabelWatch(d.cl.ControlPlane.Config, etcdv1alpha1.GroupVersion.WithResource("etcdclusters"), demoNamespace, d.ring.Name)
 	if err != nil {
 		return err
 	}
@@ -287,7 +287,7 @@ func (d *demo) waitSettled(ctx context.Context, n int) error {
 
 // waitSettled waits until the n EtcdClusters sit on the instances of ids
 // the ring chooses, none draining.
-func waitSettled(ctx context.Context, tracker *localrun.Tracker, n int, ids []string) error {
+func waitSettled(ctx context.Context, tracker *localrun.LabelWatch, n int, ids []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	start := time.Now()

@@ -83,7 +83,7 @@ func runReal(ctx context.Context, kubeconfig, helm string, clusters int) error {
 	}
 	k.run(ctx, "get", "pods", "--namespace", operatorNamespace)
 
-	tracker, err := localrun.NewTracker(cfg, etcdv1alpha1.GroupVersion.WithResource("etcdclusters"), demoNamespace, operatorRing)
+	tracker, err := localrun.NewLabelWatch(cfg, etcdv1alpha1.GroupVersion.WithResource("etcdclusters"), demoNamespace, operatorRing)
 	if err != nil {
 		return err
 	}
@@ -170,11 +170,11 @@ func createVolumes(ctx context.Context, c client.Client, dir string, n int) erro
 
 // showMoves prints each drain and each move as the tracker sees it, until
 // the n EtcdClusters are settled on ids.
-func showMoves(ctx context.Context, tracker *localrun.Tracker, n int, ids []string) error {
+func showMoves(ctx context.Context, tracker *localrun.LabelWatch, n int, ids []string) error {
 	last := tracker.Assignment().ByKey()
 	draining := map[string]bool{}
 	settled := localrun.SettledOn(etcdClusterKind, n, ids...)
-	report := func(objs []localrun.Tracked) error {
+	report := func(objs []localrun.Watched) error {
 		for _, o := range objs {
 			if o.Draining && !draining[o.Key] {
 				fmt.Printf("    %s: drain requested on %s\n", o.Key, o.Instance)

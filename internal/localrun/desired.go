@@ -62,11 +62,11 @@ func (d *desired) instance(key string) (string, error) {
 	return id, nil
 }
 
-// SettledOn is a Tracker.Wait condition: n objects of kind gk, each on the
+// SettledOn is a LabelWatch.Wait condition: n objects of kind gk, each on the
 // instance the ring of instances chooses for it, none draining.
-func SettledOn(gk schema.GroupKind, n int, instances ...string) func([]Tracked) error {
+func SettledOn(gk schema.GroupKind, n int, instances ...string) func([]Watched) error {
 	var d *desired
-	return func(objs []Tracked) error {
+	return func(objs []Watched) error {
 		if n >= 0 && len(objs) != n {
 			return fmt.Errorf("%d objects tracked, want %d", len(objs), n)
 		}

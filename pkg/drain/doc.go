@@ -31,10 +31,10 @@
 // labels is accepted whatever the drain names.
 //
 // If the instance does not acknowledge within the ring's drainTimeout, the
-// sharder forces the move. Tracker keeps the start of each drain in memory;
-// a sharder that starts and finds a drain label it did not set gives that
+// sharder forces the move. The sharder keeps the start of each drain in
+// memory; a sharder that starts and finds a drain label it did not set gives that
 // drain a fresh timeout, so a restart never shortens a drain.
 //
-// The sharder side is RequestPatch, Requested and Tracker; the instance side
-// is Acknowledge.
+// The sharder side is RequestPatch and Requested; the instance side is
+// Requested, Target and Acknowledge.
 package drain

@@ -3,10 +3,8 @@ package drain
 import (
 	"encoding/json"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clocktesting "k8s.io/utils/clock/testing"
 )
 
 func TestRequestPatch(t *testing.T) {
@@ -75,39 +73,5 @@ func TestRequested(t *testing.T) {
 		if got := Requested(obj, "web"); got != tc.want {
 			t.Errorf("Requested(%v) = %v, want %v", tc.labels, got, tc.want)
 		}
-	}
-}
-
-func TestTracker(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clk := clocktesting.NewFakePassiveClock(now)
-	tr := NewTracker(clk)
-
-	if start := tr.Begin("a"); !start.Equal(now) {
-		t.Fatalf("Begin = %v, want %v", start, now)
-	}
-	clk.SetTime(now.Add(time.Second))
-	if start := tr.Begin("a"); !start.Equal(now) {
-		t.Errorf("second Begin moved the start to %v", start)
-	}
-	// A drain never seen starting gets a fresh timeout from now.
-	if d := tr.Deadline("b", 10*time.Second); !d.Equal(now.Add(11 * time.Second)) {
-		t.Errorf("Deadline(b) = %v, want %v", d, now.Add(11*time.Second))
-	}
-	if d := tr.Deadline("a", 10*time.Second); !d.Equal(now.Add(10 * time.Second)) {
-		t.Errorf("Deadline(a) = %v, want %v", d, now.Add(10*time.Second))
-	}
-	if tr.Len() != 2 {
-		t.Errorf("Len = %d, want 2", tr.Len())
-	}
-	clk.SetTime(now.Add(3 * time.Second))
-	if dur, ok := tr.End("a"); !ok || dur != 3*time.Second {
-		t.Errorf("End(a) = %v, %v; want 3s, true", dur, ok)
-	}
-	if _, ok := tr.End("a"); ok {
-		t.Error("End(a) twice reported a drain")
-	}
-	if tr.Len() != 1 {
-		t.Errorf("Len = %d, want 1", tr.Len())
 	}
 }

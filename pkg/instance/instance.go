@@ -21,7 +21,7 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance/internal/inflight"
-	"github.com/sharder-dev/sharder/pkg/instance/lease"
+	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
 )
 
 // RBAC: the instance runs inside the user's controller, whose role this
@@ -36,7 +36,7 @@ var ErrMoved = errors.New("the object was assigned to another instance")
 
 // ErrLeaseLost is the cause (context.Cause) of the cancellation of the
 // reconciles running when the instance lost its Lease.
-var ErrLeaseLost = lease.ErrLeaseLost
+var ErrLeaseLost = leaseholder.ErrLeaseLost
 
 // moveCheckTimeout bounds the read that tells a moved object from a deleted
 // one when it leaves the cache while a reconcile of it runs.
@@ -47,14 +47,14 @@ const moveCheckTimeout = 10 * time.Second
 // reconciles in flight, acknowledges drains and reports gained and lost
 // objects. Create it with Setup.
 type Instance struct {
-	opts      Options
-	client    client.Client // the manager's client: reads from its cache
-	apiReader client.Reader // reads from the API server
-	cache     cache.Cache
-	mgr       manager.Manager
-	log       logr.Logger
-	tracker   *inflight.Tracker
-	holder    *lease.Holder
+	opts       Options
+	client     client.Client // the manager's client: reads from its cache
+	apiReader  client.Reader // reads from the API server
+	cache      cache.Cache
+	mgr        manager.Manager
+	log        logr.Logger
+	reconciles *inflight.Gate
+	holder     *leaseholder.Holder
 
 	// acked holds the objects whose drain this instance is acknowledging or
 	// has acknowledged, until they leave the cache.
@@ -108,16 +108,16 @@ func Setup(mgr manager.Manager, opts Options) (*Instance, error) {
 		return nil, fmt.Errorf("creating the Lease client: %w", err)
 	}
 	i := &Instance{
-		opts:      opts,
-		client:    mgr.GetClient(),
-		apiReader: mgr.GetAPIReader(),
-		cache:     mgr.GetCache(),
-		mgr:       mgr,
-		log:       mgr.GetLogger().WithName("instance").WithValues("ring", opts.Ring, "instance", opts.Identity),
-		tracker:   inflight.New(),
-		kinds:     map[schema.GroupVersionKind]client.Object{},
+		opts:       opts,
+		client:     mgr.GetClient(),
+		apiReader:  mgr.GetAPIReader(),
+		cache:      mgr.GetCache(),
+		mgr:        mgr,
+		log:        mgr.GetLogger().WithName("instance").WithValues("ring", opts.Ring, "instance", opts.Identity),
+		reconciles: inflight.New(),
+		kinds:      map[schema.GroupVersionKind]client.Object{},
 	}
-	i.holder, err = lease.NewHolder(direct, lease.HolderOptions{
+	i.holder, err = leaseholder.NewHolder(direct, leaseholder.HolderOptions{
 		Ring:            opts.Ring,
 		Namespace:       opts.LeaseNamespace,
 		Identity:        opts.Identity,
@@ -213,14 +213,14 @@ func (i *Instance) Start(ctx context.Context) error {
 	if err != nil {
 		return nil //nolint:nilerr // ctx ended before the Lease was held: a normal shutdown
 	}
-	i.tracker.Open()
+	i.reconciles.Open()
 	i.log.Info("Instance holds its Lease, reconciling")
 	<-ctx.Done()
 	return nil
 }
 
 func (i *Instance) readyz(_ *http.Request) error {
-	if i.tracker.Admitting() {
+	if i.reconciles.Admitting() {
 		return nil
 	}
 	return errors.New("the instance does not hold its Lease")
@@ -296,11 +296,11 @@ func (i *Instance) left(gvk schema.GroupVersionKind, obj client.Object, moved bo
 // deletion alike. Reconciles of a deleted object run on: they may be
 // finishing its deletion.
 func (i *Instance) cancelMoved(gvk schema.GroupVersionKind, key inflight.Key, moved bool) {
-	if i.tracker.RunningOf(key) == 0 {
+	if i.reconciles.RunningOf(key) == 0 {
 		return
 	}
 	cancel := func() {
-		if n := i.tracker.Cancel(key, ErrMoved); n > 0 {
+		if n := i.reconciles.Cancel(key, ErrMoved); n > 0 {
 			i.log.Info("Cancelled reconciles of an object assigned elsewhere", "kind", gvk.Kind, "object", key.NamespacedName, "reconciles", n)
 		}
 	}
@@ -328,8 +328,8 @@ func (i *Instance) cancelMoved(gvk schema.GroupVersionKind, key inflight.Key, mo
 // lost is the Lease holder's OnLost: stop at once (no new reconcile, those
 // in flight cancelled), then the user's answer.
 func (i *Instance) lost() {
-	i.tracker.Close()
-	i.tracker.CancelAll(ErrLeaseLost)
+	i.reconciles.Close()
+	i.reconciles.CancelAll(ErrLeaseLost)
 	i.log.Info("Instance lost its Lease, no longer reconciling")
 	if i.opts.OnLost != nil {
 		i.opts.OnLost()
@@ -340,13 +340,13 @@ func (i *Instance) lost() {
 // and wait for those in flight, so that no other instance starts on an
 // object this one is still working on.
 func (i *Instance) beforeRelease(ctx context.Context) error {
-	i.tracker.Close()
-	running := i.tracker.Running()
+	i.reconciles.Close()
+	running := i.reconciles.Running()
 	if running > 0 {
 		i.log.Info("Waiting for reconciles in flight before releasing the Lease", "running", running)
 	}
-	if err := i.tracker.Wait(ctx); err != nil {
-		return fmt.Errorf("%d reconciles still in flight: %w", i.tracker.Running(), err)
+	if err := i.reconciles.Wait(ctx); err != nil {
+		return fmt.Errorf("%d reconciles still in flight: %w", i.reconciles.Running(), err)
 	}
 	return nil
 }

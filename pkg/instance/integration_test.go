@@ -24,9 +24,9 @@ import (
 
 	"github.com/sharder-dev/sharder/internal/testenv"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
-	"github.com/sharder-dev/sharder/pkg/assign"
-	"github.com/sharder-dev/sharder/pkg/leases"
 	"github.com/sharder-dev/sharder/pkg/membership"
+	"github.com/sharder-dev/sharder/pkg/sharder/assign"
+	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
 )
 
 // startSharder runs the lease controller and the assignment engine on a
@@ -34,11 +34,11 @@ import (
 func startSharder(t *testing.T) {
 	t.Helper()
 	mgrOpts := env.ManagerOptions()
-	mgrOpts.Cache = cache.Options{ByObject: leases.CacheByObject()}
+	mgrOpts.Cache = cache.Options{ByObject: leasecontroller.CacheByObject()}
 	mgrOpts.Logger = ctrl.Log.WithName("sharder")
 	mgr := env.NewManager(t, nil, mgrOpts)
-	registry := leases.NewRegistry()
-	if err := leases.NewController(leases.ControllerOptions{Registry: registry, Identity: "sharder:test"}).SetupWithManager(mgr); err != nil {
+	registry := leasecontroller.NewRegistry()
+	if err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: registry, Identity: "sharder:test"}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	engine, err := assign.New(assign.Options{Registry: registry})

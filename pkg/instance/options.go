@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
 
-	"github.com/sharder-dev/sharder/pkg/instance/lease"
+	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
 )
 
 // Options configures an instance. Ring and LeaseNamespace are required.
@@ -69,13 +69,13 @@ type Options struct {
 	OnLost func()
 
 	// Release is how the instance hands its Lease back on a graceful stop,
-	// once its reconciles in flight have finished: lease.ReleaseRestart when
+	// once its reconciles in flight have finished: leaseholder.ReleaseRestart when
 	// the instance comes back with the same ID (a StatefulSet's pod), so
 	// that the sharder keeps its objects for the ring's restartHold and a
-	// rolling update moves no object; lease.ReleaseStop when it does not (a
+	// rolling update moves no object; leaseholder.ReleaseStop when it does not (a
 	// Deployment's pod), so that its objects move at once.
-	// Default: lease.ReleaseStop.
-	Release lease.Release
+	// Default: leaseholder.ReleaseStop.
+	Release leaseholder.Release
 
 	// ShutdownTimeout bounds how long shutdown waits for reconciles in flight
 	// before the Lease is released anyway.
@@ -93,7 +93,7 @@ type Options struct {
 }
 
 // Defaults of Options. The Lease's timings and the shutdown timeout are the
-// lease holder's: lease.DefaultLeaseDuration and lease.DefaultShutdownTimeout.
+// lease holder's: leaseholder.DefaultLeaseDuration and leaseholder.DefaultShutdownTimeout.
 const (
 	DefaultRetryPeriod = time.Second
 )
@@ -101,7 +101,7 @@ const (
 // DefaultIdentity returns the default instance ID: the POD_NAME environment
 // variable, else the hostname.
 func DefaultIdentity() (string, error) {
-	return lease.DefaultIdentity()
+	return leaseholder.DefaultIdentity()
 }
 
 // setDefaults fills in defaults and checks the options. Durations the lease
@@ -123,7 +123,7 @@ func (o *Options) setDefaults() error {
 		o.Identity = id
 	}
 	if o.Identity != "" {
-		if err := lease.ValidateIdentity(o.Identity); err != nil {
+		if err := leaseholder.ValidateIdentity(o.Identity); err != nil {
 			errs = append(errs, err)
 		}
 	}

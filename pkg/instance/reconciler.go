@@ -80,7 +80,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	log := logf.FromContext(ctx)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	admission, end := r.inst.tracker.BeginCancellable(key, cancel)
+	admission, end := r.inst.reconciles.BeginCancellable(key, cancel)
 	switch admission {
 	case inflight.Admitted:
 	case inflight.NotOpen:
@@ -147,7 +147,7 @@ func (r *reconciler) absent(ctx context.Context, req reconcile.Request) (reconci
 // runs in this instance.
 func (r *reconciler) acknowledge(ctx context.Context, key inflight.Key, cached client.Object) (reconcile.Result, error) {
 	log := logf.FromContext(ctx)
-	ok, err := r.inst.tracker.Drain(ctx, key)
+	ok, err := r.inst.reconciles.Drain(ctx, key)
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("waiting for reconciles of %s in flight: %w", key.NamespacedName, err)
 	}

@@ -22,8 +22,8 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sharder-dev/sharder/pkg/config"
-	"github.com/sharder-dev/sharder/pkg/instance/lease"
+	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
+	"github.com/sharder-dev/sharder/pkg/sharder/config"
 )
 
 // agentOptions are the flags of `sharder agent`.
@@ -33,7 +33,7 @@ type agentOptions struct {
 	healthURL string
 	// probeAddress serves /readyz (the Lease is held) and /healthz.
 	probeAddress string
-	holder       lease.HolderOptions
+	holder       leaseholder.HolderOptions
 
 	// Filled in by complete.
 	client    client.Client
@@ -42,7 +42,7 @@ type agentOptions struct {
 	// stopping is set once SIGTERM arrived.
 	stopping atomic.Bool
 	// current is the holder of the moment (a new one after each loss).
-	current atomic.Pointer[lease.Holder]
+	current atomic.Pointer[leaseholder.Holder]
 }
 
 // controllerPollInterval is how often the agent asks, after SIGTERM, whether
@@ -101,14 +101,14 @@ the next one.`,
 	fs.StringVar(&o.holder.Ring, "ring", "", "Name of the ControllerRing the instance belongs to. Required.")
 	fs.StringVar(&o.holder.Namespace, "lease-namespace", "", "The ring's spec.leaseNamespace, where the Lease is held. Required.")
 	fs.StringVar(&o.holder.Identity, "instance", "", "Instance ID: the Lease's name and holder. Default: $POD_NAME, else the hostname.")
-	fs.DurationVar(&o.holder.LeaseDuration, "lease-duration", lease.DefaultLeaseDuration, "How long the Lease is valid without renewal (whole seconds). The sharder moves the instance's objects about twice this long after the last renewal.")
+	fs.DurationVar(&o.holder.LeaseDuration, "lease-duration", leaseholder.DefaultLeaseDuration, "How long the Lease is valid without renewal (whole seconds). The sharder moves the instance's objects about twice this long after the last renewal.")
 	fs.DurationVar(&o.holder.RenewPeriod, "renew-period", 0, "Time between renewals. Default: a third of --lease-duration.")
 	fs.DurationVar(&o.holder.RenewDeadline, "renew-deadline", 0, "How long after the start of its last successful renewal the agent gives the Lease up when it cannot renew; between --renew-period and --lease-duration. Default: two thirds of --lease-duration.")
-	fs.StringVar((*string)(&o.holder.Release), "release", string(lease.ReleaseStop), "How the Lease is handed back once the controller has stopped after SIGTERM: Restart (the pod comes back with the same ID, as a StatefulSet's pod: the sharder keeps its objects for the ring's restartHold, so a rolling update moves none) or Stop (its objects move at once).")
+	fs.StringVar((*string)(&o.holder.Release), "release", string(leaseholder.ReleaseStop), "How the Lease is handed back once the controller has stopped after SIGTERM: Restart (the pod comes back with the same ID, as a StatefulSet's pod: the sharder keeps its objects for the ring's restartHold, so a rolling update moves none) or Stop (its objects move at once).")
 	fs.IntVar(&o.holder.VirtualNodes, "virtual-nodes", 0, "Weight of the instance in the ring (sharder.dev/virtual-nodes). Default: 0, the ring's default.")
 	fs.StringVar(&o.healthURL, "health-url", "", "HTTP(S) URL of the controller's health endpoint; the Lease is acquired and renewed only while it answers 2xx, and after SIGTERM kept until it refuses connections. Default: none: renew unconditionally, and leave the Lease to expire after SIGTERM instead of releasing it.")
 	fs.StringVar(&o.probeAddress, "health-probe-bind-address", "", "Address to serve /readyz (200 while the agent holds the Lease) and /healthz on, e.g. :8082. Default: none.")
-	fs.DurationVar(&o.holder.ShutdownTimeout, "shutdown-timeout", lease.DefaultShutdownTimeout, "How long after SIGTERM the agent keeps the Lease while the controller still runs; if it still runs then, the Lease is left to expire instead of released.")
+	fs.DurationVar(&o.holder.ShutdownTimeout, "shutdown-timeout", leaseholder.DefaultShutdownTimeout, "How long after SIGTERM the agent keeps the Lease while the controller still runs; if it still runs then, the Lease is left to expire instead of released.")
 	fs.StringVar(&o.logging.Format, "log-format", o.logging.Format, "Log format: json or console.")
 	fs.StringVar(&o.logging.Level, "log-level", o.logging.Level, "Log level: debug, info, error, or a verbosity number.")
 	return cmd
@@ -137,13 +137,13 @@ func (o *agentOptions) complete(logOutput io.Writer) error {
 		o.holder.Check = o.check
 	}
 	if o.holder.Identity == "" {
-		id, err := lease.DefaultIdentity()
+		id, err := leaseholder.DefaultIdentity()
 		if err != nil {
 			return fmt.Errorf("--instance: %w", err)
 		}
 		o.holder.Identity = id
 	}
-	if err := lease.ValidateIdentity(o.holder.Identity); err != nil {
+	if err := leaseholder.ValidateIdentity(o.holder.Identity); err != nil {
 		return fmt.Errorf("--instance (default $POD_NAME, else the hostname): %w", err)
 	}
 	if pod, uid := os.Getenv("POD_NAME"), os.Getenv("POD_UID"); pod != "" && uid != "" {
@@ -159,7 +159,7 @@ func (o *agentOptions) complete(logOutput io.Writer) error {
 		return fmt.Errorf("creating the client: %w", err)
 	}
 	// Check the holder's options now, so that mistakes fail before the start.
-	if _, err := lease.NewHolder(o.client, o.holder); err != nil {
+	if _, err := leaseholder.NewHolder(o.client, o.holder); err != nil {
 		return err
 	}
 	return nil
@@ -188,7 +188,7 @@ func (o *agentOptions) run(ctx context.Context) error {
 		// The holder logs the loss; the loop below acquires the Lease again.
 		opts.OnLost = func() {}
 		opts.BeforeRelease = o.waitForController
-		holder, err := lease.NewHolder(o.client, opts)
+		holder, err := leaseholder.NewHolder(o.client, opts)
 		if err != nil {
 			return err
 		}
@@ -198,7 +198,7 @@ func (o *agentOptions) run(ctx context.Context) error {
 		case err == nil:
 			log.Info("Lease agent stopped")
 			return nil
-		case errors.Is(err, lease.ErrLeaseLost) && ctx.Err() == nil:
+		case errors.Is(err, leaseholder.ErrLeaseLost) && ctx.Err() == nil:
 			log.Info("Acquiring the instance Lease again")
 		default:
 			return err

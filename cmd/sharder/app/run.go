@@ -35,11 +35,11 @@ import (
 
 	"github.com/sharder-dev/sharder/internal/eventrecorder"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
-	"github.com/sharder-dev/sharder/pkg/assign"
-	"github.com/sharder-dev/sharder/pkg/config"
-	"github.com/sharder-dev/sharder/pkg/leases"
-	"github.com/sharder-dev/sharder/pkg/metrics"
-	"github.com/sharder-dev/sharder/pkg/webhook"
+	"github.com/sharder-dev/sharder/pkg/sharder/assign"
+	"github.com/sharder-dev/sharder/pkg/sharder/config"
+	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
+	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
+	"github.com/sharder-dev/sharder/pkg/sharder/webhook"
 )
 
 // The metrics endpoint checks callers with TokenReviews and
@@ -369,7 +369,7 @@ func cachesSynced(c cache.Cache) healthz.Checker {
 // contributes the selectors of the types it watches.
 func cacheByObject() map[client.Object]cache.ByObject {
 	byObject := map[client.Object]cache.ByObject{}
-	maps.Copy(byObject, leases.CacheByObject())
+	maps.Copy(byObject, leasecontroller.CacheByObject())
 	return byObject
 }
 
@@ -384,8 +384,8 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string) error
 	if err != nil {
 		return err
 	}
-	registry := leases.NewRegistry()
-	lc := leases.NewController(leases.ControllerOptions{
+	registry := leasecontroller.NewRegistry()
+	lc := leasecontroller.NewController(leasecontroller.ControllerOptions{
 		Registry:      registry,
 		Workers:       cfg.Controllers.Leases.Workers,
 		EventRecorder: recorder,

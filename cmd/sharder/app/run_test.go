@@ -36,8 +36,8 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
-	"github.com/sharder-dev/sharder/pkg/config"
-	smetrics "github.com/sharder-dev/sharder/pkg/metrics"
+	"github.com/sharder-dev/sharder/pkg/sharder/config"
+	smetrics "github.com/sharder-dev/sharder/pkg/sharder/metrics"
 )
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.

@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
-	"github.com/sharder-dev/sharder/pkg/webhook"
+	"github.com/sharder-dev/sharder/pkg/sharder/webhook"
 )
 
 // uninstallOptions are the flags of `sharder uninstall`.

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sharder-dev/sharder/pkg/webhook"
+	"github.com/sharder-dev/sharder/pkg/sharder/webhook"
 )
 
 // removeAssignWebhook removes the ring's assigning webhook (admission mode)

@@ -38,7 +38,7 @@ import (
 	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/controller"
 	"github.com/sharder-dev/sharder/internal/reconcilelog"
 	"github.com/sharder-dev/sharder/pkg/instance"
-	"github.com/sharder-dev/sharder/pkg/instance/lease"
+	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
 )
 
 // reconcileLogEnv names the reconcile log file when --reconcile-log is not given.
@@ -84,7 +84,7 @@ func parseFlags(args []string, getenv func(string) string) (*options, error) {
 	fs.IntVar(&o.virtualNodes, "virtual-nodes", 0, "Weight of this instance in the ring. Default 0: the ring's spec.virtualNodes.")
 	fs.DurationVar(&o.leaseDuration, "lease-duration", 15*time.Second, "Duration of the instance Lease (whole seconds).")
 	fs.DurationVar(&o.renewPeriod, "renew-period", 0, "Time between Lease renewals. Default: a third of --lease-duration.")
-	fs.StringVar(&o.release, "release", string(lease.ReleaseStop), "How the instance hands its Lease back on a graceful stop: Restart (it comes back with the same ID, as a StatefulSet's pod: the sharder keeps its objects for the ring's restartHold) or Stop (its objects move at once).")
+	fs.StringVar(&o.release, "release", string(leaseholder.ReleaseStop), "How the instance hands its Lease back on a graceful stop: Restart (it comes back with the same ID, as a StatefulSet's pod: the sharder keeps its objects for the ring's restartHold) or Stop (its objects move at once).")
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", ":8080", `Address of the metrics endpoint; "0" turns it off.`)
 	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", ":8081", `Address of /healthz and /readyz; "0" turns it off.`)
 	fs.StringVar(&o.reconcileLog, "reconcile-log", "", "File to append a JSON line to when each reconcile starts and ends. Default: $"+reconcileLogEnv+", else none.")
@@ -210,7 +210,7 @@ func run(ctx context.Context, o *options) error {
 		VirtualNodes:   o.virtualNodes,
 		LeaseDuration:  o.leaseDuration,
 		RenewPeriod:    o.renewPeriod,
-		Release:        lease.Release(o.release),
+		Release:        leaseholder.Release(o.release),
 		Pod:            ownerPod(os.Getenv),
 	})
 	if err != nil {

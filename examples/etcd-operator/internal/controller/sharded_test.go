@@ -21,10 +21,10 @@ import (
 	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/controller"
 	"github.com/sharder-dev/sharder/internal/testenv"
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
-	"github.com/sharder-dev/sharder/pkg/assign"
 	"github.com/sharder-dev/sharder/pkg/instance"
-	"github.com/sharder-dev/sharder/pkg/leases"
 	"github.com/sharder-dev/sharder/pkg/ring"
+	"github.com/sharder-dev/sharder/pkg/sharder/assign"
+	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
 )
 
 // startSharder runs the sharder's lease and assignment controllers, as
@@ -32,10 +32,10 @@ import (
 func startSharder(t *testing.T) {
 	t.Helper()
 	mgrOpts := env.ManagerOptions()
-	mgrOpts.Cache = cache.Options{ByObject: leases.CacheByObject()}
+	mgrOpts.Cache = cache.Options{ByObject: leasecontroller.CacheByObject()}
 	mgr := env.NewManager(t, nil, mgrOpts)
-	registry := leases.NewRegistry()
-	if err := leases.NewController(leases.ControllerOptions{Registry: registry}).SetupWithManager(mgr); err != nil {
+	registry := leasecontroller.NewRegistry()
+	if err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: registry}).SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up lease controller: %v", err)
 	}
 	a, err := assign.New(assign.Options{Registry: registry})

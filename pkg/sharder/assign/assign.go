@@ -1,0 +1,249 @@
+package assign
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sharder-dev/sharder/pkg/drain"
+	"github.com/sharder-dev/sharder/pkg/ring"
+	"github.com/sharder-dev/sharder/pkg/sharder/assign/internal/metacache"
+	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
+)
+
+// objectKey is the hash key of a main object (DESIGN §4).
+func objectKey(gk schema.GroupKind, namespace, name string) string {
+	return ring.ObjectKey(gk.Group, gk.Kind, namespace, name)
+}
+
+// reconcile brings one main object and its controlled objects to the
+// instance the ring wants: it decides, acts, and records what it did. It
+// returns when to look at the object again (a drain's deadline, the end of
+// a hold), zero for never.
+func (r *ringAssigner) reconcile(ctx context.Context, it item) (time.Duration, error) {
+	w := it.res
+	obj, ok := w.cache.Get(it.namespace, it.name)
+	if !ok || r.stale(obj) {
+		return 0, nil
+	}
+	if !r.selected(obj.Namespace) {
+		r.seen.Delete(obj.UID) // its namespace left the ring
+		return 0, nil
+	}
+	view, cfg := r.view.Load(), r.cfg.Load()
+	if view == nil {
+		return 0, nil
+	}
+	s, err := r.situation(view, cfg, w.res.gk, obj)
+	if err != nil {
+		return 0, err
+	}
+	d := decide(s)
+	if err := r.act(ctx, w, obj, s, d); err != nil {
+		if errors.Is(err, errGone) {
+			return 0, nil // deleted meanwhile: its deletion ends everything
+		}
+		return 0, err
+	}
+	r.record(obj, s, d)
+	if d.at.IsZero() {
+		return 0, nil
+	}
+	return max(d.at.Sub(s.now), time.Nanosecond), nil
+}
+
+// situation gathers what the decision about obj depends on.
+func (r *ringAssigner) situation(view *ringView, cfg *ringConfig, gk schema.GroupKind, obj *metacache.Object) (situation, error) {
+	s := situation{
+		current:      obj.Labels[r.shardLabel],
+		draining:     drain.Requested(obj, r.name),
+		drainTimeout: cfg.drainTimeout,
+		now:          r.c.opts.Clock.Now(),
+	}
+	target, err := view.ring.Lookup(objectKey(gk, obj.Namespace, obj.Name))
+	switch {
+	case errors.Is(err, ring.ErrNoInstance):
+	case err != nil:
+		return s, fmt.Errorf("looking up instance: %w", err)
+	default:
+		s.target = target
+	}
+	if s.current != "" {
+		s.state, s.movable, s.heldUntil = view.stateOf(s.current, s.now)
+	}
+	if s.draining {
+		s.drainStarted, _ = r.drains.Started(obj.UID)
+		s.drainTarget, _ = drain.Target(obj, r.name)
+	}
+	return s, nil
+}
+
+// act carries out decision d about obj.
+func (r *ringAssigner) act(ctx context.Context, w *resourceCache, obj *metacache.Object, s situation, d decision) error {
+	children := r.descendants(obj)
+	switch d.action {
+	case actionAssign, actionRelabelGone, actionAssignForced:
+		return r.move(ctx, w, obj, children, s.target)
+	case actionForce:
+		return r.patchMain(ctx, w, obj, map[string]*string{r.shardLabel: nil})
+	case actionRequestDrain, actionRetarget:
+		if err := r.labelChildren(ctx, children, s.current); err != nil {
+			return err
+		}
+		// The drain names the target, so that the acknowledgement hands the
+		// object over, unless controlled objects must move first: those the
+		// sharder moves once the acknowledgement removed both labels.
+		target := s.target
+		if len(children) > 0 {
+			target = ""
+		}
+		return r.requestDrain(ctx, w, obj, target)
+	case actionWithdraw:
+		if err := r.patchMain(ctx, w, obj, map[string]*string{r.drainLabel: nil}); err != nil {
+			return err
+		}
+		return r.labelChildren(ctx, children, s.current)
+	case actionKeep, actionWait, actionHold:
+		if s.current == "" {
+			return nil
+		}
+		return r.labelChildren(ctx, children, s.current)
+	}
+	return nil
+}
+
+// record updates the drain tracker, the first-seen times and the metrics
+// after decision d about obj was carried out.
+func (r *ringAssigner) record(obj *metacache.Object, s situation, d decision) {
+	if s.current != "" {
+		r.seen.Delete(obj.UID)
+		if !s.draining {
+			// A drain that ended with the object on an instance: the
+			// acknowledgement handed it over to the drain's target.
+			if took, ok := r.drains.End(obj.UID); ok {
+				metrics.DrainDuration.WithLabelValues(r.name, metrics.DrainAcknowledged).Observe(took.Seconds())
+				metrics.MovesTotal.WithLabelValues(r.name, metrics.MoveRebalance).Inc()
+			}
+		}
+	}
+	switch d.action {
+	case actionAssign:
+		seen, wasSeen := r.seen.LoadAndDelete(obj.UID)
+		if took, ok := r.drains.End(obj.UID); ok {
+			metrics.DrainDuration.WithLabelValues(r.name, metrics.DrainAcknowledged).Observe(took.Seconds())
+			metrics.MovesTotal.WithLabelValues(r.name, metrics.MoveRebalance).Inc()
+			return
+		}
+		metrics.AssignmentsTotal.WithLabelValues(r.name).Inc()
+		if wasSeen {
+			metrics.AssignmentLatency.WithLabelValues(r.name).Observe(r.c.opts.Clock.Since(seen.(time.Time)).Seconds())
+		}
+	case actionRelabelGone:
+		r.drains.End(obj.UID)
+		metrics.MovesTotal.WithLabelValues(r.name, metrics.MoveDead).Inc()
+	case actionRequestDrain:
+		r.drains.Begin(obj.UID)
+		metrics.DrainsTotal.WithLabelValues(r.name).Inc()
+	case actionWait, actionRetarget:
+		r.drains.Begin(obj.UID)
+	case actionForce:
+		r.logger.V(1).Info("Drain not acknowledged in time: released the object from its instance", "namespace", obj.Namespace, "name", obj.Name, "from", s.current)
+	case actionAssignForced:
+		if took, ok := r.drains.End(obj.UID); ok {
+			metrics.DrainDuration.WithLabelValues(r.name, metrics.DrainForced).Observe(took.Seconds())
+		}
+		metrics.MovesTotal.WithLabelValues(r.name, metrics.MoveForced).Inc()
+		r.logger.V(1).Info("Assigned an object released by a forced move", "namespace", obj.Namespace, "name", obj.Name, "to", s.target)
+	case actionWithdraw:
+		r.drains.End(obj.UID)
+	}
+}
+
+// move labels the controlled objects, then the main object, with instance,
+// removing any drain label.
+func (r *ringAssigner) move(ctx context.Context, w *resourceCache, obj *metacache.Object, children []child, instance string) error {
+	if err := r.labelChildren(ctx, children, instance); err != nil {
+		return err
+	}
+	return r.patchMain(ctx, w, obj, map[string]*string{r.shardLabel: &instance, r.drainLabel: nil})
+}
+
+// childWrites bounds the concurrent label writes to one main object's
+// controlled objects.
+const childWrites = 8
+
+// labelChildren gives every controlled object the shard label instance and
+// no drain label, writing up to childWrites of them at once, and returns
+// once all are written (they are relabelled before their main object).
+// Controlled objects follow their main object, so these patches carry no
+// lock.
+func (r *ringAssigner) labelChildren(ctx context.Context, children []child, instance string) error {
+	var patch []byte
+	var g errgroup.Group
+	g.SetLimit(childWrites)
+	for _, c := range children {
+		if c.obj.Labels[r.shardLabel] == instance && !drain.Requested(c.obj, r.name) {
+			continue
+		}
+		if patch == nil {
+			patch = drain.LabelPatch("", map[string]*string{r.shardLabel: &instance, r.drainLabel: nil})
+		}
+		g.Go(func() error {
+			if _, err := r.patchBytes(ctx, c.w, c.obj, patch); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("labelling controlled %s %s/%s: %w", c.w.res.gk.Kind, c.obj.Namespace, c.obj.Name, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// patchMain writes labels on a main object, locked on the cached
+// resourceVersion: a decision taken on a stale cache fails with a conflict.
+func (r *ringAssigner) patchMain(ctx context.Context, w *resourceCache, obj *metacache.Object, labels map[string]*string) error {
+	out, err := r.patchBytes(ctx, w, obj, drain.LabelPatch(obj.ResourceVersion, labels))
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("labelling %s %s/%s: %w", w.res.gk.Kind, obj.Namespace, obj.Name, err)
+	}
+	r.noteWrite(obj.UID, out.ResourceVersion)
+	return nil
+}
+
+// errGone is returned by act when the object was deleted meanwhile, so that
+// nothing is recorded for it.
+var errGone = errors.New("object deleted")
+
+// requestDrain sets the drain label to target (empty: no target), locked on
+// the cached resourceVersion. It returns errGone when the object is gone: no
+// drain is then recorded.
+func (r *ringAssigner) requestDrain(ctx context.Context, w *resourceCache, obj *metacache.Object, target string) error {
+	out, err := r.patchBytes(ctx, w, obj, drain.RequestPatch(r.name, obj.ResourceVersion, target))
+	if apierrors.IsNotFound(err) {
+		return errGone
+	}
+	if err != nil {
+		return fmt.Errorf("requesting drain of %s %s/%s: %w", w.res.gk.Kind, obj.Namespace, obj.Name, err)
+	}
+	r.noteWrite(obj.UID, out.ResourceVersion)
+	return nil
+}
+
+// patchBytes sends a JSON merge patch and records a Forbidden answer as a
+// problem of the resource.
+func (r *ringAssigner) patchBytes(ctx context.Context, w *resourceCache, obj *metacache.Object, data []byte) (*metav1.PartialObjectMetadata, error) {
+	out, err := r.c.meta.Resource(w.res.gvr).Namespace(obj.Namespace).Patch(ctx, obj.Name, types.MergePatchType, data, metav1.PatchOptions{})
+	if w.cache.NotePatch(err) {
+		r.triggerStatus()
+	}
+	return out, err
+}

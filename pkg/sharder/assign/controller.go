@@ -1,0 +1,227 @@
+package assign
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/sharder-dev/sharder/internal/eventrecorder"
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
+)
+
+// controllerName names the ring controller, its logger and its events.
+const controllerName = "controllerring-assignment"
+
+// unresolvedRetry is how often a ring naming a resource the API server does
+// not serve is resolved again (a CustomResourceDefinition may be installed later).
+const unresolvedRetry = 30 * time.Second
+
+// +kubebuilder:rbac:groups=sharder.dev,resources=controllerrings,verbs=get;list;watch
+// +kubebuilder:rbac:groups=sharder.dev,resources=controllerrings/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+
+// Controller is the assignment controller. It is a leader-only Runnable that
+// runs, per ControllerRing, the caches and workers that assign the ring's
+// objects. Build it with New and add it with SetupWithManager.
+type Controller struct {
+	opts     Options
+	client   client.Client
+	meta     metadata.Interface
+	mapper   meta.RESTMapper
+	recorder record.EventRecorder
+
+	started chan struct{} // closed once Start stored ctx
+	ctx     context.Context
+
+	mu    sync.Mutex
+	rings map[string]*ringAssigner
+}
+
+var (
+	_ manager.Runnable               = &Controller{}
+	_ manager.LeaderElectionRunnable = &Controller{}
+	_ reconcile.Reconciler           = &Controller{}
+)
+
+// New returns a Controller for opts, with defaults filled in.
+func New(opts Options) (*Controller, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	return &Controller{
+		opts:    opts,
+		started: make(chan struct{}),
+		rings:   map[string]*ringAssigner{},
+	}, nil
+}
+
+// SetupWithManager adds the controller to mgr: a Runnable (leader only) that
+// owns the per-ring machinery, and a controller watching ControllerRings.
+func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
+	if !mgr.GetScheme().Recognizes(v1alpha1.GroupVersion.WithKind("ControllerRing")) {
+		return errors.New("assign: the manager's scheme lacks sharder.dev/v1alpha1: call v1alpha1.AddToScheme")
+	}
+	cfg := c.opts.RESTConfig
+	if cfg == nil {
+		cfg = mgr.GetConfig()
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = c.opts.QPS, c.opts.Burst
+	if cfg.QPS < 0 {
+		cfg.RateLimiter = nil
+	}
+	metaClient, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating metadata client: %w", err)
+	}
+	c.meta = metaClient
+	c.client = mgr.GetClient()
+	c.mapper = mgr.GetRESTMapper()
+	c.recorder = c.opts.EventRecorder
+	if c.recorder == nil {
+		if c.recorder, err = eventrecorder.New(mgr, "sharder"); err != nil {
+			return err
+		}
+	}
+	c.opts.Registry.Subscribe(c.membershipChanged)
+	if err := mgr.Add(c); err != nil {
+		return fmt.Errorf("adding assignment controller: %w", err)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(controllerName).
+		For(&v1alpha1.ControllerRing{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Complete(c)
+}
+
+// NeedLeaderElection reports true: only the leader assigns.
+func (c *Controller) NeedLeaderElection() bool { return true }
+
+// Start runs until ctx is done, then stops every ring and waits for their
+// workers to return.
+func (c *Controller) Start(ctx context.Context) error {
+	c.ctx = ctx
+	close(c.started)
+	<-ctx.Done()
+	c.mu.Lock()
+	rings := c.rings
+	c.rings = map[string]*ringAssigner{}
+	c.mu.Unlock()
+	for _, r := range rings {
+		r.stop()
+	}
+	return nil
+}
+
+// membershipChanged is the Registry subscription; it must not block.
+func (c *Controller) membershipChanged(ring string) {
+	c.mu.Lock()
+	r := c.rings[ring]
+	c.mu.Unlock()
+	if r != nil {
+		r.notifyMembership()
+	}
+}
+
+// Reconcile starts, reconfigures or stops the machinery of one ring.
+func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	select {
+	case <-c.started:
+	case <-ctx.Done():
+		return reconcile.Result{}, ctx.Err()
+	}
+	logger := log.FromContext(ctx)
+	ring := &v1alpha1.ControllerRing{}
+	if err := c.client.Get(ctx, req.NamespacedName, ring); err != nil {
+		if apierrors.IsNotFound(err) {
+			c.stopRing(req.Name)
+			metrics.ForgetRing(req.Name)
+			logger.Info("Ring deleted: stopped its assignment")
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("getting ring: %w", err)
+	}
+	if !ring.DeletionTimestamp.IsZero() {
+		c.stopRing(ring.Name)
+		return reconcile.Result{}, nil
+	}
+
+	if msg := unknownAlgorithm(ring.Spec.EffectiveAlgorithm()); msg != "" {
+		c.stopRing(ring.Name)
+		logger.Info("Ring names an algorithm this sharder does not know", "algorithm", ring.Spec.EffectiveAlgorithm())
+		return reconcile.Result{}, c.writeNotReadyStatus(ctx, ring, v1alpha1.ReasonUnknownAlgorithm, msg)
+	}
+	cfg, err := resolveRing(ring, c.mapper)
+	if err != nil {
+		c.stopRing(ring.Name)
+		logger.Info("Ring spec is invalid", "error", err.Error())
+		return reconcile.Result{}, c.writeNotReadyStatus(ctx, ring, v1alpha1.ReasonInvalidSpec,
+			fmt.Sprintf("The ring's spec cannot be used: %v. Correct it; nothing is assigned until then.", err))
+	}
+
+	c.mu.Lock()
+	r := c.rings[ring.Name]
+	restart := r != nil && !r.config().sameWatches(cfg)
+	c.mu.Unlock()
+	if restart {
+		logger.Info("Ring resources changed: restarting its caches")
+		c.stopRing(ring.Name)
+		r = nil
+	}
+	if r == nil {
+		r = newRingAssigner(c, cfg)
+		c.mu.Lock()
+		c.rings[ring.Name] = r
+		c.mu.Unlock()
+		r.start(c.ctx)
+		logger.Info("Ring assignment started", "resources", len(cfg.resources), "unresolved", len(cfg.unresolved))
+	} else {
+		r.reconfigure(cfg)
+	}
+	if len(cfg.unresolved) > 0 {
+		return reconcile.Result{RequeueAfter: unresolvedRetry}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+func (c *Controller) stopRing(name string) {
+	c.mu.Lock()
+	r := c.rings[name]
+	delete(c.rings, name)
+	c.mu.Unlock()
+	if r != nil {
+		r.stop()
+	}
+}
+
+// writeNotReadyStatus reports a ring the controller does not run: Ready is
+// False with reason and message.
+func (c *Controller) writeNotReadyStatus(ctx context.Context, ring *v1alpha1.ControllerRing, reason, message string) error {
+	status := ring.Status.DeepCopy()
+	status.ObservedGeneration = ring.Generation
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+		Type:               v1alpha1.ConditionReady,
+		Status:             metav1.ConditionFalse,
+		Reason:             reason,
+		Message:            message,
+		ObservedGeneration: ring.Generation,
+	})
+	return patchStatus(ctx, c.client, ring, status)
+}

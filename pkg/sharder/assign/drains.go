@@ -1,0 +1,75 @@
+package assign
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+)
+
+// drainTimes remembers when the drain of each object started, keyed by UID. It
+// is safe for concurrent use. It is the sharder's bookkeeping, in memory only: after a restart,
+// Deadline starts a fresh timeout for a drain it has not seen begin.
+type drainTimes struct {
+	clock   clock.PassiveClock
+	mu      sync.Mutex
+	started map[types.UID]time.Time
+}
+
+// newDrainTimes returns an empty drainTimes reading time from c (nil: the real clock).
+func newDrainTimes(c clock.PassiveClock) *drainTimes {
+	if c == nil {
+		c = clock.RealClock{}
+	}
+	return &drainTimes{clock: c, started: map[types.UID]time.Time{}}
+}
+
+// Begin records that the drain of uid starts now, unless one is already
+// recorded, and returns the start.
+func (t *drainTimes) Begin(uid types.UID) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	start, ok := t.started[uid]
+	if !ok {
+		start = t.clock.Now()
+		t.started[uid] = start
+	}
+	return start
+}
+
+// Deadline returns when the drain of uid times out: its recorded start plus
+// timeout. A drain with no recorded start (one that was in flight when the
+// sharder started) is recorded as starting now.
+func (t *drainTimes) Deadline(uid types.UID, timeout time.Duration) time.Time {
+	return t.Begin(uid).Add(timeout)
+}
+
+// Started returns when the drain of uid was recorded to start; false when
+// none is recorded.
+func (t *drainTimes) Started(uid types.UID) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	start, ok := t.started[uid]
+	return start, ok
+}
+
+// End forgets the drain of uid and returns how long it lasted; false when no
+// drain of uid was recorded.
+func (t *drainTimes) End(uid types.UID) (time.Duration, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	start, ok := t.started[uid]
+	if !ok {
+		return 0, false
+	}
+	delete(t.started, uid)
+	return t.clock.Since(start), true
+}
+
+// Len returns the number of drains recorded.
+func (t *drainTimes) Len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.started)
+}

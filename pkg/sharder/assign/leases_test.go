@@ -1,0 +1,259 @@
+package assign_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/membership"
+	"github.com/sharder-dev/sharder/pkg/sharder/assign"
+	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
+)
+
+func createLease(t *testing.T, ns, id string) *coordinationv1.Lease {
+	t.Helper()
+	now := metav1.NewMicroTime(time.Now())
+	l := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: id, Labels: map[string]string{v1alpha1.LabelRing: ns}},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       ptr.To(id),
+			LeaseDurationSeconds: ptr.To[int32](3600),
+			AcquireTime:          &now,
+			RenewTime:            &now,
+		},
+	}
+	if err := env.Client.Create(context.Background(), l); err != nil {
+		t.Fatalf("creating Lease: %v", err)
+	}
+	return l
+}
+
+// TestWithLeaseController runs the assignment controller behind the real
+// lease controller: instances are Leases, and a released Lease moves its
+// objects at once.
+func TestWithLeaseController(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	newRing(t, ns, nil)
+	createLease(t, ns, "a")
+	b := createLease(t, ns, "b")
+	names := createConfigMaps(t, ns, "cm", 20)
+	reg := leasecontroller.NewRegistry()
+	startSharderWith(t, env.Config, reg, assign.Options{}, func(mgr ctrl.Manager) error {
+		return leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: reg}).SetupWithManager(mgr)
+	})
+
+	both := []string{"a", "b"}
+	g.Eventually(assigned(ns, names, placed(t, ns, both...)), timeout, poll).Should(Succeed())
+
+	// Instance b shuts down and releases its Lease: its objects go to a.
+	h := watchHistory(t, configMaps, ns, ns)
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), b)).To(Succeed())
+	b.Spec.HolderIdentity = nil
+	g.Expect(env.Client.Update(ctx, b)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		for _, l := range labelsOf(g, ns) {
+			g.Expect(l).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "a"))
+		}
+	}, timeout, poll).Should(Succeed())
+	for _, name := range names {
+		g.Expect(h.drained(name)).To(BeFalse(), "%s was drained from a released instance", name)
+	}
+	g.Eventually(func(g Gomega) {
+		r := getRing(g, ns)
+		g.Expect(r.Status.AvailableInstances).To(BeEquivalentTo(1))
+		g.Expect(r.Status.Instances).To(BeEquivalentTo(2))
+	}, timeout, poll).Should(Succeed())
+}
+
+// renewing keeps the Lease of instance id renewed every interval, as a
+// running instance does, until the returned function is called; that
+// function returns the renewTime of the last renewal that was written.
+func renewing(t *testing.T, ns, id string, interval time.Duration) (stop func() time.Time) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan time.Time, 1)
+	go func() {
+		var last time.Time
+		defer func() { done <- last }()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			l := &coordinationv1.Lease{}
+			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: id}, l); err == nil {
+				now := metav1.NewMicroTime(time.Now())
+				l.Spec.RenewTime = &now
+				if env.Client.Update(ctx, l) == nil {
+					last = now.Time
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	var last time.Time
+	stopped := false
+	stop = func() time.Time {
+		if !stopped {
+			stopped = true
+			cancel()
+			last = <-done
+		}
+		return last
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// TestVanishedInstanceHoldsItsObjects checks that an instance whose Lease
+// disappears from the ring without being released or taken is not taken for
+// dead: its objects stay where they are, without a drain, until twice its
+// lease duration has passed since its last renewal, and only then move.
+// The Lease disappears by deletion (kubectl delete lease, or garbage
+// collection after kubectl delete pod --force) or by losing its ring label.
+func TestVanishedInstanceHoldsItsObjects(t *testing.T) {
+	const leaseSeconds = 2
+	for name, vanish := range map[string]func(g Gomega, l *coordinationv1.Lease){
+		"deleted": func(g Gomega, l *coordinationv1.Lease) {
+			g.Expect(env.Client.Delete(context.Background(), l)).To(Succeed())
+		},
+		"ring label removed": func(g Gomega, l *coordinationv1.Lease) {
+			g.Expect(env.Client.Get(context.Background(), client.ObjectKeyFromObject(l), l)).To(Succeed())
+			delete(l.Labels, v1alpha1.LabelRing)
+			g.Expect(env.Client.Update(context.Background(), l)).To(Succeed())
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			ns := env.Namespace(t)
+			newRing(t, ns, nil)
+			createLease(t, ns, "a")
+			b := createLease(t, ns, "b")
+			b.Spec.LeaseDurationSeconds = ptr.To[int32](leaseSeconds)
+			g.Expect(env.Client.Update(context.Background(), b)).To(Succeed())
+			stopRenewing := renewing(t, ns, "b", 300*time.Millisecond)
+			names := createConfigMaps(t, ns, "cm", 30)
+			reg := leasecontroller.NewRegistry()
+			startSharderWith(t, env.Config, reg, assign.Options{}, func(mgr ctrl.Manager) error {
+				return leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: reg}).SetupWithManager(mgr)
+			})
+			both := []string{"a", "b"}
+			var onB []string
+			g.Eventually(func(g Gomega) {
+				got := labelsOf(g, ns)
+				onB = onB[:0]
+				for _, name := range names {
+					want := expected(t, both, ns, name)
+					g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), want))
+					if want == "b" {
+						onB = append(onB, name)
+					}
+				}
+			}, timeout, poll).Should(Succeed())
+			g.Expect(onB).NotTo(BeEmpty())
+
+			// b is still running, but its Lease vanishes from the ring.
+			h := watchHistory(t, configMaps, ns, ns)
+			lastRenewal := stopRenewing()
+			vanish(g, b)
+			heldUntil := lastRenewal.Add(2 * leaseSeconds * time.Second)
+
+			g.Eventually(func(g Gomega) {
+				for _, l := range labelsOf(g, ns) {
+					g.Expect(l).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "a"))
+				}
+			}, timeout, poll).Should(Succeed())
+			for _, name := range onB {
+				g.Expect(h.drained(name)).To(BeFalse(), "%s was drained from an instance that is gone", name)
+				for _, e := range h.of(name) {
+					if e.shard == "a" {
+						g.Expect(e.at).NotTo(BeTemporally("<", heldUntil),
+							"%s moved %v before b was proven gone (last renewal %v + 2 × %ds)", name, heldUntil.Sub(e.at), lastRenewal, leaseSeconds)
+					}
+				}
+			}
+		})
+	}
+}
+
+// slowPatches returns a copy of cfg whose PATCH requests each take at least
+// delay longer.
+func slowPatches(cfg *rest.Config, delay time.Duration) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodPatch {
+				time.Sleep(delay)
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	return cfg
+}
+
+// TestReleasedInstanceComesBackAfterItsObjectsMoved checks that an instance
+// that released its Lease on shutdown and restarts with the same ID (a pod
+// of a StatefulSet) cannot acquire its Lease again while the sharder is
+// still relabelling its objects, even when that takes many lease durations:
+// it would start on objects that are being moved to other instances.
+func TestReleasedInstanceComesBackAfterItsObjectsMoved(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	newRing(t, ns, nil)
+	createLease(t, ns, "a")
+	b := createLease(t, ns, "b")
+	names := createConfigMaps(t, ns, "cm", 120)
+	reg := leasecontroller.NewRegistry()
+	// One worker and 40 ms per write: moving b's ~60 objects takes about
+	// 2.5 s, more than twice b's one-second lease duration.
+	startSharderWith(t, slowPatches(env.Config, 40*time.Millisecond), reg, assign.Options{Workers: 1}, func(mgr ctrl.Manager) error {
+		return leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: reg}).SetupWithManager(mgr)
+	})
+	both := []string{"a", "b"}
+	g.Eventually(assigned(ns, names, placed(t, ns, both...)), timeout, poll).Should(Succeed())
+	g.Eventually(func(g Gomega) { // the sharder has counted b's objects
+		g.Expect(getRing(g, ns).Status.Members).To(ContainElement(HaveField("Objects", BeNumerically(">", 0))))
+	}, timeout, poll).Should(Succeed())
+
+	// b shuts down gracefully: it releases its one-second Lease.
+	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), b)).To(Succeed())
+	b.Spec.HolderIdentity = nil
+	b.Spec.LeaseDurationSeconds = ptr.To[int32](1)
+	b.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+	g.Expect(env.Client.Update(ctx, b)).To(Succeed())
+
+	// b restarts at once and acquires its Lease as soon as the holder rules
+	// allow: a Lease nobody renewed within its duration.
+	g.Eventually(func(g Gomega) {
+		l := &coordinationv1.Lease{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), l)).To(Succeed())
+		now := time.Now()
+		expires := membership.ReferenceTime(l).Add(membership.DurationOf(l))
+		g.Expect(now.Before(expires)).To(BeFalse(), "held by %q until %v", ptr.Deref(l.Spec.HolderIdentity, ""), expires)
+		l.Spec.HolderIdentity = ptr.To("b")
+		l.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
+		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
+		g.Expect(env.Client.Update(ctx, l)).To(Succeed())
+	}, timeout, 20*time.Millisecond).Should(Succeed())
+
+	// The moment it holds its Lease, no object may still carry its label.
+	for name, l := range labelsOf(g, ns) {
+		g.Expect(l).NotTo(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "b"), "%s is still on b when b is back", name)
+	}
+}

@@ -1,0 +1,93 @@
+package assign
+
+import (
+	"errors"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
+)
+
+// Defaults of Options.
+const (
+	DefaultWorkers        = 16
+	DefaultResyncPeriod   = 5 * time.Minute
+	DefaultStatusInterval = time.Second
+	DefaultQPS            = 5000
+	DefaultBurst          = 10000
+)
+
+// Options configures the assignment controller.
+type Options struct {
+	// Registry holds the membership of every ring, as the lease controller
+	// publishes it. Required.
+	Registry *leasecontroller.Registry
+
+	// Workers is the number of objects of one ring processed (and written)
+	// concurrently. Each ring has its own workers. Default: 16.
+	Workers int
+
+	// ResyncPeriod is how often every object of a ring is checked again
+	// from the caches, to heal anything a missed event left behind.
+	// Default: 5m.
+	ResyncPeriod *time.Duration
+
+	// StatusInterval is the least time between two status writes of one
+	// ring. Default: 1s.
+	StatusInterval *time.Duration
+
+	// RESTConfig is used to watch and patch the rings' resources. It is
+	// copied, and its QPS and Burst are replaced by the fields below.
+	// Default: the manager's config.
+	RESTConfig *rest.Config
+
+	// QPS and Burst limit the client that watches and patches the rings'
+	// resources. client-go's defaults (5 and 10) would hold assignment back
+	// to a few objects per second; the number of Workers bounds the
+	// requests in flight instead. A negative QPS turns client-side rate
+	// limiting off. The API server's priority and fairness settings still
+	// apply. Default: 5000 and 10000.
+	QPS   float32
+	Burst int
+
+	// Clock is used for drain timeouts, latencies and periodic work.
+	// Default: the real clock.
+	Clock clock.WithTicker
+
+	// EventRecorder records the events on the rings. It should write core/v1
+	// Events (client-go tools/record), which keep every distinct message.
+	// Default: a recorder of its own, component "sharder", stopped with the
+	// manager.
+	EventRecorder record.EventRecorder
+}
+
+// setDefaults fills unset fields and checks the rest.
+func (o *Options) setDefaults() error {
+	if o.Registry == nil {
+		return errors.New("assign: Options.Registry is required")
+	}
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.ResyncPeriod == nil || *o.ResyncPeriod <= 0 {
+		d := DefaultResyncPeriod
+		o.ResyncPeriod = &d
+	}
+	if o.StatusInterval == nil || *o.StatusInterval <= 0 {
+		d := DefaultStatusInterval
+		o.StatusInterval = &d
+	}
+	if o.QPS == 0 {
+		o.QPS = DefaultQPS
+	}
+	if o.Burst <= 0 {
+		o.Burst = DefaultBurst
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return nil
+}

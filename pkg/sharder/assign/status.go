@@ -1,0 +1,194 @@
+package assign
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/drain"
+	"github.com/sharder-dev/sharder/pkg/membership"
+	"github.com/sharder-dev/sharder/pkg/sharder/assign/internal/metacache"
+	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
+)
+
+// statusLoop writes the ring's status when asked, at most once per
+// StatusInterval. It sleeps while nothing changes.
+func (r *ringAssigner) statusLoop(ctx context.Context) {
+	clk := r.c.opts.Clock
+	interval := *r.c.opts.StatusInterval
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.status:
+		}
+		if wait := interval - clk.Since(last); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-clk.After(wait):
+			}
+		}
+		last = clk.Now()
+		if err := r.writeStatus(ctx); err != nil && ctx.Err() == nil {
+			r.logger.Error(err, "Cannot write ring status")
+			r.triggerStatus() // retried after the interval
+		}
+	}
+}
+
+// writeStatus computes the ring's status from the caches and writes it when
+// it differs from the cached ring's.
+func (r *ringAssigner) writeStatus(ctx context.Context) error {
+	cfg := r.cfg.Load()
+	ring := &v1alpha1.ControllerRing{}
+	if err := r.c.client.Get(ctx, types.NamespacedName{Name: r.name}, ring); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("getting ring: %w", err)
+	}
+	if ring.UID != cfg.uid {
+		return nil // a newer ring of the same name; its own ring assigner reports
+	}
+	return patchStatus(ctx, r.c.client, ring, r.computeStatus(ring, cfg))
+}
+
+// computeStatus builds the status and updates the ring's gauges.
+func (r *ringAssigner) computeStatus(ring *v1alpha1.ControllerRing, cfg *ringConfig) *v1alpha1.ControllerRingStatus {
+	status := ring.Status.DeepCopy()
+	status.ObservedGeneration = cfg.generation
+
+	counts := map[string]int32{}
+	var objects, unassigned, drains int32
+	selected := map[string]bool{}
+	for _, w := range r.mains {
+		for obj := range w.cache.List() {
+			sel, ok := selected[obj.Namespace]
+			if !ok {
+				sel = r.selected(obj.Namespace)
+				selected[obj.Namespace] = sel
+			}
+			if !sel {
+				continue
+			}
+			objects++
+			if inst := obj.Labels[r.shardLabel]; inst == "" {
+				unassigned++
+			} else {
+				counts[inst]++
+			}
+			if drain.Requested(obj, r.name) {
+				drains++
+			}
+		}
+	}
+	status.Objects, status.UnassignedObjects, status.Drains = objects, unassigned, drains
+	if r.synced.Load() {
+		r.c.opts.Registry.SetAssigned(r.name, maps.Clone(counts))
+	}
+
+	var members []membership.Member
+	if v := r.view.Load(); v != nil {
+		members = v.members
+	} else {
+		members = r.c.opts.Registry.Members(r.name)
+	}
+	byState := map[membership.State]int{}
+	status.Members = make([]v1alpha1.MemberStatus, 0, len(members))
+	status.AvailableInstances = 0
+	for _, m := range members {
+		byState[m.State]++
+		if m.State == membership.StateReady {
+			status.AvailableInstances++
+		}
+		status.Members = append(status.Members, v1alpha1.MemberStatus{
+			Name:         m.ID,
+			State:        string(m.State),
+			VirtualNodes: int32(m.Weight(cfg.virtualNodes)), //nolint:gosec // bounded by the CRD and the Lease label parser
+			Objects:      counts[m.ID],
+		})
+	}
+	if len(status.Members) == 0 {
+		status.Members = nil
+	}
+	status.Instances = int32(len(members)) //nolint:gosec // a handful of instances
+
+	meta.SetStatusCondition(&status.Conditions, r.readyCondition(cfg, status))
+	r.updateGauges(byState, counts, unassigned, drains)
+	return status
+}
+
+func (r *ringAssigner) readyCondition(cfg *ringConfig, status *v1alpha1.ControllerRingStatus) metav1.Condition {
+	cond := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: cfg.generation}
+	problems := slices.Clone(cfg.unresolved)
+	for _, c := range r.caches() {
+		if p := c.Problem(); p != nil {
+			problems = append(problems, *p)
+		}
+	}
+	if len(problems) > 0 {
+		// Report the most actionable reason first: a missing resource, then a
+		// missing permission.
+		slices.SortStableFunc(problems, func(a, b metacache.Problem) int { return strings.Compare(b.Reason, a.Reason) })
+		cond.Reason = problems[0].Reason
+		msgs := make([]string, 0, len(problems))
+		for _, p := range problems {
+			msgs = append(msgs, p.Message)
+		}
+		cond.Message = strings.Join(msgs, "; ") + ". The ring's other resources are assigned meanwhile."
+		return cond
+	}
+	switch {
+	case !r.synced.Load():
+		cond.Reason = v1alpha1.ReasonCachesNotSynced
+		cond.Message = "The sharder is loading the ring's objects; assignment starts once its caches are synced."
+	case status.AvailableInstances == 0:
+		cond.Reason = v1alpha1.ReasonNoReadyInstances
+		cond.Message = fmt.Sprintf("No instance of the ring holds a ready Lease in namespace %q labelled %s=%s: objects stay unassigned until one does.",
+			cfg.leaseNamespace, v1alpha1.LabelRing, r.name)
+	default:
+		cond.Status = metav1.ConditionTrue
+		cond.Reason = v1alpha1.ReasonReady
+		cond.Message = "Every resource of the ring is watched and at least one instance is ready."
+	}
+	return cond
+}
+
+func (r *ringAssigner) updateGauges(byState map[membership.State]int, counts map[string]int32, unassigned, drains int32) {
+	for _, s := range membership.States {
+		metrics.Instances.WithLabelValues(r.name, string(s)).Set(float64(byState[s]))
+	}
+	metrics.Objects.DeletePartialMatch(map[string]string{metrics.LabelRing: r.name})
+	for inst, n := range counts {
+		metrics.Objects.WithLabelValues(r.name, inst).Set(float64(n))
+	}
+	metrics.UnassignedObjects.WithLabelValues(r.name).Set(float64(unassigned))
+	metrics.DrainsInFlight.WithLabelValues(r.name).Set(float64(drains))
+}
+
+// patchStatus writes status to ring with a merge patch of the status
+// subresource, only when it differs from ring's.
+func patchStatus(ctx context.Context, c client.Client, ring *v1alpha1.ControllerRing, status *v1alpha1.ControllerRingStatus) error {
+	if equality.Semantic.DeepEqual(&ring.Status, status) {
+		return nil
+	}
+	updated := ring.DeepCopy()
+	updated.Status = *status
+	if err := c.Status().Patch(ctx, updated, client.MergeFrom(ring)); err != nil {
+		return fmt.Errorf("patching ring status: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,166 @@
+package assign
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sharder-dev/sharder/pkg/membership"
+	"github.com/sharder-dev/sharder/pkg/ring"
+	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
+)
+
+// ringView is a ring's membership and the ring built from its ready
+// instances. It is immutable once built.
+type ringView struct {
+	ring ring.Ring
+	// empty reports whether ring has no instance: no object has a target.
+	empty   bool
+	members []membership.Member // all instances, sorted by ID
+	states  map[string]membership.Member
+	// unknownUntil is when the hold of instances the sharder does not know
+	// ends (see stateOf).
+	unknownUntil time.Time
+}
+
+// stateOf returns the state of instance id, whether its objects may move
+// now if it is gone (membership.Member.Movable) and, for an instance that
+// is not a member, until when it is held. An instance that the sharder
+// never saw a Lease for (a Lease deleted while this sharder was not
+// leading, or objects labelled by hand) may still be running: it is held as
+// vanished until unknownUntil, twice the default lease duration after this
+// sharder started assigning, and is gone after that, with no Lease to hold.
+func (v *ringView) stateOf(id string, now time.Time) (membership.State, bool, time.Time) {
+	if m, ok := v.states[id]; ok {
+		return m.State, m.Movable, time.Time{}
+	}
+	if now.Before(v.unknownUntil) {
+		return membership.StateVanished, false, v.unknownUntil
+	}
+	return membership.StateDead, true, time.Time{}
+}
+
+// buildView builds the view of members under cfg. rings keeps the ring
+// built last, so the ring is rebuilt only when its ready instances or their
+// weights changed.
+func buildView(rings *membership.Rings, cfg *ringConfig, members []membership.Member, unknownUntil time.Time) (*ringView, bool, error) {
+	v := &ringView{members: members, states: make(map[string]membership.Member, len(members)), unknownUntil: unknownUntil}
+	for _, m := range members {
+		v.states[m.ID] = m
+	}
+	rg, rebuilt, err := rings.Build(cfg.name, cfg.algorithm, cfg.virtualNodes, members)
+	if err != nil {
+		return nil, false, err
+	}
+	v.ring = rg
+	// A ring with no instance has no target for any key.
+	_, err = rg.Lookup("")
+	v.empty = errors.Is(err, ring.ErrNoInstance)
+	return v, rebuilt, nil
+}
+
+// rebuild takes the ring's current membership and configuration, reports
+// what changed and queues the objects that must move. all queues every main
+// object instead (start and configuration changes).
+func (r *ringAssigner) rebuild(ctx context.Context, all bool) {
+	cfg := r.cfg.Load()
+	prev := r.view.Load()
+	members := r.c.opts.Registry.Members(r.name)
+	v, rebuilt, err := buildView(&r.rings, cfg, members, r.unknownUntil)
+	if err != nil {
+		r.logger.Error(err, "Cannot build ring", "algorithm", cfg.algorithm)
+		r.event(corev1.EventTypeWarning, "RingBuildFailed", "Cannot build the %s ring: %v", cfg.algorithm, err)
+		return
+	}
+	r.view.Store(v)
+	if rebuilt {
+		metrics.RingRebuildsTotal.WithLabelValues(r.name).Inc()
+	}
+	if prev != nil {
+		if change := describeMembershipChange(prev.members, members); change != "" {
+			r.logger.Info("Membership changed", "change", change)
+			r.event(corev1.EventTypeNormal, "MembershipChanged", "%s", change)
+		}
+	}
+	r.triggerStatus()
+
+	var drains, dead, held, total int
+	for _, w := range r.mains {
+		for obj := range w.cache.List() {
+			if !r.selected(obj.Namespace) {
+				continue
+			}
+			total++
+			s, err := r.situation(v, cfg, w.res.gk, obj)
+			if err != nil {
+				r.enqueue(w, obj)
+				continue
+			}
+			d := decide(s)
+			switch d.action {
+			case actionRelabelGone:
+				dead++
+			case actionRequestDrain, actionWait, actionRetarget, actionForce, actionAssignForced:
+				drains++
+			case actionHold:
+				if s.current != "" && s.target != "" {
+					held++
+				}
+			}
+			if all || d.action != actionKeep {
+				r.enqueue(w, obj)
+			}
+		}
+	}
+	if moves := drains + dead; moves > 0 && ctx.Err() == nil {
+		r.logger.Info("Rebalancing", "objects", total, "drains", drains, "dead", dead, "held", held)
+		r.event(corev1.EventTypeNormal, "Rebalancing",
+			"Moving %d of %d objects: %d drained from ready instances, %d relabelled from instances that are gone, %d held on instances that may still be working",
+			moves, total, drains, dead, held)
+	}
+}
+
+// describeMembershipChange lists joined, left and changed instances; empty
+// when nothing a person cares about changed.
+func describeMembershipChange(prev, cur []membership.Member) string {
+	before := map[string]membership.Member{}
+	for _, m := range prev {
+		before[m.ID] = m
+	}
+	var parts []string
+	for _, m := range cur {
+		old, ok := before[m.ID]
+		delete(before, m.ID)
+		switch {
+		case !ok:
+			parts = append(parts, fmt.Sprintf("%s joined (%s)", m.ID, m.State))
+		case old.State != m.State:
+			parts = append(parts, fmt.Sprintf("%s %s -> %s", m.ID, old.State, m.State))
+		case old.VirtualNodes != m.VirtualNodes:
+			parts = append(parts, fmt.Sprintf("%s virtual nodes %d -> %d", m.ID, old.VirtualNodes, m.VirtualNodes))
+		}
+	}
+	left := make([]string, 0, len(before))
+	for id := range before {
+		left = append(left, id)
+	}
+	slices.Sort(left)
+	for _, id := range left {
+		parts = append(parts, id+" left")
+	}
+	ready := 0
+	for _, m := range cur {
+		if m.State == membership.StateReady {
+			ready++
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s; %d of %d instances ready", strings.Join(parts, ", "), ready, len(cur))
+}

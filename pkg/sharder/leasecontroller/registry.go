@@ -1,0 +1,118 @@
+package leasecontroller
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/sharder-dev/sharder/pkg/membership"
+)
+
+// Registry holds the current membership of every ring. The lease controller
+// writes it; the assignment engine reads it and subscribes to changes. It is
+// safe for concurrent use.
+type Registry struct {
+	mu          sync.RWMutex
+	rings       map[string][]membership.Member
+	assigned    map[string]map[string]int32
+	subscribers []func(ring string)
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{rings: map[string][]membership.Member{}}
+}
+
+// Members returns a copy of the ring's members sorted by ID.
+func (r *Registry) Members(ring string) []membership.Member {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return slices.Clone(r.rings[ring])
+}
+
+// Rings returns the names of the rings that have members, sorted.
+func (r *Registry) Rings() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	names := make([]string, 0, len(r.rings))
+	for name := range r.rings {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Set replaces the ring's membership. Subscribers are called, synchronously
+// and outside the lock, only when the membership differs from the previous
+// one. Set reports whether it changed.
+func (r *Registry) Set(ring string, members []membership.Member) bool {
+	members = slices.Clone(members)
+	slices.SortFunc(members, func(a, b membership.Member) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	r.mu.Lock()
+	if slices.Equal(r.rings[ring], members) {
+		r.mu.Unlock()
+		return false
+	}
+	if len(members) == 0 {
+		delete(r.rings, ring)
+	} else {
+		r.rings[ring] = members
+	}
+	subs := slices.Clone(r.subscribers)
+	r.mu.Unlock()
+	for _, notify := range subs {
+		notify(ring)
+	}
+	return true
+}
+
+// HasReady reports whether ring has a ready instance: objects of gone
+// instances can move only then.
+func (r *Registry) HasReady(ring string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return slices.ContainsFunc(r.rings[ring], func(m membership.Member) bool { return m.State.Ready() })
+}
+
+// SetAssigned records how many main objects of ring carry each instance's
+// shard label, as the assignment engine counts them from its synced caches.
+// The lease controller holds the Lease of a dead instance while objects
+// still carry its label and can move, so that the instance cannot come back
+// while they are being moved.
+func (r *Registry) SetAssigned(ring string, counts map[string]int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.assigned == nil {
+		r.assigned = map[string]map[string]int32{}
+	}
+	if counts == nil {
+		delete(r.assigned, ring)
+		return
+	}
+	r.assigned[ring] = counts
+}
+
+// Assigned returns how many main objects of ring carry instance id's shard
+// label, and false when nothing was counted for the ring yet.
+func (r *Registry) Assigned(ring, id string) (int32, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	counts, ok := r.assigned[ring]
+	return counts[id], ok
+}
+
+// Subscribe registers notify to be called with a ring's name whenever its
+// membership changes. notify must not block: hand the name to a workqueue
+// or channel.
+func (r *Registry) Subscribe(notify func(ring string)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.subscribers = append(r.subscribers, notify)
+}
