@@ -87,7 +87,7 @@ type instancePod func(instance string) (namespace, name string, err error)
 // or the owner is not assigned); an error is a fault.
 type choice func() (instance, why string, err error)
 
-// decide applies DESIGN §6 to a request whose ring is known. A change to
+// admit applies DESIGN §6 to a request whose ring is known. A change to
 // either label is allowed only when it comes from the sharder, when it is a
 // drain acknowledgement (an UPDATE of an object that carried the drain label
 // that removes it and either removes the shard label or hands the object
@@ -98,7 +98,7 @@ type choice func() (instance, why string, err error)
 // sharder would choose and no drain label. choose is called only in the
 // last case, podOf only for an acknowledgement with a pod-bound credential;
 // their errors are returned as is (faults).
-func decide(req labelRequest, ring *v1alpha1.ControllerRing, identity string, choose choice, podOf instancePod) (verdict, error) {
+func admit(req labelRequest, ring *v1alpha1.ControllerRing, identity string, choose choice, podOf instancePod) (verdict, error) {
 	shard, drain := v1alpha1.ShardLabel(req.ring), v1alpha1.DrainLabel(req.ring)
 	switch {
 	case !req.shardChanged() && !req.drainChanged():

@@ -156,7 +156,7 @@ func (h *labelHandler) handle(ctx context.Context, req admission.Request, ringNa
 	podOf := func(instance string) (string, string, error) {
 		return h.instancePod(ctx, rg, instance)
 	}
-	v, err := decide(lr, rg, id, choose, podOf)
+	v, err := admit(lr, rg, id, choose, podOf)
 	if err != nil {
 		return fault(reasonError, err)
 	}

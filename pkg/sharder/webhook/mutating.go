@@ -94,7 +94,7 @@ func createRules(spec *v1alpha1.ControllerRingSpec) []admissionregistrationv1.Ru
 
 // writeMutating writes the MutatingWebhookConfiguration of the rings in
 // admission mode, or deletes it when there is none.
-func (k *keeper) writeMutating(ctx context.Context, active []v1alpha1.ControllerRing, p configParams, owners []metav1.OwnerReference) error {
+func (k *configWriter) writeMutating(ctx context.Context, active []v1alpha1.ControllerRing, p configParams, owners []metav1.OwnerReference) error {
 	desired := buildMutatingConfiguration(active, p)
 	if desired == nil {
 		return k.deleteManaged(ctx, "MutatingWebhookConfiguration", &admissionregistrationv1.MutatingWebhookConfiguration{})

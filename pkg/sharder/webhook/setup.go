@@ -32,12 +32,12 @@ import (
 //
 //   - the admission handler, served under PathPrefix by the manager's
 //     webhook server on every replica;
-//   - in self-managed certificate mode, the certificate keeper (every
+//   - in self-managed certificate mode, the certificate manager (every
 //     replica), which makes the webhook server serve the certificate kept in
 //     the Secret and adds the readiness check "webhook-certificate";
 //   - the assigning handler, served under AssignPathPrefix on every
 //     replica, which labels the new objects of rings in admission mode;
-//   - the configuration keeper (leader only), which writes the
+//   - the configuration writer (leader only), which writes the
 //     ValidatingWebhookConfiguration and, while a ring is in admission
 //     mode, the MutatingWebhookConfiguration of the same name.
 //
@@ -95,10 +95,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("webhook: watching ring deletions: %w", err)
 	}
 
-	// The keeper's reconciles all concern the one configuration.
+	// The configuration writer's reconciles all concern the one configuration.
 	key := reconcile.Request{NamespacedName: types.NamespacedName{Name: opts.ConfigurationName}}
 	bundleEvents := make(chan event.GenericEvent, 1)
-	k := &keeper{client: mgr.GetClient(), opts: opts, identity: id, owners: direct}
+	k := &configWriter{client: mgr.GetClient(), opts: opts, identity: id, owners: direct}
 
 	switch opts.CertMode {
 	case CertModeSelfManaged:
@@ -121,7 +121,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		}
 		def.Options.TLSOpts = append(def.Options.TLSOpts, func(c *tls.Config) { c.GetCertificate = certs.GetCertificate })
 		if err := mgr.Add(certs); err != nil {
-			return fmt.Errorf("webhook: adding the certificate keeper: %w", err)
+			return fmt.Errorf("webhook: adding the certificate manager: %w", err)
 		}
 		if err := mgr.AddReadyzCheck("webhook-certificate", certs.Check); err != nil {
 			return fmt.Errorf("webhook: adding the readiness check: %w", err)
@@ -169,7 +169,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		WatchesRawSource(source.Channel(bundleEvents, toKey)).
 		Complete(k)
 	if err != nil {
-		return fmt.Errorf("webhook: adding the configuration keeper: %w", err)
+		return fmt.Errorf("webhook: adding the configuration writer: %w", err)
 	}
 	return nil
 }

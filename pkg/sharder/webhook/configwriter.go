@@ -26,7 +26,7 @@ import (
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=get
 
-// keeper keeps the ValidatingWebhookConfiguration, and the
+// configWriter keeps the ValidatingWebhookConfiguration, and the
 // MutatingWebhookConfiguration of the rings in admission mode, in line with
 // the rings.
 // It runs on the leader only: the configuration lives in the API server, so
@@ -34,7 +34,7 @@ import (
 // versions (during a rolling update) never take turns rewriting it. Every
 // write is computed from the rings and the CA bundle alone, so a newly
 // elected leader converges without knowing what the last one did.
-type keeper struct {
+type configWriter struct {
 	client   client.Client // cached reads, direct writes
 	opts     Options
 	identity *identity
@@ -47,7 +47,7 @@ type keeper struct {
 
 // ownerReferences returns the configuration's owner: the ClusterRole named
 // by Options.OwnerClusterRole, none while it does not exist.
-func (k *keeper) ownerReferences(ctx context.Context) ([]metav1.OwnerReference, error) {
+func (k *configWriter) ownerReferences(ctx context.Context) ([]metav1.OwnerReference, error) {
 	if k.opts.OwnerClusterRole == "" {
 		return nil, nil
 	}
@@ -68,7 +68,7 @@ func (k *keeper) ownerReferences(ctx context.Context) ([]metav1.OwnerReference, 
 
 // Reconcile writes the configurations the rings call for, or deletes them
 // when there is no ring (the mutating one: no ring in admission mode).
-func (k *keeper) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+func (k *configWriter) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
 	log := logf.FromContext(ctx).WithValues("configuration", k.opts.ConfigurationName)
 	rings := &v1alpha1.ControllerRingList{}
 	if err := k.client.List(ctx, rings); err != nil {
@@ -134,7 +134,7 @@ func (k *keeper) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.
 
 // deleteManaged deletes the configuration named Options.ConfigurationName
 // of obj's kind if the sharder manages it.
-func (k *keeper) deleteManaged(ctx context.Context, kind string, obj client.Object) error {
+func (k *configWriter) deleteManaged(ctx context.Context, kind string, obj client.Object) error {
 	err := k.client.Get(ctx, types.NamespacedName{Name: k.opts.ConfigurationName}, obj)
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -155,7 +155,7 @@ func (k *keeper) deleteManaged(ctx context.Context, kind string, obj client.Obje
 
 // keepMeta sets the sharder's label, the CA injection annotation and the
 // owners on cfg; it reports whether any of them changed.
-func (k *keeper) keepMeta(cfg client.Object, owners []metav1.OwnerReference) bool {
+func (k *configWriter) keepMeta(cfg client.Object, owners []metav1.OwnerReference) bool {
 	changed := !equality.Semantic.DeepEqual(cfg.GetOwnerReferences(), owners) ||
 		cfg.GetLabels()[labelManagedBy] != managedBy || cfg.GetAnnotations()[annotationInjectCA] != k.opts.CAInjectFrom
 	cfg.SetOwnerReferences(owners)
@@ -179,7 +179,7 @@ func (k *keeper) keepMeta(cfg client.Object, owners []metav1.OwnerReference) boo
 }
 
 // writeValidating writes the ValidatingWebhookConfiguration of the rings.
-func (k *keeper) writeValidating(ctx context.Context, active []v1alpha1.ControllerRing, p configParams, owners []metav1.OwnerReference) error {
+func (k *configWriter) writeValidating(ctx context.Context, active []v1alpha1.ControllerRing, p configParams, owners []metav1.OwnerReference) error {
 	desired := buildConfiguration(active, p)
 	return writeConfiguration(ctx, k, desired, &admissionregistrationv1.ValidatingWebhookConfiguration{},
 		func(c *admissionregistrationv1.ValidatingWebhookConfiguration) *[]admissionregistrationv1.ValidatingWebhook {
@@ -196,7 +196,7 @@ func (k *keeper) writeValidating(ctx context.Context, active []v1alpha1.Controll
 // configuration: webhooksOf gives a configuration's webhooks, clientConfigOf
 // a webhook's client configuration. With cert-manager injecting the CA
 // bundle, the bundle it injected is kept.
-func writeConfiguration[C client.Object, W any](ctx context.Context, k *keeper, desired, current C,
+func writeConfiguration[C client.Object, W any](ctx context.Context, k *configWriter, desired, current C,
 	webhooksOf func(C) *[]W, clientConfigOf func(*W) *admissionregistrationv1.WebhookClientConfig,
 	p configParams, owners []metav1.OwnerReference) error {
 	kind := strings.TrimPrefix(fmt.Sprintf("%T", current), "*v1.")
