@@ -4,13 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
@@ -109,24 +106,6 @@ func stateAt(lease *coordinationv1.Lease, t, now time.Time) (State, time.Time) {
 	return StateUncertain, time.Time{}
 }
 
-// InvalidID returns why id cannot be an instance ID, nil when it can. An
-// instance ID names a Lease and is the value of the shard label, so it must
-// be both a DNS subdomain and a label value: at most 63 characters of
-// lower-case letters, digits, '-' and '.', starting and ending with a letter
-// or digit.
-func InvalidID(id string) error {
-	var errs []string
-	errs = append(errs, validation.IsDNS1123Subdomain(id)...)
-	errs = append(errs, validation.IsValidLabelValue(id)...)
-	if id == "" {
-		errs = append(errs, "must not be empty")
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("instance ID %q names a Lease and is a label value: %s", id, strings.Join(slices.Compact(errs), "; "))
-}
-
 // NextTransition returns leaseTransitions after one more change of holder:
 // n + 1, but never past the largest int32. An overflow would be a negative
 // count, which the API server rejects, and the Lease could never be
@@ -168,7 +147,7 @@ func MemberOf(lease *coordinationv1.Lease, now time.Time) Member {
 	return Member{ID: lease.Name, VirtualNodes: weight, State: state}
 }
 
-// referenceTime returns t: renewTime, else acquireTime, else creation time.
+// ReferenceTime returns t: renewTime, else acquireTime, else creation time.
 func ReferenceTime(lease *coordinationv1.Lease) time.Time {
 	switch {
 	case lease.Spec.RenewTime != nil:
@@ -180,7 +159,7 @@ func ReferenceTime(lease *coordinationv1.Lease) time.Time {
 	}
 }
 
-// durationOf returns d: leaseDurationSeconds within (0, MaxLeaseDuration],
+// DurationOf returns d: leaseDurationSeconds within (0, MaxLeaseDuration],
 // else DefaultLeaseDuration.
 func DurationOf(lease *coordinationv1.Lease) time.Duration {
 	s := lease.Spec.LeaseDurationSeconds

@@ -70,7 +70,7 @@ type ControllerOptions struct {
 
 	// Identity is the holder identity the sharder writes into an uncertain
 	// Lease it takes. It must differ from every instance ID.
-	// Default: "sharder:" + DefaultIdentity(); the colon cannot occur in a
+	// Default: "sharder:" + membership.DefaultIdentity(); the colon cannot occur in a
 	// Lease name, so the default never equals an instance ID.
 	Identity string
 
@@ -95,7 +95,7 @@ func (o *ControllerOptions) setDefaults() error {
 		return errors.New("lease controller: a Registry is required")
 	}
 	if o.Identity == "" {
-		id, err := DefaultIdentity()
+		id, err := membership.DefaultIdentity()
 		if err != nil {
 			return fmt.Errorf("lease controller: %w", err)
 		}
