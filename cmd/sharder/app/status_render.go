@@ -1,0 +1,128 @@
+package app
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+)
+
+func writeStatus(out io.Writer, format string, report *StatusReport) error {
+	switch format {
+	case outputJSON:
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(report)
+	case outputYAML:
+		data, err := yaml.Marshal(report)
+		if err != nil {
+			return fmt.Errorf("encoding YAML: %w", err)
+		}
+		_, err = out.Write(data)
+		return err
+	}
+	return writeStatusTable(out, report)
+}
+
+// writeStatusTable prints each ring as a few header lines and a table of its
+// instances.
+func writeStatusTable(out io.Writer, report *StatusReport) error {
+	if len(report.Rings) == 0 {
+		_, err := fmt.Fprintln(out, "No ControllerRings found.")
+		return err
+	}
+	var errs []error
+	printf := func(w io.Writer, format string, a ...any) {
+		_, err := fmt.Fprintf(w, format, a...)
+		errs = append(errs, err)
+	}
+	for i, r := range report.Rings {
+		if i > 0 {
+			printf(out, "\n")
+		}
+		ready := "Ready=" + r.Ready
+		if r.Reason != "" {
+			ready += " (" + r.Reason + ")"
+		}
+		printf(out, "Ring %s: %s, %s, Leases in %s\n", r.Name, ready, r.Algorithm, r.LeaseNamespace)
+		switch {
+		case r.Source == sourceLabels:
+			printf(out, "  %d instances (%d ready), %d objects, %d unassigned, %d drains in flight\n",
+				len(r.Instances), r.ReadyInstances, r.Objects, r.Unassigned, r.Drains)
+			printf(out, "  source: the labels, counted just now (--recount)\n")
+		case r.ObservedGeneration == 0:
+			printf(out, "  %d instances (%d ready), objects not counted\n", len(r.Instances), r.ReadyInstances)
+			printf(out, "  source: the ring's status, not written yet\n")
+		default:
+			printf(out, "  %d instances (%d ready), %d objects, %d unassigned, %d drains in flight\n",
+				len(r.Instances), r.ReadyInstances, r.Objects, r.Unassigned, r.Drains)
+			printf(out, "  source: the ring's status (observed generation %d, ring generation %d)\n", r.ObservedGeneration, r.Generation)
+		}
+		if r.Ready != string(metav1.ConditionTrue) && r.Message != "" {
+			printf(out, "  message: %s\n", oneLine(r.Message))
+		}
+		for _, s := range r.Stale {
+			printf(out, "  status may be stale: %s\n", oneLine(s))
+		}
+		if len(r.Stale) > 0 {
+			printf(out, "  the sharder may not be running: check its pods, or count from the labels with --recount\n")
+		}
+		if r.Source == sourceStatus && r.ObjectsWithoutLease > 0 {
+			printf(out, "  %d objects are labelled with instances that have no Lease in the ring (--recount names them)\n", r.ObjectsWithoutLease)
+		}
+		for _, p := range r.Problems {
+			printf(out, "  problem: %s\n", oneLine(p))
+		}
+		if len(r.Instances) == 0 {
+			continue
+		}
+		printf(out, "\n")
+		recounted := r.Source == sourceLabels
+		assigned := r.Objects - r.Unassigned
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		if recounted {
+			printf(tw, "  INSTANCE\tSTATE\tWEIGHT\tOBJECTS\tSHARE\tCONTROLLED\tDRAINS\tRENEWED\tNOTE\n")
+		} else {
+			printf(tw, "  INSTANCE\tSTATE\tWEIGHT\tOBJECTS\tSHARE\tRENEWED\tNOTE\n")
+		}
+		for _, inst := range r.Instances {
+			share := "-"
+			if assigned > 0 {
+				share = fmt.Sprintf("%.1f%%", 100*float64(inst.Objects)/float64(assigned))
+			}
+			weight := "-"
+			if inst.State != stateUnknownInstance {
+				weight = fmt.Sprint(inst.VirtualNodes)
+			}
+			counts := ""
+			if recounted {
+				counts = fmt.Sprintf("%d\t%d\t", ptr.Deref(inst.Controlled, 0), ptr.Deref(inst.Drains, 0))
+			}
+			printf(tw, "  %s\t%s\t%s\t%d\t%s\t%s%s\t%s\n",
+				inst.Name, inst.State, weight, inst.Objects, share, counts, renewed(inst.RenewTime, report.Time.Time), oneLine(inst.Note))
+		}
+		errs = append(errs, tw.Flush())
+	}
+	return errors.Join(errs...)
+}
+
+// renewed says how long before now the Lease was last renewed.
+func renewed(t *metav1.MicroTime, now time.Time) string {
+	switch {
+	case t == nil:
+		return "-"
+	case t.After(now):
+		return "in " + duration.HumanDuration(t.Sub(now))
+	}
+	return duration.HumanDuration(now.Sub(t.Time)) + " ago"
+}
+
+func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
