@@ -97,6 +97,9 @@ func TestOptionsComplete(t *testing.T) {
 			tc.modify(&o)
 			got := o
 			err := got.setDefaults()
+			if err == nil {
+				err = got.validate()
+			}
 			if tc.errSub != "" {
 				g.Expect(err).To(MatchError(ContainSubstring(tc.errSub)))
 				return

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -92,9 +93,16 @@ var (
 // The instance runs on every replica (NeedLeaderElection is false); run the
 // manager without leader election, since each instance reconciles only its
 // own objects.
+//
+// Setup fills in the defaults of opts and returns an error naming the
+// option when one breaks its rule (Options states them), before anything is
+// added to mgr.
 func Setup(mgr manager.Manager, opts Options) (*Instance, error) {
 	if err := opts.setDefaults(); err != nil {
-		return nil, fmt.Errorf("instance options: %w", err)
+		return nil, err
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
 	}
 	// The Lease is read and written directly, and watched by name: the
 	// manager's cache must not start watching every Lease in the cluster for
@@ -133,7 +141,7 @@ func Setup(mgr manager.Manager, opts Options) (*Instance, error) {
 		ShutdownTimeout: opts.ShutdownTimeout,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating the Lease holder: %w", err)
+		return nil, err // names the lease holder
 	}
 	if err := mgr.Add(i.holder); err != nil {
 		return nil, fmt.Errorf("adding the Lease holder: %w", err)
@@ -301,7 +309,7 @@ func (i *Instance) cancelMoved(gvk schema.GroupVersionKind, key inflight.Key, mo
 	}
 	cancel := func() {
 		if n := i.reconciles.Cancel(key, ErrMoved); n > 0 {
-			i.log.Info("Cancelled reconciles of an object assigned elsewhere", "kind", gvk.Kind, "object", key.NamespacedName, "reconciles", n)
+			i.log.Info("Cancelled reconciles of an object assigned elsewhere", "kind", gvk.Kind, "object", klog.KRef(key.Namespace, key.Name), "reconciles", n)
 		}
 	}
 	if moved {
@@ -315,7 +323,7 @@ func (i *Instance) cancelMoved(gvk schema.GroupVersionKind, key inflight.Key, mo
 		live.SetGroupVersionKind(gvk)
 		if err := i.apiReader.Get(ctx, key.NamespacedName, live); err != nil {
 			if !apierrors.IsNotFound(err) {
-				i.log.Error(err, "Could not tell whether an object left by a move; its reconciles in flight run on", "kind", gvk.Kind, "object", key.NamespacedName)
+				i.log.Error(err, "Could not tell whether an object left by a move; its reconciles in flight run on", "kind", gvk.Kind, "object", klog.KRef(key.Namespace, key.Name))
 			}
 			return
 		}

@@ -3,6 +3,7 @@ package instance
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
+	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
 // Options configures an instance. Ring and LeaseNamespace are required.
@@ -34,9 +36,10 @@ type Options struct {
 	// Default: 0, no label: the ring's spec.virtualNodes.
 	VirtualNodes int
 
-	// LeaseDuration is the Lease's duration: the sharder moves this instance's
-	// objects away when it has not renewed the Lease for about twice as long.
-	// Default: 15s.
+	// LeaseDuration is the Lease's duration, a whole number of seconds: the
+	// sharder moves this instance's objects away when it has not renewed the
+	// Lease for about twice as long.
+	// Default: leaseholder.DefaultLeaseDuration (15s).
 	LeaseDuration time.Duration
 
 	// RenewPeriod is how often the Lease is renewed; it must be shorter than
@@ -78,8 +81,9 @@ type Options struct {
 	Release leaseholder.Release
 
 	// ShutdownTimeout bounds how long shutdown waits for reconciles in flight
-	// before the Lease is released anyway.
-	// Default: 30s.
+	// and releases the Lease. When reconciles are still in flight at its end,
+	// the Lease is not released but left to expire.
+	// Default: leaseholder.DefaultShutdownTimeout (30s).
 	ShutdownTimeout time.Duration
 
 	// RetryPeriod is how soon a request that arrives before the instance holds
@@ -87,60 +91,67 @@ type Options struct {
 	// Default: 1s.
 	RetryPeriod time.Duration
 
-	// Clock is used for the Lease's timing.
+	// Clock tells the time: the Lease holder's renewals and deadlines, and
+	// how long the instance remembers the objects it handed over. Tests pass
+	// a fake clock.
 	// Default: the real clock.
 	Clock clock.Clock
 }
 
 // Defaults of Options. The Lease's timings and the shutdown timeout are the
-// lease holder's: leaseholder.DefaultLeaseDuration and leaseholder.DefaultShutdownTimeout.
+// lease holder's: leaseholder.DefaultLeaseDuration and
+// leaseholder.DefaultShutdownTimeout.
 const (
 	DefaultRetryPeriod = time.Second
 )
 
 // DefaultIdentity returns the default instance ID: the POD_NAME environment
-// variable, else the hostname.
+// variable, else the hostname. It is membership.DefaultIdentity, the one
+// `sharder agent` and the Lease holder use too.
 func DefaultIdentity() (string, error) {
-	return leaseholder.DefaultIdentity()
+	return membership.DefaultIdentity()
 }
 
-// setDefaults fills in defaults and checks the options. Durations the lease
-// holder owns (LeaseDuration, RenewPeriod, RenewDeadline) are defaulted and
-// checked by it.
+// setDefaults fills in the defaults of unset fields, as each field's comment
+// states. It fails only when Identity is unset and this process has no
+// default instance ID. The Lease's timings, ShutdownTimeout and Release are
+// left to the Lease holder, which fills in and checks the same defaults.
 func (o *Options) setDefaults() error {
-	var errs []error
-	if msgs := validation.IsDNS1123Label(o.Ring); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("ring %q is not a valid ring name: %v", o.Ring, msgs))
-	}
-	if msgs := validation.IsDNS1123Label(o.LeaseNamespace); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("lease namespace %q is not a valid namespace name: %v", o.LeaseNamespace, msgs))
-	}
 	if o.Identity == "" {
 		id, err := DefaultIdentity()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("finding the default instance identity: %w", err))
+			return fmt.Errorf("instance ID: %w", err)
 		}
 		o.Identity = id
-	}
-	if o.Identity != "" {
-		if err := leaseholder.ValidateIdentity(o.Identity); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if o.VirtualNodes < 0 {
-		errs = append(errs, fmt.Errorf("virtual nodes must not be negative, got %d", o.VirtualNodes))
-	}
-	if o.ShutdownTimeout < 0 {
-		errs = append(errs, fmt.Errorf("shutdown timeout must not be negative, got %s", o.ShutdownTimeout))
-	}
-	if o.RetryPeriod < 0 {
-		errs = append(errs, fmt.Errorf("retry period must not be negative, got %s", o.RetryPeriod))
 	}
 	if o.RetryPeriod == 0 {
 		o.RetryPeriod = DefaultRetryPeriod
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
+	}
+	return nil
+}
+
+// validate checks the options the instance itself uses once their defaults
+// are filled in, and returns every violation at once; each error names its
+// option. The Lease holder checks the rest (NewHolder).
+func (o *Options) validate() error {
+	var errs []error
+	if msgs := validation.IsDNS1123Label(o.Ring); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("ring %q: must be a DNS label: %s", o.Ring, strings.Join(msgs, "; ")))
+	}
+	if msgs := validation.IsDNS1123Label(o.LeaseNamespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("lease namespace %q: must be a namespace name: %s", o.LeaseNamespace, strings.Join(msgs, "; ")))
+	}
+	if err := leaseholder.ValidateIdentity(o.Identity); err != nil {
+		errs = append(errs, err)
+	}
+	if o.VirtualNodes < 0 {
+		errs = append(errs, fmt.Errorf("virtual nodes %d: must not be negative", o.VirtualNodes))
+	}
+	if o.RetryPeriod < 0 {
+		errs = append(errs, fmt.Errorf("retry period %s: must not be negative", o.RetryPeriod))
 	}
 	return errors.Join(errs...)
 }

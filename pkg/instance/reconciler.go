@@ -3,7 +3,6 @@ package instance
 import (
 	"context"
 	"fmt"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -123,7 +122,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // no longer assigned here.
 func (r *reconciler) absent(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := inflight.Key{GroupKind: r.gvk.GroupKind(), NamespacedName: req.NamespacedName}
-	if r.inst.handedOver.recent(key, time.Now()) {
+	if r.inst.handedOver.recent(key, r.inst.opts.Clock.Now()) {
 		// This instance handed it over itself: it moved away, and its
 		// deletion, if any, is no longer this instance's to reconcile.
 		logf.FromContext(ctx).V(1).Info("Request dropped: object handed over by this instance")
@@ -163,7 +162,7 @@ func (r *reconciler) acknowledge(ctx context.Context, key inflight.Key, cached c
 		target, _ := drain.Target(obj, r.inst.opts.Ring)
 		err := drain.Acknowledge(ctx, r.inst.client, obj, r.inst.opts.Ring)
 		if err == nil {
-			r.inst.handedOver.add(key, time.Now())
+			r.inst.handedOver.add(key, r.inst.opts.Clock.Now())
 			if target != "" {
 				log.Info("Drain acknowledged: object handed over", "object", klog.KObj(obj), "to", target)
 			} else {

@@ -23,7 +23,7 @@ func DefaultIdentity() (string, error) {
 	}
 	name, err := os.Hostname()
 	if err != nil {
-		return "", fmt.Errorf("no instance ID: POD_NAME is not set and the hostname is unknown: %w", err)
+		return "", fmt.Errorf("POD_NAME is not set, and the hostname is unknown: %w", err)
 	}
 	return name, nil
 }

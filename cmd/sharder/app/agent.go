@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
+	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/sharder/config"
 )
 
@@ -137,7 +138,7 @@ func (o *agentOptions) complete(logOutput io.Writer) error {
 		o.holder.Check = o.check
 	}
 	if o.holder.Identity == "" {
-		id, err := leaseholder.DefaultIdentity()
+		id, err := membership.DefaultIdentity()
 		if err != nil {
 			return fmt.Errorf("--instance: %w", err)
 		}

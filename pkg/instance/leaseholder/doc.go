@@ -1,4 +1,4 @@
-// Package lease holds an instance's Lease: the membership record through
+// Package leaseholder holds an instance's Lease: the membership record through
 // which the sharder knows that the instance is alive. It is the part of the
 // instance library that does not need controller-runtime's reconcilers:
 // package instance runs it for controller-runtime managers, `sharder agent`
@@ -9,8 +9,9 @@
 // context ends) that creates or acquires the Lease named after the instance
 // ID in the ring's lease namespace, renews it, tells the caller through
 // OnLost when it can no longer vouch for it, and releases it on shutdown.
-// HolderOptions states every default and timing rule; DefaultIdentity is the
-// instance ID a pod gets when none is given.
+// HolderOptions states every default and timing rule; the instance ID
+// defaults to membership.DefaultIdentity (POD_NAME, else the hostname), and
+// ValidateIdentity checks an ID before it is used (NewHolder checks it too).
 //
 // The package depends on neither the sharder's controllers nor its metrics:
 // embedding it in a controller registers nothing in the process.

@@ -145,7 +145,7 @@ func TestHolderOptions(t *testing.T) {
 		g.Expect(h.Identity()).To(Equal("pod-7"))
 		g.Expect(h.NeedLeaderElection()).To(BeFalse())
 		g.Expect(h.Held()).To(BeFalse())
-		id, err := leaseholder.DefaultIdentity()
+		id, err := membership.DefaultIdentity()
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(id).To(Equal("pod-7"))
 	})
