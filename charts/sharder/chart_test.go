@@ -302,7 +302,7 @@ func TestRenderDashboard(t *testing.T) {
 
 	// Every metric the dashboard queries is defined in pkg/sharder/metrics.
 	defined := map[string]bool{}
-	files, err := filepath.Glob(filepath.Join(repoRoot(t), "pkg", "metrics", "*.go"))
+	files, err := filepath.Glob(filepath.Join(repoRoot(t), "pkg", "sharder", "metrics", "*.go"))
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, f := range files {
 		data, err := os.ReadFile(f)
