@@ -30,7 +30,8 @@ type documentedPodParts struct {
 // TestDocumentedAgentIsNativeSidecar: every manifest in the docs that runs
 // `sharder agent` runs it as a native sidecar (an init container with
 // restartPolicy Always, stopped after the controller), with a health URL,
-// and the API server accepts the pod.
+// every container defines the variables its $(NAME) references name, and the
+// API server accepts the pod.
 func TestDocumentedAgentIsNativeSidecar(t *testing.T) {
 	g := NewWithT(t)
 	root, err := testenv.RepoRoot()
@@ -65,6 +66,10 @@ func TestDocumentedAgentIsNativeSidecar(t *testing.T) {
 			g.Expect(agent.RestartPolicy).To(HaveValue(Equal(corev1.ContainerRestartPolicyAlways)), "%s: the agent's restartPolicy", rel)
 			g.Expect(agent.Args).To(ContainElement(HavePrefix("--health-url=")), "%s: the agent needs the controller's health endpoint to release its Lease", rel)
 			g.Expect(agent.Env).To(ContainElement(HaveField("Name", "POD_NAME")), "%s", rel)
+			for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+				g.Expect(undefinedReferences(c)).To(BeEmpty(),
+					"%s: container %s refers to variables it does not define (Kubernetes expands $(NAME) only from the container's own env)", rel, c.Name)
+			}
 
 			if len(spec.Containers) == 0 {
 				spec.Containers = []corev1.Container{{Name: "controller", Image: "example.dev/controller:v1"}}
@@ -74,4 +79,29 @@ func TestDocumentedAgentIsNativeSidecar(t *testing.T) {
 		}
 	}
 	g.Expect(found).To(BeNumerically(">=", 2), "the agent manifests of membership.md and getting-started.md")
+}
+
+var variableReference = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+
+// undefinedReferences returns the $(NAME) references in c's command, args
+// and env values whose NAME c's env does not define before them: Kubernetes
+// leaves those as they are, whatever another container of the pod defines.
+func undefinedReferences(c corev1.Container) []string {
+	defined := map[string]bool{}
+	var undefined []string
+	check := func(text string) {
+		for _, m := range variableReference.FindAllStringSubmatch(text, -1) {
+			if !defined[m[1]] {
+				undefined = append(undefined, m[0])
+			}
+		}
+	}
+	for _, e := range c.Env {
+		check(e.Value)
+		defined[e.Name] = true
+	}
+	for _, text := range slices.Concat(c.Command, c.Args) {
+		check(text)
+	}
+	return undefined
 }
