@@ -137,12 +137,22 @@ webhook:
   certificates:
     mode: cert-manager
 metrics:
+  certSecret: sharder-metrics-tls
   serviceMonitor:
     enabled: true
 dashboards:
   enabled: true
 pprof:
   enabled: true
+startupProbe:
+  enabled: true
+hostNetwork: true
+env:
+  GOMEMLIMIT: 450MiB
+extraVolumes:
+- {name: ca, configMap: {name: trusted-ca}}
+extraVolumeMounts:
+- {name: ca, mountPath: /etc/ssl/certs/extra, readOnly: true}
 rings:
 - name: example
   spec:
@@ -257,7 +267,7 @@ func TestRenderCertManager(t *testing.T) {
 
 func TestRenderServiceMonitor(t *testing.T) {
 	g := NewWithT(t)
-	_, objs := render(t, "metrics:\n  serviceMonitor:\n    enabled: true\n    labels: {release: prometheus}\n")
+	_, objs := render(t, "metrics:\n  certSecret: sharder-metrics-tls\n  serviceMonitor:\n    enabled: true\n    labels: {release: prometheus}\n")
 	sm := find(objs, "ServiceMonitor")["sharder"]
 	g.Expect(sm).NotTo(BeNil())
 	g.Expect(sm.GetLabels()).To(HaveKeyWithValue("release", "prometheus"))
@@ -267,7 +277,59 @@ func TestRenderServiceMonitor(t *testing.T) {
 	g.Expect(ep).To(HaveKeyWithValue("scheme", "https"))
 	g.Expect(ep).To(HaveKeyWithValue("port", "metrics"))
 	g.Expect(ep).To(HaveKeyWithValue("honorLabels", true))
-	g.Expect(ep).To(HaveKey("bearerTokenFile"))
+	g.Expect(ep).NotTo(HaveKey("bearerTokenFile"), "deprecated by prometheus-operator")
+	g.Expect(ep).To(HaveKeyWithValue("authorization", map[string]any{
+		"type": "Bearer", "credentials": map[string]any{"name": "sharder-metrics-scraper-token", "key": "token"},
+	}))
+	g.Expect(ep).To(HaveKeyWithValue("tlsConfig", map[string]any{
+		"serverName":         "sharder-metrics." + namespace + ".svc",
+		"ca":                 map[string]any{"secret": map[string]any{"name": "sharder-metrics-tls", "key": "ca.crt"}},
+		"insecureSkipVerify": false,
+	}))
+
+	// The metrics certificate is mounted and named in the configuration.
+	cfg := sharderConfig(t, objs)
+	dep := as[appsv1.Deployment](t, find(objs, "Deployment")["sharder"])
+	g.Expect(dep.Spec.Template.Spec.Volumes).To(ContainElement(corev1.Volume{Name: "metrics-certs",
+		VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "sharder-metrics-tls"}}}))
+	g.Expect(dep.Spec.Template.Spec.Containers[0].VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "metrics-certs",
+		MountPath: cfg.Metrics.CertDir, ReadOnly: true}))
+
+	// The scraping identity: a ServiceAccount, its token, and the right to
+	// get /metrics.
+	token := as[corev1.Secret](t, find(objs, "Secret")["sharder-metrics-scraper-token"])
+	g.Expect(token.Type).To(Equal(corev1.SecretTypeServiceAccountToken))
+	g.Expect(token.Annotations).To(HaveKeyWithValue(corev1.ServiceAccountNameKey, "sharder-metrics-scraper"))
+	g.Expect(find(objs, "ServiceAccount")).To(HaveKey("sharder-metrics-scraper"))
+	binding := as[rbacv1.ClusterRoleBinding](t, find(objs, "ClusterRoleBinding")["sharder-metrics-scraper"])
+	g.Expect(binding.RoleRef.Name).To(Equal("sharder-metrics-reader"))
+	g.Expect(binding.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: "sharder-metrics-scraper", Namespace: namespace}}))
+
+	// A token and CA of one's own, and no scraping identity from the chart.
+	_, objs = render(t, `
+metrics:
+  serviceMonitor:
+    enabled: true
+    authorization:
+      credentials: {name: prometheus-token, key: jwt}
+    tlsConfig:
+      ca: {configMap: {name: metrics-ca, key: ca.crt}}
+      serverName: sharder.example
+`)
+	endpoints, _, _ = unstructured.NestedSlice(find(objs, "ServiceMonitor")["sharder"].Object, "spec", "endpoints")
+	ep = endpoints[0].(map[string]any)
+	g.Expect(ep).To(HaveKeyWithValue("authorization", map[string]any{
+		"type": "Bearer", "credentials": map[string]any{"name": "prometheus-token", "key": "jwt"},
+	}))
+	g.Expect(ep).To(HaveKeyWithValue("tlsConfig", map[string]any{
+		"serverName":         "sharder.example",
+		"ca":                 map[string]any{"configMap": map[string]any{"name": "metrics-ca", "key": "ca.crt"}},
+		"insecureSkipVerify": false,
+	}))
+	g.Expect(find(objs, "Secret")).To(BeEmpty())
+	g.Expect(find(objs, "ServiceAccount")).NotTo(HaveKey("sharder-metrics-scraper"))
+	g.Expect(find(objs, "ClusterRoleBinding")).NotTo(HaveKey("sharder-metrics-scraper"))
+	g.Expect(sharderConfig(t, objs).Metrics.CertDir).To(BeEmpty(), "no metrics.certSecret: a self-signed certificate")
 
 	// Its selector finds the metrics Service.
 	selector, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
@@ -378,11 +440,14 @@ rings:
 
 func TestRenderRejectsBadValues(t *testing.T) {
 	for name, tc := range map[string]struct{ values, want string }{
-		"unknown certificate mode": {"webhook:\n  certificates:\n    mode: vault\n", `webhook.certificates.mode "vault"`},
-		"ring without name":        {"rings:\n- spec: {leaseNamespace: x}\n", "every entry needs a name"},
-		"ring without spec":        {"rings:\n- name: r\n", "rings[r]: spec is required"},
-		"foreign service account":  {"serviceAccount:\n  create: false\n", "serviceAccount.name is required"},
-		"plain metrics scraped":    {"metrics:\n  secure: false\n  serviceMonitor:\n    enabled: true\n", "metrics.serviceMonitor needs metrics.secure: true"},
+		"unknown certificate mode":   {"webhook:\n  certificates:\n    mode: vault\n", `webhook.certificates.mode "vault"`},
+		"ring without name":          {"rings:\n- spec: {leaseNamespace: x}\n", "every entry needs a name"},
+		"ring without spec":          {"rings:\n- name: r\n", "rings[r]: spec is required"},
+		"foreign service account":    {"serviceAccount:\n  create: false\n", "serviceAccount.name is required"},
+		"plain metrics scraped":      {"metrics:\n  secure: false\n  serviceMonitor:\n    enabled: true\n", "metrics.serviceMonitor needs metrics.secure: true"},
+		"unverifiable metrics":       {"metrics:\n  serviceMonitor:\n    enabled: true\n", "Prometheus cannot verify the self-signed metrics certificate"},
+		"webhook on the health port": {"webhook:\n  port: 8081\n", "health.port and webhook.port are both 8081"},
+		"pprof on the metrics port":  {"pprof:\n  enabled: true\n  port: 8443\n", "metrics.port and pprof.port are both 8443"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, err := renderErr(t, tc.values)

@@ -74,7 +74,8 @@ func withRing() map[string]any {
 func TestRenderEveryBoolean(t *testing.T) {
 	// Values a flipped boolean needs to be usable at all.
 	needs := map[string]map[string]any{
-		"serviceAccount.create": {"serviceAccount.name": "existing"},
+		"serviceAccount.create":          {"serviceAccount.name": "existing"},
+		"metrics.serviceMonitor.enabled": {"metrics.certSecret": "sharder-metrics-tls"},
 	}
 	// What a flipped boolean promises beyond a valid configuration.
 	promises := map[string]func(g Gomega, objs []*unstructured.Unstructured, cfg *config.Config){

@@ -76,3 +76,33 @@ HTTPS with authentication; plain HTTP metrics listen on 127.0.0.1.
 {{- end }}
 {{- $mode }}
 {{- end }}
+
+{{/*
+The ports the sharder listens on must differ: with hostNetwork they are the
+node's ports, shared with everything else on the node.
+*/}}
+{{- define "sharder.checkPorts" -}}
+{{- $ports := dict }}
+{{- $listen := list (list "health.port" .Values.health.port) }}
+{{- if .Values.webhook.enabled }}
+{{- $listen = append $listen (list "webhook.port" .Values.webhook.port) }}
+{{- end }}
+{{- if .Values.metrics.enabled }}
+{{- $listen = append $listen (list "metrics.port" .Values.metrics.port) }}
+{{- end }}
+{{- if .Values.pprof.enabled }}
+{{- $listen = append $listen (list "pprof.port" .Values.pprof.port) }}
+{{- end }}
+{{- range $listen }}
+{{- $key := toString (index . 1) }}
+{{- if hasKey $ports $key }}
+{{- fail (printf "%s and %s are both %s: the sharder listens on each port once" (get $ports $key) (index . 0) $key) }}
+{{- end }}
+{{- $_ := set $ports $key (index . 0) }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret holding the token the ServiceMonitor scrapes with. */}}
+{{- define "sharder.scrapeTokenSecret" -}}
+{{- default (printf "%s-metrics-scraper-token" (include "sharder.fullname" .)) .Values.metrics.serviceMonitor.authorization.credentials.name }}
+{{- end }}
