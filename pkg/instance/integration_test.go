@@ -38,7 +38,11 @@ func startSharder(t *testing.T) {
 	mgrOpts.Logger = ctrl.Log.WithName("sharder")
 	mgr := env.NewManager(t, nil, mgrOpts)
 	registry := leasecontroller.NewRegistry()
-	if err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: registry, Identity: "sharder:test"}).SetupWithManager(mgr); err != nil {
+	lc, err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: registry, Identity: "sharder:test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lc.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	engine, err := assign.New(assign.Options{Registry: registry})

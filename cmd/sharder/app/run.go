@@ -385,11 +385,14 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string) error
 		return err
 	}
 	registry := leasecontroller.NewRegistry()
-	lc := leasecontroller.NewController(leasecontroller.ControllerOptions{
+	lc, err := leasecontroller.NewController(leasecontroller.ControllerOptions{
 		Registry:      registry,
 		Workers:       cfg.Controllers.Leases.Workers,
 		EventRecorder: recorder,
 	})
+	if err != nil {
+		return fmt.Errorf("creating the lease controller: %w", err)
+	}
 	if err := lc.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the lease controller: %w", err)
 	}

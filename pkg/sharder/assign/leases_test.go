@@ -50,9 +50,7 @@ func TestWithLeaseController(t *testing.T) {
 	b := createLease(t, ns, "b")
 	names := createConfigMaps(t, ns, "cm", 20)
 	reg := leasecontroller.NewRegistry()
-	startSharderWith(t, env.Config, reg, assign.Options{}, func(mgr ctrl.Manager) error {
-		return leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: reg}).SetupWithManager(mgr)
-	})
+	startSharderWith(t, env.Config, reg, assign.Options{}, withLeaseController(reg))
 
 	both := []string{"a", "b"}
 	g.Eventually(assigned(ns, names, placed(t, ns, both...)), timeout, poll).Should(Succeed())
@@ -149,9 +147,7 @@ func TestVanishedInstanceHoldsItsObjects(t *testing.T) {
 			stopRenewing := renewing(t, ns, "b", 300*time.Millisecond)
 			names := createConfigMaps(t, ns, "cm", 30)
 			reg := leasecontroller.NewRegistry()
-			startSharderWith(t, env.Config, reg, assign.Options{}, func(mgr ctrl.Manager) error {
-				return leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: reg}).SetupWithManager(mgr)
-			})
+			startSharderWith(t, env.Config, reg, assign.Options{}, withLeaseController(reg))
 			both := []string{"a", "b"}
 			var onB []string
 			g.Eventually(func(g Gomega) {
@@ -222,9 +218,7 @@ func TestReleasedInstanceComesBackAfterItsObjectsMoved(t *testing.T) {
 	reg := leasecontroller.NewRegistry()
 	// One worker and 40 ms per write: moving b's ~60 objects takes about
 	// 2.5 s, more than twice b's one-second lease duration.
-	startSharderWith(t, slowPatches(env.Config, 40*time.Millisecond), reg, assign.Options{Workers: 1}, func(mgr ctrl.Manager) error {
-		return leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: reg}).SetupWithManager(mgr)
-	})
+	startSharderWith(t, slowPatches(env.Config, 40*time.Millisecond), reg, assign.Options{Workers: 1}, withLeaseController(reg))
 	both := []string{"a", "b"}
 	g.Eventually(assigned(ns, names, placed(t, ns, both...)), timeout, poll).Should(Succeed())
 	g.Eventually(func(g Gomega) { // the sharder has counted b's objects
@@ -255,5 +249,17 @@ func TestReleasedInstanceComesBackAfterItsObjectsMoved(t *testing.T) {
 	// The moment it holds its Lease, no object may still carry its label.
 	for name, l := range labelsOf(g, ns) {
 		g.Expect(l).NotTo(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "b"), "%s is still on b when b is back", name)
+	}
+}
+
+// withLeaseController returns a setup for startSharderWith that adds the
+// lease controller, publishing into reg.
+func withLeaseController(reg *leasecontroller.Registry) func(ctrl.Manager) error {
+	return func(mgr ctrl.Manager) error {
+		c, err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: reg})
+		if err != nil {
+			return err
+		}
+		return c.SetupWithManager(mgr)
 	}
 }

@@ -259,9 +259,7 @@ func newRestartScenario(t *testing.T, release leaseholder.Release, mutate func(*
 	// The live instances acknowledge their drains, as pkg/instance does.
 	acknowledger(t, ns, ns, func(id string) bool { s, ok := sc.instances[id]; return ok && s.held() })
 	reg := leasecontroller.NewRegistry()
-	startSharderWith(t, env.Config, reg, assign.Options{}, func(mgr ctrl.Manager) error {
-		return leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: reg}).SetupWithManager(mgr)
-	})
+	startSharderWith(t, env.Config, reg, assign.Options{}, withLeaseController(reg))
 	g.Eventually(sc.settled, timeout, poll).Should(Succeed())
 	g.Eventually(func(g Gomega) { // the sharder has counted the objects
 		g.Expect(getRing(g, ns).Status.Members).To(HaveEach(HaveField("Objects", BeNumerically(">", 0))))

@@ -14,53 +14,59 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sharder-dev/sharder/internal/testenv"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
 	"github.com/sharder-dev/sharder/pkg/membership"
-	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 )
 
 // TestCrashedInstanceLifecycle follows the Lease of an instance that stops
 // renewing: ready, expired, uncertain, taken by the sharder (dead), orphaned
-// and deleted.
+// and deleted. The sharder runs on a fake clock, stepped to each transition.
 func TestCrashedInstanceLifecycle(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
+	clk := newFakeClock()
 	ring, ns := newRing(t)
-	renewed := time.Now()
+	s := startSharder(t, clk, ring, ns)
+	renewed := clk.Now()
 	createLease(t, ring, ns, "crashed", renewed, 1)
 
-	g.Eventually(stateOf(ring, "crashed")).Should(Equal(membership.StateReady))
+	g.Eventually(s.stateOf(ring, "crashed")).Should(Equal(membership.StateReady))
 	g.Eventually(getLease(ns, "crashed")).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "ready")))
 
+	stepTo(g, clk, renewed.Add(time.Second), ns, []string{"crashed"}, func() bool {
+		return s.stateOf(ring, "crashed")() == membership.StateExpired
+	})
 	// The sharder takes the Lease once, for twice its duration.
-	g.Eventually(getLease(ns, "crashed"), 10*time.Second, 50*time.Millisecond).Should(And(
-		HaveField("Spec.HolderIdentity", HaveValue(Equal(sharderIdentity))),
-		HaveField("Spec.LeaseDurationSeconds", HaveValue(BeEquivalentTo(2))),
-		HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "dead")),
-	))
+	stepTo(g, clk, renewed.Add(2*time.Second), ns, []string{"crashed"}, func() bool {
+		lease, err := getLease(ns, "crashed")()
+		return err == nil && ptr.Deref(lease.Spec.HolderIdentity, "") == sharderIdentity && lease.Labels[v1alpha1.LabelState] == "dead"
+	})
 	taken, err := getLease(ns, "crashed")()
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(taken.Spec.RenewTime.Time).To(BeTemporally(">=", renewed.Add(2*time.Second).Truncate(time.Microsecond)),
+	g.Expect(taken.Spec.LeaseDurationSeconds).To(HaveValue(BeEquivalentTo(2)))
+	g.Expect(taken.Spec.RenewTime.Time).To(BeTemporally(">=", renewed.Add(2*time.Second)),
 		"the sharder must not take a Lease before it is uncertain")
-	g.Eventually(stateOf(ring, "crashed")).Should(Equal(membership.StateDead))
+	g.Eventually(s.stateOf(ring, "crashed")).Should(Equal(membership.StateDead))
 
 	// Ten (new) lease durations after the takeover the Lease is orphaned and
-	// deleted; the member leaves the ring.
-	g.Eventually(func() bool {
+	// deleted; the member leaves the ring. Not a moment before.
+	orphanedAt := taken.Spec.RenewTime.Add(20 * time.Second)
+	clk.SetTime(orphanedAt.Add(-time.Millisecond))
+	g.Consistently(getLease(ns, "crashed"), 300*time.Millisecond).Should(HaveField("Spec.HolderIdentity", HaveValue(Equal(sharderIdentity))))
+	stepTo(g, clk, orphanedAt, ns, []string{"crashed"}, func() bool {
 		_, err := getLease(ns, "crashed")()
 		return apierrors.IsNotFound(err)
-	}, 30*time.Second, 100*time.Millisecond).Should(BeTrue())
-	g.Expect(time.Now()).To(BeTemporally(">=", taken.Spec.RenewTime.Add(20*time.Second)))
-	g.Eventually(func() bool { _, ok := member(ring, "crashed"); return ok }).Should(BeFalse())
+	})
+	g.Expect(clk.Now()).To(BeTemporally(">=", orphanedAt))
+	g.Eventually(func() bool { _, ok := s.member(ring, "crashed"); return ok }).Should(BeFalse())
 
-	states, _ := published.states(ring, "crashed")
+	states, _ := s.published.states(ring, "crashed")
 	g.Expect(states).To(Or(
 		Equal([]membership.State{membership.StateReady, membership.StateExpired, membership.StateUncertain, membership.StateDead, membership.StateOrphaned, ""}),
 		Equal([]membership.State{membership.StateReady, membership.StateExpired, membership.StateDead, membership.StateOrphaned, ""}),
@@ -77,11 +83,13 @@ func TestCrashedInstanceLifecycle(t *testing.T) {
 }
 
 // TestReleasedLeaseIsDeadAtOnce checks that a released Lease is dead at once,
-// not after it would have expired.
+// not after it would have expired. The instance's holder runs on the real
+// clock, and so does the sharder.
 func TestReleasedLeaseIsDeadAtOnce(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ring, ns := newRing(t)
+	s := startSharder(t, clock.RealClock{}, ring, ns)
 	holder, err := leaseholder.NewHolder(env.Client, leaseholder.HolderOptions{
 		Ring: ring, Namespace: ns, Identity: "leaving", LeaseDuration: 2 * time.Second,
 	})
@@ -89,7 +97,7 @@ func TestReleasedLeaseIsDeadAtOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- holder.Start(ctx) }()
-	g.Eventually(stateOf(ring, "leaving")).Should(Equal(membership.StateReady))
+	g.Eventually(s.stateOf(ring, "leaving")).Should(Equal(membership.StateReady))
 
 	before, err := getLease(ns, "leaving")()
 	g.Expect(err).NotTo(HaveOccurred())
@@ -99,8 +107,8 @@ func TestReleasedLeaseIsDeadAtOnce(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(released.Spec.HolderIdentity).To(HaveValue(BeEmpty()))
 
-	g.Eventually(stateOf(ring, "leaving")).Should(Equal(membership.StateDead))
-	dead, ok := published.firstTime(ring, "leaving", membership.StateDead)
+	g.Eventually(s.stateOf(ring, "leaving")).Should(Equal(membership.StateDead))
+	dead, ok := s.published.firstTime(ring, "leaving", membership.StateDead)
 	g.Expect(ok).To(BeTrue())
 	g.Expect(dead).To(BeTemporally("<", before.Spec.RenewTime.Add(2*time.Second)), "dead before the Lease would have expired")
 	g.Eventually(getLease(ns, "leaving")).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "dead")))
@@ -110,10 +118,12 @@ func TestReleasedLeaseIsDeadAtOnce(t *testing.T) {
 
 // TestInstanceReturns checks that an instance coming back is ready again:
 // after it expired, and after the sharder took its Lease (once the sharder's
-// hold expired).
+// hold expired). The instances' holders run on the real clock, and so does
+// the sharder.
 func TestInstanceReturns(t *testing.T) {
 	t.Parallel()
 	ring, ns := newRing(t)
+	s := startSharder(t, clock.RealClock{}, ring, ns)
 
 	start := func(t *testing.T, id string) *leaseholder.Holder {
 		g := NewWithT(t)
@@ -137,9 +147,9 @@ func TestInstanceReturns(t *testing.T) {
 	t.Run("after expiring", func(t *testing.T) {
 		g := NewWithT(t)
 		createLease(t, ring, ns, "back-expired", time.Now(), 1)
-		g.Eventually(stateOf(ring, "back-expired"), 3*time.Second, 20*time.Millisecond).Should(Equal(membership.StateExpired))
+		g.Eventually(s.stateOf(ring, "back-expired"), 3*time.Second, 20*time.Millisecond).Should(Equal(membership.StateExpired))
 		start(t, "back-expired")
-		g.Eventually(stateOf(ring, "back-expired")).Should(Equal(membership.StateReady))
+		g.Eventually(s.stateOf(ring, "back-expired")).Should(Equal(membership.StateReady))
 		g.Eventually(getLease(ns, "back-expired")).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "ready")))
 		lease, err := getLease(ns, "back-expired")()
 		g.Expect(err).NotTo(HaveOccurred())
@@ -157,7 +167,7 @@ func TestInstanceReturns(t *testing.T) {
 		// The instance waits for the sharder's hold (2 s) to expire.
 		g.Eventually(holder.Held, 5*time.Second, 20*time.Millisecond).Should(BeTrue())
 		g.Expect(time.Now()).To(BeTemporally(">=", taken.Spec.RenewTime.Add(2*time.Second)))
-		g.Eventually(stateOf(ring, "back-taken")).Should(Equal(membership.StateReady))
+		g.Eventually(s.stateOf(ring, "back-taken")).Should(Equal(membership.StateReady))
 		lease, err := getLease(ns, "back-taken")()
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal("back-taken")))
@@ -171,8 +181,10 @@ func TestInstanceReturns(t *testing.T) {
 func TestMalformedLeases(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
+	clk := newFakeClock()
 	ring, ns := newRing(t)
-	now := time.Now()
+	s := startSharder(t, clk, ring, ns)
+	now := clk.Now()
 	createLease(t, ring, ns, "weighted", now, 60, func(l *coordinationv1.Lease) { l.Labels[v1alpha1.LabelVirtualNodes] = "300" })
 	createLease(t, ring, ns, "not-a-number", now, 60, func(l *coordinationv1.Lease) { l.Labels[v1alpha1.LabelVirtualNodes] = "many" })
 	createLease(t, ring, ns, "zero", now, 60, func(l *coordinationv1.Lease) { l.Labels[v1alpha1.LabelVirtualNodes] = "0" })
@@ -183,7 +195,7 @@ func TestMalformedLeases(t *testing.T) {
 		l.Spec.AcquireTime = nil
 	})
 
-	g.Eventually(func() []membership.Member { return registry.Members(ring) }).Should(Equal([]membership.Member{
+	g.Eventually(func() []membership.Member { return s.registry.Members(ring) }).Should(Equal([]membership.Member{
 		{ID: "no-duration", State: membership.StateReady}, // the default duration, 15 s
 		{ID: "no-holder", State: membership.StateDead},
 		{ID: "no-times", State: membership.StateReady}, // renewed at creation
@@ -200,7 +212,7 @@ func TestMalformedLeases(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	fixed.Labels[v1alpha1.LabelVirtualNodes] = "64"
 	g.Expect(env.Client.Update(context.Background(), fixed)).To(Succeed())
-	g.Eventually(func() membership.Member { m, _ := member(ring, "not-a-number"); return m }).
+	g.Eventually(func() membership.Member { m, _ := s.member(ring, "not-a-number"); return m }).
 		Should(Equal(membership.Member{ID: "not-a-number", VirtualNodes: 64, State: membership.StateReady}))
 }
 
@@ -209,17 +221,19 @@ func TestMalformedLeases(t *testing.T) {
 func TestCacheHoldsOnlyRingLeases(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
+	clk := newFakeClock()
 	ring, ns := newRing(t)
-	createLease(t, ring, ns, "other", time.Now(), 60, func(l *coordinationv1.Lease) { delete(l.Labels, v1alpha1.LabelRing) })
-	createLease(t, ring, ns, "member", time.Now(), 60)
+	s := startSharder(t, clk, ring, ns)
+	createLease(t, ring, ns, "other", clk.Now(), 60, func(l *coordinationv1.Lease) { delete(l.Labels, v1alpha1.LabelRing) })
+	createLease(t, ring, ns, "member", clk.Now(), 60)
 	g.Eventually(func() error {
-		return sharderCache.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "member"}, &coordinationv1.Lease{})
+		return s.cache.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "member"}, &coordinationv1.Lease{})
 	}).Should(Succeed())
-	err := sharderCache.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "other"}, &coordinationv1.Lease{})
+	err := s.cache.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "other"}, &coordinationv1.Lease{})
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "got %v", err)
 
 	cached := &coordinationv1.LeaseList{}
-	g.Expect(sharderCache.List(context.Background(), cached)).To(Succeed())
+	g.Expect(s.cache.List(context.Background(), cached)).To(Succeed())
 	for _, l := range cached.Items {
 		g.Expect(l.Labels).To(HaveKey(v1alpha1.LabelRing), "cached Lease %s/%s", l.Namespace, l.Name)
 	}
@@ -234,12 +248,14 @@ func TestLeaseNamespace(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
+	clk := newFakeClock()
 	ring, ns := newRing(t)
 	elsewhere := env.Namespace(t)
-	createLease(t, ring, ns, "inside", time.Now(), 60)
-	createLease(t, ring, elsewhere, "outside", time.Now(), 60)
+	s := startSharder(t, clk, ring, ns, elsewhere)
+	createLease(t, ring, ns, "inside", clk.Now(), 60)
+	createLease(t, ring, elsewhere, "outside", clk.Now(), 60)
 
-	g.Eventually(func() []membership.Member { return registry.Members(ring) }).
+	g.Eventually(func() []membership.Member { return s.registry.Members(ring) }).
 		Should(Equal([]membership.Member{{ID: "inside", State: membership.StateReady}}))
 	g.Eventually(getLease(ns, "inside")).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "ready")))
 	g.Consistently(getLease(elsewhere, "outside"), time.Second).Should(HaveField("Labels", Not(HaveKey(v1alpha1.LabelState))))
@@ -251,14 +267,14 @@ func TestLeaseNamespace(t *testing.T) {
 	// The instance left behind is not proven gone: it is held as vanished
 	// (for twice its 60 s lease duration) while the new namespace's
 	// instance is ready.
-	g.Eventually(func() []membership.Member { return registry.Members(ring) }).
+	g.Eventually(func() []membership.Member { return s.registry.Members(ring) }).
 		Should(Equal([]membership.Member{{ID: "inside", State: membership.StateVanished}, {ID: "outside", State: membership.StateReady}}))
 	g.Eventually(getLease(elsewhere, "outside")).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "ready")))
 	g.Eventually(getLease(ns, "inside")).Should(HaveField("Labels", Not(HaveKey(v1alpha1.LabelState))))
 
 	g.Expect(env.Client.Delete(ctx, obj)).To(Succeed())
-	g.Eventually(func() []membership.Member { return registry.Members(ring) }).Should(BeEmpty())
-	g.Expect(registry.Rings()).NotTo(ContainElement(ring))
+	g.Eventually(func() []membership.Member { return s.registry.Members(ring) }).Should(BeEmpty())
+	g.Expect(s.registry.Rings()).NotTo(ContainElement(ring))
 }
 
 // TestStateChangeEventsKeepTheirNotes: every state change of one Lease is
@@ -268,13 +284,23 @@ func TestLeaseNamespace(t *testing.T) {
 func TestStateChangeEventsKeepTheirNotes(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
+	clk := newFakeClock()
 	ring, ns := newRing(t)
-	createLease(t, ring, ns, "flaky", time.Now(), 1)
+	startSharder(t, clk, ring, ns)
+	renewed := clk.Now()
+	createLease(t, ring, ns, "flaky", renewed, 1)
 
 	notes := eventNotes(ns, "flaky")
-	g.Eventually(getLease(ns, "flaky"), 10*time.Second, 50*time.Millisecond).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "ready")))
+	labelled := func(state string) func() bool {
+		return func() bool {
+			lease, err := getLease(ns, "flaky")()
+			return err == nil && lease.Labels[v1alpha1.LabelState] == state
+		}
+	}
+	g.Eventually(labelled("ready")).Should(BeTrue())
 	g.Eventually(notes, 5*time.Second, 50*time.Millisecond).Should(ContainElement(`StateChanged: Instance flaky is ready (was "")`))
-	g.Eventually(getLease(ns, "flaky"), 10*time.Second, 50*time.Millisecond).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "dead")))
+	stepTo(g, clk, renewed.Add(time.Second), ns, []string{"flaky"}, labelled("expired"))
+	stepTo(g, clk, renewed.Add(2*time.Second), ns, []string{"flaky"}, labelled("dead"))
 	g.Eventually(notes, 5*time.Second, 50*time.Millisecond).Should(ContainElements(
 		`StateChanged: Instance flaky is ready (was "")`,
 		`StateChanged: Instance flaky is expired (was "ready")`,
@@ -290,16 +316,40 @@ func TestStateChangeEventsKeepTheirNotes(t *testing.T) {
 func TestLeaseDeletedEventsKeepTheirNotes(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
+	clk := newFakeClock()
 	ring, ns := newRing(t)
-	createLease(t, ring, ns, "first", time.Now(), 1)
-	createLease(t, ring, ns, "second", time.Now(), 1)
-
-	for _, name := range []string{"first", "second"} {
-		g.Eventually(func() bool {
-			_, err := getLease(ns, name)()
-			return apierrors.IsNotFound(err)
-		}, 40*time.Second, 100*time.Millisecond).Should(BeTrue(), name)
+	s := startSharder(t, clk, ring, ns)
+	renewed := clk.Now()
+	createLease(t, ring, ns, "first", renewed, 1)
+	createLease(t, ring, ns, "second", renewed, 1)
+	names := []string{"first", "second"}
+	for _, name := range names {
+		g.Eventually(s.stateOf(ring, name)).Should(Equal(membership.StateReady), name)
 	}
+
+	// Both are taken two durations after their last renewal, and deleted
+	// ten (new) durations after that.
+	var takenAt time.Time
+	stepTo(g, clk, renewed.Add(2*time.Second), ns, names, func() bool {
+		for _, name := range names {
+			lease, err := getLease(ns, name)()
+			if err != nil || ptr.Deref(lease.Spec.HolderIdentity, "") != sharderIdentity {
+				return false
+			}
+			if lease.Spec.RenewTime.After(takenAt) {
+				takenAt = lease.Spec.RenewTime.Time
+			}
+		}
+		return true
+	})
+	stepTo(g, clk, takenAt.Add(20*time.Second), ns, names, func() bool {
+		for _, name := range names {
+			if _, err := getLease(ns, name)(); !apierrors.IsNotFound(err) {
+				return false
+			}
+		}
+		return true
+	})
 	g.Eventually(func() ([]string, error) {
 		list := &eventsv1.EventList{}
 		if err := env.Client.List(context.Background(), list); err != nil {
@@ -360,64 +410,70 @@ func eventReasons(namespace, lease string) func() ([]string, error) {
 func TestUntrustedLeaseContents(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
+	clk := newFakeClock()
 	ring, ns := newRing(t)
-	createLease(t, ring, ns, "future", time.Now().Add(time.Hour), 1)
-	createLease(t, ring, ns, "transitions", time.Now(), 1, func(l *coordinationv1.Lease) {
+	s := startSharder(t, clk, ring, ns)
+	seen := clk.Now()
+	createLease(t, ring, ns, "future", seen.Add(time.Hour), 1)
+	createLease(t, ring, ns, "transitions", seen, 1, func(l *coordinationv1.Lease) {
 		l.Spec.LeaseTransitions = ptr.To[int32](math.MaxInt32)
 	})
 	long := strings.Repeat("x", 64)
-	createLease(t, ring, ns, long, time.Now(), 3600)
+	createLease(t, ring, ns, long, seen, 3600)
+	for _, id := range []string{"future", "transitions"} {
+		g.Eventually(s.stateOf(ring, id)).ShouldNot(BeEmpty(), id)
+	}
 
 	// A Lease written an hour ahead and never renewed is taken within
 	// about 2 × its one-second duration of being observed, not in an hour.
-	g.Eventually(getLease(ns, "future"), 10*time.Second, 50*time.Millisecond).Should(And(
+	stepTo(g, clk, seen.Add(2*time.Second), ns, []string{"future", "transitions"}, func() bool {
+		for _, id := range []string{"future", "transitions"} {
+			lease, err := getLease(ns, id)()
+			if err != nil || lease.Labels[v1alpha1.LabelState] != "dead" {
+				return false
+			}
+		}
+		return true
+	})
+	g.Expect(getLease(ns, "future")()).To(And(
 		HaveField("Spec.HolderIdentity", HaveValue(Equal(sharderIdentity))),
 		HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "dead")),
 	))
-	g.Eventually(getLease(ns, "transitions"), 10*time.Second, 50*time.Millisecond).Should(And(
+	g.Expect(getLease(ns, "transitions")()).To(And(
 		HaveField("Spec.HolderIdentity", HaveValue(Equal(sharderIdentity))),
 		HaveField("Spec.LeaseTransitions", HaveValue(BeEquivalentTo(math.MaxInt32))),
 		HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "dead")),
 	))
-	g.Eventually(func() membership.Member { m, _ := member(ring, long); return m }).
+	g.Eventually(func() membership.Member { m, _ := s.member(ring, long); return m }).
 		Should(Equal(membership.Member{ID: long, State: membership.StateInvalid}))
 	g.Eventually(getLease(ns, long)).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "invalid")))
 	g.Eventually(eventReasons(ns, long)).Should(ContainElement("InvalidInstanceID"))
 }
 
-// renewEvery renews the instance Lease id every period as a live instance
-// does, stamping renewTime with stamp, until the test ends.
-func renewEvery(t *testing.T, ns, id string, period time.Duration, stamp func() time.Time) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
-		for {
-			l, err := getLease(ns, id)()
-			if err == nil && ptr.Deref(l.Spec.HolderIdentity, "") == id {
-				l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(stamp()))
-				_ = env.Client.Update(ctx, l)
+// renewFor renews instance Lease id every third of d for four lease
+// durations of clk, as a live instance does, stamping renewTime with
+// stamp. Before each step of the clock the sharder's cache holds the
+// renewal; after it, check holds for a moment.
+func (s *sharder) renewFor(g Gomega, clk *clocktesting.FakeClock, ns, id string, d time.Duration, stamp func() time.Time, check func(g Gomega)) {
+	for range 12 {
+		at := stamp()
+		g.Eventually(func() error {
+			lease, err := getLease(ns, id)()
+			if err != nil {
+				return err
 			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(period):
-			}
-		}
-	}()
+			lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(at))
+			return env.Client.Update(context.Background(), lease)
+		}).Should(Succeed())
+		g.Eventually(func() (time.Time, error) {
+			cached := &coordinationv1.Lease{}
+			err := s.cache.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: id}, cached)
+			return ptr.Deref(cached.Spec.RenewTime, metav1.MicroTime{}).Time, err
+		}).Should(BeTemporally("==", at.Truncate(time.Microsecond)))
+		clk.Step(d / 3)
+		g.Consistently(check, 100*time.Millisecond, 20*time.Millisecond).Should(Succeed())
+	}
 }
-
-// offsetClock is the real clock with its wall time moved by offset, as on a
-// node whose clock runs ahead (offset > 0), or stepped forward.
-type offsetClock struct {
-	clock.RealClock
-	offset time.Duration
-}
-
-func (c offsetClock) Now() time.Time                  { return time.Now().Add(c.offset) }
-func (c offsetClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 
 // TestSkewedClocksTakeNoLiveLease checks that no clock decides: an instance
 // whose clock lags two and a half lease durations, renewing on time, stays
@@ -429,36 +485,31 @@ func TestSkewedClocksTakeNoLiveLease(t *testing.T) {
 	t.Run("instance clock lags 2.5d", func(t *testing.T) {
 		t.Parallel()
 		g := NewWithT(t)
+		clk := newFakeClock()
 		ring, ns := newRing(t)
-		lag := func() time.Time { return time.Now().Add(-5 * d / 2) }
+		s := startSharder(t, clk, ring, ns)
+		lag := func() time.Time { return clk.Now().Add(-5 * d / 2) }
 		createLease(t, ring, ns, "lagging", lag(), int32(d/time.Second))
-		renewEvery(t, ns, "lagging", d/3, lag)
-		g.Eventually(stateOf(ring, "lagging")).Should(Equal(membership.StateReady))
-		g.Consistently(func(g Gomega) {
-			g.Expect(stateOf(ring, "lagging")()).To(Equal(membership.StateReady))
+		g.Eventually(s.stateOf(ring, "lagging")).Should(Equal(membership.StateReady))
+		s.renewFor(g, clk, ns, "lagging", d, lag, func(g Gomega) {
+			g.Expect(s.stateOf(ring, "lagging")()).To(Equal(membership.StateReady))
 			g.Expect(getLease(ns, "lagging")()).To(HaveField("Spec.HolderIdentity", HaveValue(Equal("lagging"))))
-		}, 4*d, 50*time.Millisecond).Should(Succeed())
+		})
 	})
 	t.Run("sharder clock ahead by 3d", func(t *testing.T) {
 		t.Parallel()
 		g := NewWithT(t)
+		// The sharder's clock runs 3d ahead of the instance's.
+		clk := clocktesting.NewFakeClock(time.Now().Add(3 * d).Truncate(time.Microsecond))
+		instanceNow := func() time.Time { return clk.Now().Add(-3 * d) }
 		ring, ns := newRing(t)
-		// A second sharder whose wall clock runs 3d ahead watches the ring
-		// beside the suite's.
-		mgrOpts := env.ManagerOptions()
-		mgrOpts.Cache = cache.Options{ByObject: leasecontroller.CacheByObject()}
-		mgr := env.NewManager(t, env.Config, mgrOpts)
-		reg := leasecontroller.NewRegistry()
-		c := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: reg, Identity: "sharder:ahead", Clock: offsetClock{offset: 3 * d}})
-		g.Expect(c.SetupWithManager(mgr)).To(Succeed())
-		testenv.StartManager(t, mgr)
+		s := startSharderAs(t, "sharder:ahead", clk, ring, ns)
 
-		createLease(t, ring, ns, "live", time.Now(), int32(d/time.Second))
-		renewEvery(t, ns, "live", d/3, time.Now)
-		g.Eventually(func() []membership.Member { return reg.Members(ring) }).Should(ContainElement(HaveField("State", membership.StateReady)))
-		g.Consistently(func(g Gomega) {
-			g.Expect(reg.Members(ring)).To(ConsistOf(membership.Member{ID: "live", State: membership.StateReady}))
+		createLease(t, ring, ns, "live", instanceNow(), int32(d/time.Second))
+		g.Eventually(func() []membership.Member { return s.registry.Members(ring) }).Should(ContainElement(HaveField("State", membership.StateReady)))
+		s.renewFor(g, clk, ns, "live", d, instanceNow, func(g Gomega) {
+			g.Expect(s.registry.Members(ring)).To(ConsistOf(membership.Member{ID: "live", State: membership.StateReady}))
 			g.Expect(getLease(ns, "live")()).To(HaveField("Spec.HolderIdentity", HaveValue(Equal("live"))))
-		}, 4*d, 50*time.Millisecond).Should(Succeed())
+		})
 	})
 }

@@ -1,4 +1,4 @@
-// Package leases runs ring membership on per-instance Leases on the
+// Package leasecontroller runs ring membership on per-instance Leases on the
 // sharder's side. The states, their timings and the ring built from a
 // membership live in package membership, which does no I/O; the holder an
 // instance runs to keep its own Lease lives in package

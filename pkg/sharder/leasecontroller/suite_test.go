@@ -11,7 +11,11 @@ import (
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -24,61 +28,98 @@ import (
 	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
 )
 
-// sharderIdentity is the identity of the lease controller under test.
+// sharderIdentity is the identity of the lease controllers under test.
 const sharderIdentity = "sharder:test"
 
-var (
-	env *testenv.Env
-	// registry is the lease controller's output, shared by all tests (each
-	// test uses its own ring).
-	registry = leasecontroller.NewRegistry()
-	// sharderCache is the manager's cache.
-	sharderCache cache.Cache
-	published    = &history{}
-)
+var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
-	// Lease timings in these tests are 1-2 s; a loaded machine adds latency.
+	// The tests that run on the real clock use 1-2 s Leases; a loaded
+	// machine adds latency. Those on a fake clock wait only for the API
+	// server and the controller's work.
 	SetDefaultEventuallyTimeout(10 * time.Second)
 	SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
 	scheme := testenv.DefaultScheme()
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
-	var err error
-	env, err = testenv.Start(testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}, Scheme: scheme})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting the control plane: %v\n", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
+	os.Exit(testenv.Run(m, &env, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}, Scheme: scheme}))
+}
 
+// sharder is one test's lease controller, on a manager of its own whose
+// cache holds only the test's ring and the Leases of the test's namespaces.
+type sharder struct {
+	clock     clock.WithTicker
+	registry  *leasecontroller.Registry
+	published *history
+	cache     cache.Cache
+}
+
+// startSharder starts a lease controller with identity sharderIdentity for
+// ring, watching the Leases in namespaces, until the test ends. clk is its
+// clock; the published memberships are recorded with it.
+func startSharder(t *testing.T, clk clock.WithTicker, ring string, namespaces ...string) *sharder {
+	t.Helper()
+	return startSharderAs(t, sharderIdentity, clk, ring, namespaces...)
+}
+
+// startSharderAs is startSharder with another holder identity.
+func startSharderAs(t *testing.T, identity string, clk clock.WithTicker, ring string, namespaces ...string) *sharder {
+	t.Helper()
 	mgrOpts := env.ManagerOptions()
-	mgrOpts.Cache = cache.Options{ByObject: leasecontroller.CacheByObject()}
-	mgr, err := ctrl.NewManager(env.Config, mgrOpts)
+	byObject := leasecontroller.CacheByObject()
+	byObject[&v1alpha1.ControllerRing{}] = cache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", ring)}
+	mgrOpts.Cache = cache.Options{ByObject: byObject, DefaultNamespaces: map[string]cache.Config{}}
+	for _, ns := range namespaces {
+		mgrOpts.Cache.DefaultNamespaces[ns] = cache.Config{}
+	}
+	mgr := env.NewManager(t, nil, mgrOpts)
+	s := &sharder{clock: clk, registry: leasecontroller.NewRegistry(), cache: mgr.GetCache()}
+	s.published = &history{now: clk.Now, registry: s.registry}
+	s.registry.Subscribe(s.published.record)
+	c, err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: s.registry, Identity: identity, Clock: clk})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "creating the manager: %v\n", err)
-		return 1
+		t.Fatal(err)
 	}
-	registry.Subscribe(published.record)
-	err = leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: registry, Identity: sharderIdentity}).SetupWithManager(mgr)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "setting up the lease controller: %v\n", err)
-		return 1
+	if err := c.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
 	}
-	sharderCache = mgr.GetCache()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	code := m.Run()
-	cancel()
-	if err := <-done; err != nil {
-		fmt.Fprintf(os.Stderr, "manager: %v\n", err)
-	}
-	return code
+	testenv.StartManager(t, mgr)
+	return s
+}
+
+// newFakeClock returns a fake clock at the current time, to the microsecond
+// (the precision of a Lease's times).
+func newFakeClock() *clocktesting.FakeClock {
+	return clocktesting.NewFakeClock(time.Now().Truncate(time.Microsecond))
+}
+
+// stepTo sets clk to at and waits until cond holds. The controller reads
+// the clock when it computes a Lease's next transition; should it have read
+// it before the step and registered the requeue after it, the requeue waits
+// for a later time that never comes. So, while cond fails, stepTo pokes the
+// Leases named (a change of an annotation, which tells no renewal): each
+// poke makes the controller look at them at the current time.
+func stepTo(g Gomega, clk *clocktesting.FakeClock, at time.Time, ns string, leases []string, cond func() bool) {
+	clk.SetTime(at)
+	polls := 0
+	g.Eventually(func() bool {
+		if cond() {
+			return true
+		}
+		if polls++; polls%25 == 0 {
+			for _, name := range leases {
+				poke(ns, name, polls)
+			}
+		}
+		return false
+	}).Should(BeTrue(), "at %v", at)
+}
+
+// poke changes an annotation of a Lease, if it exists.
+func poke(ns, name string, n int) {
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{"test.sharder.dev/poke":"%d"}}}`, n)
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	_ = env.Client.Patch(context.Background(), lease, client.RawPatch(types.MergePatchType, patch))
 }
 
 // snapshot is a ring's membership as published at a time.
@@ -87,14 +128,18 @@ type snapshot struct {
 	members []membership.Member
 }
 
-// history records every membership the registry publishes.
+// history records every membership a registry publishes, with the time of
+// the sharder's clock.
 type history struct {
+	now      func() time.Time
+	registry *leasecontroller.Registry
+
 	mu    sync.Mutex
 	rings map[string][]snapshot
 }
 
 func (h *history) record(ring string) {
-	s := snapshot{at: time.Now(), members: registry.Members(ring)}
+	s := snapshot{at: h.now(), members: h.registry.Members(ring)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.rings == nil {
@@ -141,8 +186,8 @@ func (h *history) firstTime(ring, id string, state membership.State) (time.Time,
 }
 
 // member returns ring's member id as currently published.
-func member(ring, id string) (membership.Member, bool) {
-	for _, m := range registry.Members(ring) {
+func (s *sharder) member(ring, id string) (membership.Member, bool) {
+	for _, m := range s.registry.Members(ring) {
 		if m.ID == id {
 			return m, true
 		}
@@ -151,9 +196,9 @@ func member(ring, id string) (membership.Member, bool) {
 }
 
 // stateOf returns the published state of ring's member id, "" if none.
-func stateOf(ring, id string) func() membership.State {
+func (s *sharder) stateOf(ring, id string) func() membership.State {
 	return func() membership.State {
-		m, _ := member(ring, id)
+		m, _ := s.member(ring, id)
 		return m.State
 	}
 }

@@ -52,7 +52,11 @@ func startAssignment(t testing.TB) {
 	if err := c.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	if err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: reg}).SetupWithManager(mgr); err != nil {
+	lc, err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lc.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	testenv.StartManager(t, mgr)

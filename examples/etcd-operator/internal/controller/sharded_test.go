@@ -35,7 +35,11 @@ func startSharder(t *testing.T) {
 	mgrOpts.Cache = cache.Options{ByObject: leasecontroller.CacheByObject()}
 	mgr := env.NewManager(t, nil, mgrOpts)
 	registry := leasecontroller.NewRegistry()
-	if err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: registry}).SetupWithManager(mgr); err != nil {
+	lc, err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: registry})
+	if err != nil {
+		t.Fatalf("creating lease controller: %v", err)
+	}
+	if err := lc.SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up lease controller: %v", err)
 	}
 	a, err := assign.New(assign.Options{Registry: registry})

@@ -1,0 +1,112 @@
+package leasecontroller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/membership"
+)
+
+// holdForMoves holds the Lease of a dead instance while its objects can
+// move: while objects still carry the instance's shard label and the ring
+// has a ready instance to move them to. The sharder takes the Lease (a
+// write locked on the resourceVersion it read, so an instance that took
+// its Lease back first wins) and renews it every third of its duration;
+// the assignment moves the instance's objects only while that hold is
+// recorded (Member.Movable), and an instance with the same ID (a restarted
+// pod) cannot acquire the Lease before it has watched it unrenewed for its
+// duration, so it never starts on objects that are being moved away.
+//
+// When no move can happen (no object left, or no ready instance to move
+// them to) the sharder releases a Lease it or a previous leader held: an
+// instance with the same ID acquires a released Lease at once. So a ring
+// whose instances all went away never stalls: their objects stay where
+// they are, and each instance takes its Lease and its objects back when
+// it returns.
+//
+// Until the assignment engine has counted the ring's objects (the first
+// second after the sharder starts) it changes nothing but looks again a
+// third of a lease duration later. It returns the Lease as it is now (nil
+// when it changed meanwhile) and when to look at it again (0: only on a
+// change).
+func (c *Controller) holdForMoves(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease) (*coordinationv1.Lease, time.Duration, error) {
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	if holder != "" && !strings.HasPrefix(holder, membership.SharderHolderPrefix) {
+		return lease, 0, nil // taken by someone else: not the sharder's to hold
+	}
+	d := membership.DurationOf(lease)
+	n, counted := c.opts.Registry.Assigned(ring.Name, lease.Name)
+	if !counted {
+		return lease, d / 3, nil
+	}
+	if n == 0 || !c.opts.Registry.HasReady(ring.Name) {
+		if holder == "" {
+			return lease, 0, nil
+		}
+		return c.releaseHold(ctx, ring, lease, n)
+	}
+	now := c.opts.Clock.Now()
+	if holder == c.opts.Identity {
+		if heldAt := c.tracker.HeldAt(ring.Name, lease.Name); !heldAt.IsZero() {
+			if renewAt := heldAt.Add(d / 3); now.Before(renewAt) {
+				return lease, renewAt.Sub(now), nil
+			}
+		}
+	}
+	held := lease.DeepCopy()
+	held.Spec.HolderIdentity = ptr.To(c.opts.Identity)
+	held.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
+	if holder != c.opts.Identity {
+		held.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
+		held.Spec.LeaseTransitions = ptr.To(membership.NextTransition(ptr.Deref(lease.Spec.LeaseTransitions, 0)))
+	}
+	// Held, the Lease no longer says the instance is restarting: released
+	// again later, its instance takes it back as from any stop.
+	delete(held.Annotations, v1alpha1.AnnotationRestarting)
+	if err := c.client.Update(ctx, held); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil, 0, nil
+		}
+		return nil, 0, fmt.Errorf("holding Lease %s while its objects move: %w", klog.KObj(lease), err)
+	}
+	c.tracker.Hold(ring.Name, lease.Name, now, d)
+	if holder != c.opts.Identity {
+		ctrl.LoggerFrom(ctx).Info("Holding the Lease of a dead instance while its objects move", "object", klog.KObj(lease), "ring", ring.Name, "objects", n)
+		c.publishRing(ctx, ring)
+	}
+	return held, d / 3, nil
+}
+
+// releaseHold ends the sharder's hold of a dead instance's Lease: the
+// instance's objects stop being movable at once, and the Lease is released
+// (no holder) so that the instance, should it come back, acquires it at
+// once.
+func (c *Controller) releaseHold(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease, objects int32) (*coordinationv1.Lease, time.Duration, error) {
+	c.tracker.Unhold(ring.Name, lease.Name)
+	c.publishRing(ctx, ring)
+	released := lease.DeepCopy()
+	released.Spec.HolderIdentity = ptr.To("")
+	released.Spec.RenewTime = ptr.To(metav1.NewMicroTime(c.opts.Clock.Now()))
+	if err := c.client.Update(ctx, released); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil, 0, nil
+		}
+		return nil, 0, fmt.Errorf("releasing the hold of Lease %s: %w", klog.KObj(lease), err)
+	}
+	reason := "its objects have moved"
+	if objects > 0 {
+		reason = "no instance is ready to take its objects"
+	}
+	ctrl.LoggerFrom(ctx).Info("Released the Lease of a dead instance: "+reason, "object", klog.KObj(lease), "ring", ring.Name, "objects", objects)
+	return released, 0, nil
+}

@@ -1,0 +1,94 @@
+package leasecontroller
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/membership"
+)
+
+// Defaults of ControllerOptions.
+const (
+	DefaultWorkers = 4
+)
+
+// ControllerOptions configures the sharder's lease controller. NewController
+// fills in the defaults of unset fields and rejects invalid ones.
+type ControllerOptions struct {
+	// Registry receives the membership of every ring. Required.
+	Registry *Registry
+
+	// Identity is the holder identity the sharder writes into a Lease it
+	// takes or holds. It must start with "sharder:": the controller
+	// recognises the Leases a sharder (this one or a previous leader) holds
+	// by that prefix, and the colon cannot occur in a Lease name, so it never
+	// equals an instance ID.
+	// Default: "sharder:" + membership.DefaultIdentity().
+	Identity string
+
+	// Clock tells the time for the state computations, the takeovers and
+	// holds, and the work queues' delays: a Lease requeued at its next
+	// transition is reconciled when this clock reaches it.
+	// Default: the real clock.
+	Clock clock.WithTicker
+
+	// Workers is the number of Leases reconciled concurrently.
+	// Default: 4.
+	Workers int
+
+	// EventRecorder records the events on Leases and rings. It should write
+	// core/v1 Events (client-go tools/record), which keep every distinct
+	// message. Default: a recorder of its own, component "sharder", stopped
+	// with the manager (created by SetupWithManager).
+	EventRecorder record.EventRecorder
+}
+
+// setDefaults fills in the defaults of unset fields and checks the rest.
+// Errors name the field.
+func (o *ControllerOptions) setDefaults() error {
+	if o.Registry == nil {
+		return errors.New("leasecontroller: ControllerOptions.Registry is required")
+	}
+	if o.Identity == "" {
+		id, err := membership.DefaultIdentity()
+		if err != nil {
+			return fmt.Errorf("leasecontroller: defaulting ControllerOptions.Identity: %w", err)
+		}
+		o.Identity = membership.SharderHolderPrefix + id
+	}
+	if !strings.HasPrefix(o.Identity, membership.SharderHolderPrefix) {
+		return fmt.Errorf("leasecontroller: ControllerOptions.Identity %q does not start with %q", o.Identity, membership.SharderHolderPrefix)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers
+	}
+	return nil
+}
+
+// CacheByObject returns the cache setting that limits the manager's Lease
+// cache to Leases carrying the sharder.dev/ring label. Merge it into the
+// manager's cache.Options.ByObject: a cluster holds one Lease per node and
+// one per leader election, none of which the sharder needs to see.
+func CacheByObject() map[client.Object]cache.ByObject {
+	hasRing, err := labels.NewRequirement(v1alpha1.LabelRing, selection.Exists, nil)
+	if err != nil {
+		// The key is a constant and valid: this cannot happen.
+		panic(fmt.Sprintf("building the %s selector: %v", v1alpha1.LabelRing, err))
+	}
+	return map[client.Object]cache.ByObject{
+		&coordinationv1.Lease{}: {Label: labels.NewSelector().Add(*hasRing)},
+	}
+}

@@ -1,0 +1,136 @@
+package leasecontroller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/membership"
+	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
+)
+
+// This file holds what ties Leases and rings together: the mappings between
+// the two watches, a Lease's ring, and the "membership" controller, which
+// publishes each ring's members into the Registry.
+
+// leasesOfRing maps a ring to its Leases in every namespace: when its
+// leaseNamespace changes, the Leases left behind lose their state label.
+func (c *Controller) leasesOfRing(ctx context.Context, ring client.Object) []reconcile.Request {
+	list := &coordinationv1.LeaseList{}
+	if err := c.client.List(ctx, list, client.MatchingLabels{v1alpha1.LabelRing: ring.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the Leases of a ring", "object", klog.KObj(ring))
+		return nil
+	}
+	requests := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return requests
+}
+
+// ringOfLease maps a Lease to its ring.
+func ringOfLease(_ context.Context, lease client.Object) []reconcile.Request {
+	ring := lease.GetLabels()[v1alpha1.LabelRing]
+	if ring == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: ring}}}
+}
+
+// ringOf returns the ring the Lease is a member of, or nil when it is not a
+// member (no such ring, or the Lease is outside its leaseNamespace).
+func (c *Controller) ringOf(ctx context.Context, lease *coordinationv1.Lease) (*v1alpha1.ControllerRing, error) {
+	name := lease.Labels[v1alpha1.LabelRing]
+	if name == "" {
+		return nil, nil
+	}
+	ring := &v1alpha1.ControllerRing{}
+	if err := c.client.Get(ctx, types.NamespacedName{Name: name}, ring); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("getting ControllerRing %s: %w", name, err)
+	}
+	if ring.Spec.LeaseNamespace != lease.Namespace {
+		return nil, nil
+	}
+	return ring, nil
+}
+
+// reconcileRing publishes the ring's membership and requeues the ring at the
+// earliest next transition of its Leases.
+func (c *Controller) reconcileRing(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	name := req.Name
+	ring := &v1alpha1.ControllerRing{}
+	if err := c.client.Get(ctx, req.NamespacedName, ring); err != nil {
+		if apierrors.IsNotFound(err) {
+			c.tracker.Forget(name)
+			c.publish(ctx, name, nil)
+			metrics.ForgetLeaseRing(name)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("getting ControllerRing %s: %w", name, err)
+	}
+	now, earliest, err := c.publishRing(ctx, ring)
+	if err != nil || earliest.IsZero() {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: earliest.Sub(now)}, nil
+}
+
+// publishRing publishes the ring's membership as the tracker sees it now
+// and returns now and the earliest next transition of its Leases. When the
+// ring has a ready instance, it asks the lease controller to look at every
+// dead instance whose objects cannot move yet, so that it holds their
+// Leases and they move.
+func (c *Controller) publishRing(ctx context.Context, ring *v1alpha1.ControllerRing) (time.Time, time.Time, error) {
+	list := &coordinationv1.LeaseList{}
+	err := c.client.List(ctx, list, client.InNamespace(ring.Spec.LeaseNamespace), client.MatchingLabels{v1alpha1.LabelRing: ring.Name})
+	if err != nil {
+		return time.Time{}, time.Time{}, fmt.Errorf("listing the Leases of ring %s: %w", ring.Name, err)
+	}
+	now := c.opts.Clock.Now()
+	members, earliest := c.tracker.Members(ring.Name, ring.Spec.EffectiveRestartHold(), list.Items, now)
+	if c.publish(ctx, ring.Name, members) && slices.ContainsFunc(members, func(m membership.Member) bool { return m.State.Ready() }) {
+		for _, m := range members {
+			if m.State == membership.StateDead && !m.Movable {
+				if n, _ := c.opts.Registry.Assigned(ring.Name, m.ID); n > 0 {
+					c.wake(types.NamespacedName{Namespace: ring.Spec.LeaseNamespace, Name: m.ID})
+				}
+			}
+		}
+	}
+	return now, earliest, nil
+}
+
+// wake asks the lease controller to reconcile a Lease; it never blocks.
+func (c *Controller) wake(key types.NamespacedName) {
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	select {
+	case c.woken <- event.TypedGenericEvent[*coordinationv1.Lease]{Object: lease}:
+	default:
+		ctrl.Log.WithName("lease").V(1).Info("Dropped a request to look at a Lease: the queue is full; it is looked at on its next change", "object", klog.KObj(lease))
+	}
+}
+
+// publish sets the ring's membership in the Registry and reports whether
+// it changed.
+func (c *Controller) publish(ctx context.Context, ring string, members []membership.Member) bool {
+	if c.opts.Registry.Set(ring, members) {
+		ctrl.LoggerFrom(ctx).V(1).Info("Published ring membership", "ring", ring, "members", len(members))
+		return true
+	}
+	return false
+}

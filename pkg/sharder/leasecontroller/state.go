@@ -1,0 +1,93 @@
+package leasecontroller
+
+import (
+	"context"
+	"fmt"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/membership"
+	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
+)
+
+// This file holds what the controller makes visible on a Lease: its state
+// label, with an event and a metric for every change, and events on contents
+// that keep an instance from its place in the ring.
+
+// patchState sets the sharder.dev/state label to state (removes it when
+// state is empty) with a merge patch of the labels, only when it differs,
+// and only if the Lease is still at the resourceVersion the state was
+// computed from. It returns the Lease as written, or nil when it changed or
+// went away meanwhile (not an error: the newer version is reconciled on its
+// own).
+func (c *Controller) patchState(ctx context.Context, lease *coordinationv1.Lease, state membership.State) (*coordinationv1.Lease, error) {
+	old, had := lease.Labels[v1alpha1.LabelState]
+	if old == string(state) && had == (state != "") {
+		return lease, nil
+	}
+	patched := lease.DeepCopy()
+	if state == "" {
+		delete(patched.Labels, v1alpha1.LabelState)
+	} else {
+		if patched.Labels == nil {
+			patched.Labels = map[string]string{}
+		}
+		patched.Labels[v1alpha1.LabelState] = string(state)
+	}
+	patch := client.MergeFromWithOptions(lease, client.MergeFromWithOptimisticLock{})
+	if err := c.client.Patch(ctx, patched, patch); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("labelling Lease %s with state %q: %w", klog.KObj(lease), state, err)
+	}
+	if state != "" {
+		metrics.LeaseTransitionsTotal.WithLabelValues(lease.Labels[v1alpha1.LabelRing], string(state)).Inc()
+		ctrl.LoggerFrom(ctx).V(1).Info("Instance changed state", "object", klog.KObj(lease), "from", old, "to", state)
+		eventType := corev1.EventTypeNormal
+		if state == membership.StateExpired || state == membership.StateUncertain {
+			eventType = corev1.EventTypeWarning
+		}
+		c.recorder.Eventf(patched, eventType, "StateChanged", "Instance %s is %s (was %q)", lease.Name, state, old)
+	}
+	return patched, nil
+}
+
+// reportVirtualNodes reports a malformed sharder.dev/virtual-nodes label
+// once per value: the instance keeps the ring's default weight.
+func (c *Controller) reportVirtualNodes(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease) {
+	key := client.ObjectKeyFromObject(lease)
+	_, err := membership.VirtualNodesOf(lease)
+	if err == nil {
+		c.reported.Delete(key)
+		return
+	}
+	value := lease.Labels[v1alpha1.LabelVirtualNodes]
+	if last, ok := c.reported.Load(key); ok && last == value {
+		return
+	}
+	c.reported.Store(key, value)
+	ctrl.LoggerFrom(ctx).Info("Ignoring a malformed weight label: the instance keeps the ring's default weight",
+		"object", klog.KObj(lease), "ring", ring.Name, "error", err.Error())
+	c.recorder.Eventf(lease, corev1.EventTypeWarning, "InvalidVirtualNodes",
+		"Instance %s keeps ring %s's default weight: %v", lease.Name, ring.Name, err)
+}
+
+// reportInvalid reports a Lease whose name cannot be an instance ID, once.
+// The instance never receives objects.
+func (c *Controller) reportInvalid(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease) {
+	if _, reported := c.invalid.LoadOrStore(lease.UID, true); reported {
+		return
+	}
+	err := membership.InvalidID(lease.Name)
+	ctrl.LoggerFrom(ctx).Info("Ignoring a Lease whose name cannot be an instance ID: it never receives objects",
+		"object", klog.KObj(lease), "ring", ring.Name, "error", fmt.Sprint(err))
+	c.recorder.Eventf(lease, corev1.EventTypeWarning, "InvalidInstanceID",
+		"Lease %s/%s never receives objects of ring %s: %v; give the instance a shorter ID (its pod name or --id)", lease.Namespace, lease.Name, ring.Name, err)
+}

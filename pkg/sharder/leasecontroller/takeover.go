@@ -1,0 +1,65 @@
+package leasecontroller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/membership"
+	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
+)
+
+// This file holds the two writes that end an instance's time in a ring: the
+// takeover of an uncertain Lease, after which the instance is dead, and the
+// deletion of an orphaned one, after which it is gone.
+
+// take acquires an uncertain Lease for the sharder with twice its duration.
+// It returns nil and no error when the Lease changed meanwhile (the newer
+// version is reconciled on its own).
+func (c *Controller) take(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	taken := lease.DeepCopy()
+	now := c.opts.Clock.Now()
+	hold := membership.TakeoverFactor * membership.DurationOf(lease)
+	taken.Spec.HolderIdentity = ptr.To(c.opts.Identity)
+	taken.Spec.LeaseDurationSeconds = ptr.To(int32(hold / time.Second)) //nolint:gosec // at most 2 × MaxLeaseDuration
+	taken.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
+	taken.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
+	taken.Spec.LeaseTransitions = ptr.To(membership.NextTransition(ptr.Deref(lease.Spec.LeaseTransitions, 0)))
+	// Update sends the resourceVersion the state was computed from: if the
+	// instance renewed meanwhile, the takeover fails with a conflict.
+	if err := c.client.Update(ctx, taken); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("taking Lease %s: %w", klog.KObj(lease), err)
+	}
+	c.tracker.Hold(ring.Name, lease.Name, now, hold)
+	c.publishRing(ctx, ring)
+	return taken, nil
+}
+
+// deleteOrphan deletes an orphaned Lease unless it changed meanwhile.
+func (c *Controller) deleteOrphan(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease) error {
+	err := c.client.Delete(ctx, lease, client.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion})
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("deleting orphaned Lease %s: %w", klog.KObj(lease), err)
+	}
+	metrics.LeasesDeletedTotal.WithLabelValues(ring.Name).Inc()
+	ctrl.LoggerFrom(ctx).Info("Deleted an orphaned Lease", "object", klog.KObj(lease), "ring", ring.Name)
+	c.recorder.Eventf(ring, corev1.EventTypeNormal, "LeaseDeleted",
+		"Deleted Lease %s/%s of instance %s: dead for ten lease durations", lease.Namespace, lease.Name, lease.Name)
+	return nil
+}
