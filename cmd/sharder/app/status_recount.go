@@ -94,9 +94,7 @@ func countObjects(ctx context.Context, mapper meta.RESTMapper, m metadata.Interf
 		}
 		return inst
 	}
-	seen := map[schema.GroupResource]bool{}
-	for _, res := range ring.Spec.Resources {
-		gr := schema.GroupResource{Group: res.Group, Resource: res.Resource}
+	for _, gr := range ring.Spec.MainResources() {
 		err := eachObject(ctx, mapper, m, gr, "", func(obj *metav1.PartialObjectMetadata) {
 			if !selected[obj.Namespace] {
 				return
@@ -120,20 +118,15 @@ func countObjects(ctx context.Context, mapper meta.RESTMapper, m metadata.Interf
 		if err != nil {
 			r.Problems = append(r.Problems, err.Error())
 		}
-		for _, c := range res.ControlledResources {
-			controlled := schema.GroupResource{Group: c.Group, Resource: c.Resource}
-			if seen[controlled] {
-				continue
+	}
+	for _, gr := range ring.Spec.ControlledResources() {
+		err := eachObject(ctx, mapper, m, gr, "", func(obj *metav1.PartialObjectMetadata) {
+			if owner := obj.Labels[shardLabel]; owner != "" && selected[obj.Namespace] {
+				*instance(owner).Controlled++
 			}
-			seen[controlled] = true
-			err := eachObject(ctx, mapper, m, controlled, "", func(obj *metav1.PartialObjectMetadata) {
-				if owner := obj.Labels[shardLabel]; owner != "" && selected[obj.Namespace] {
-					*instance(owner).Controlled++
-				}
-			})
-			if err != nil {
-				r.Problems = append(r.Problems, err.Error())
-			}
+		})
+		if err != nil {
+			r.Problems = append(r.Problems, err.Error())
 		}
 	}
 }

@@ -131,13 +131,7 @@ func (o *uninstallOptions) deleteRing(ctx context.Context, out io.Writer, c clie
 		}
 		return nil, fmt.Errorf("reading ControllerRing %s: %w", ringName, err)
 	}
-	var resources []schema.GroupResource
-	for _, r := range ring.Spec.Resources {
-		resources = append(resources, schema.GroupResource{Group: r.Group, Resource: r.Resource})
-		for _, cr := range r.ControlledResources {
-			resources = append(resources, schema.GroupResource{Group: cr.Group, Resource: cr.Resource})
-		}
-	}
+	resources := append(ring.Spec.MainResources(), ring.Spec.ControlledResources()...)
 	if err := c.Delete(ctx, ring); err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("deleting ControllerRing %s: %w", ringName, err)
 	}

@@ -60,12 +60,7 @@ func resolveRing(ring *v1alpha1.ControllerRing, mapper meta.RESTMapper) (*ringCo
 		drainTimeout:   ring.Spec.EffectiveDrainTimeout(),
 		selector:       sel,
 	}
-	seen := map[schema.GroupResource]bool{}
 	add := func(gr schema.GroupResource, main bool) {
-		if seen[gr] {
-			return
-		}
-		seen[gr] = true
 		r, problem := resolveResource(mapper, gr)
 		if problem != nil {
 			cfg.unresolved = append(cfg.unresolved, *problem)
@@ -74,13 +69,11 @@ func resolveRing(ring *v1alpha1.ControllerRing, mapper meta.RESTMapper) (*ringCo
 		r.main = main
 		cfg.resources = append(cfg.resources, r)
 	}
-	for _, r := range ring.Spec.Resources {
-		add(schema.GroupResource{Group: r.Group, Resource: r.Resource}, true)
+	for _, gr := range ring.Spec.MainResources() {
+		add(gr, true)
 	}
-	for _, r := range ring.Spec.Resources {
-		for _, c := range r.ControlledResources {
-			add(schema.GroupResource{Group: c.Group, Resource: c.Resource}, false)
-		}
+	for _, gr := range ring.Spec.ControlledResources() {
+		add(gr, false)
 	}
 	return cfg, nil
 }

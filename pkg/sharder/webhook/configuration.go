@@ -133,11 +133,8 @@ func ringRules(spec *v1alpha1.ControllerRingSpec) []admissionregistrationv1.Rule
 			byGroup[group] = append(byGroup[group], resource+"/"+sub)
 		}
 	}
-	for _, r := range spec.Resources {
-		add(r.Group, r.Resource)
-		for _, c := range r.ControlledResources {
-			add(c.Group, c.Resource)
-		}
+	for _, gr := range append(spec.MainResources(), spec.ControlledResources()...) {
+		add(gr.Group, gr.Resource)
 	}
 	groups := make([]string, 0, len(byGroup))
 	for g := range byGroup {

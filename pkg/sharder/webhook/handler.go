@@ -189,9 +189,9 @@ func (h *labelHandler) answer(ringName string, v verdict) admission.Response {
 // there is no drain of its own to move it safely.
 func (h *labelHandler) choose(ctx context.Context, rg *v1alpha1.ControllerRing, gvr metav1.GroupVersionResource, gvk metav1.GroupVersionKind,
 	obj *metav1.PartialObjectMetadata, requested string) (string, string, error) {
-	main, controlled := resourceRole(&rg.Spec, schema.GroupResource{Group: gvr.Group, Resource: gvr.Resource})
+	gr := schema.GroupResource{Group: gvr.Group, Resource: gvr.Resource}
 	switch {
-	case main:
+	case rg.Spec.IsMainResource(gr):
 		if obj.Name == "" {
 			return "", "the object has no name yet", nil
 		}
@@ -205,7 +205,7 @@ func (h *labelHandler) choose(ctx context.Context, rg *v1alpha1.ControllerRing, 
 			}
 		}
 		return mainInstance(r, gvk, obj)
-	case controlled:
+	case rg.Spec.IsControlledResource(gr):
 		return h.ownerInstance(ctx, rg, obj)
 	}
 	return "", fmt.Sprintf("%s is not a resource of the ring", schema.GroupResource{Group: gvr.Group, Resource: gvr.Resource}), nil
@@ -263,7 +263,7 @@ func (h *labelHandler) ownerInstance(ctx context.Context, rg *v1alpha1.Controlle
 	if err != nil {
 		return "", "", fmt.Errorf("mapping the controller's kind %s: %w", gvk, err)
 	}
-	if main, controlled := resourceRole(&rg.Spec, mapping.Resource.GroupResource()); !main && !controlled {
+	if gr := mapping.Resource.GroupResource(); !rg.Spec.IsMainResource(gr) && !rg.Spec.IsControlledResource(gr) {
 		return "", fmt.Sprintf("its controller, a %s, is not a resource of the ring", mapping.Resource.GroupResource()), nil
 	}
 	owner := &metav1.PartialObjectMetadata{}
@@ -307,22 +307,6 @@ func (h *labelHandler) forget(ringName string) {
 	h.rings.Forget(ringName)
 	h.members.Forget(ringName)
 	metrics.ForgetWebhookRing(ringName)
-}
-
-// resourceRole reports whether gr is a main or a controlled resource of
-// the ring.
-func resourceRole(spec *v1alpha1.ControllerRingSpec, gr schema.GroupResource) (main, controlled bool) {
-	for _, r := range spec.Resources {
-		if r.Group == gr.Group && r.Resource == gr.Resource {
-			main = true
-		}
-		for _, c := range r.ControlledResources {
-			if c.Group == gr.Group && c.Resource == gr.Resource {
-				controlled = true
-			}
-		}
-	}
-	return main, controlled && !main
 }
 
 // decodeMetadata reads only the metadata of a JSON object.
