@@ -8,6 +8,8 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sharder-dev/sharder/pkg/sharder/webhook"
 )
 
 // clusterFlags selects the cluster a command talks to, as kubectl does:
@@ -67,11 +69,10 @@ func (f *clusterFlags) restConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
-// namespace returns the namespace the command runs in: $POD_NAMESPACE (set
-// from the downward API in the sharder's Deployment), else the in-cluster
-// service account's namespace or the kubeconfig context's namespace.
+// namespace returns the namespace the command runs in: its pod's
+// (webhook.PodNamespace), else the kubeconfig context's namespace.
 func (f *clusterFlags) namespace() (string, error) {
-	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+	if ns := webhook.PodNamespace(); ns != "" {
 		return ns, nil
 	}
 	ns, _, err := f.clientConfig().Namespace()

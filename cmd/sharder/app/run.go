@@ -416,22 +416,7 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string) error
 	if !cfg.Webhook.Enabled {
 		return nil
 	}
-	w := cfg.Webhook
-	err = webhook.Setup(mgr, webhook.Options{
-		ConfigurationName: w.ConfigurationName,
-		Namespace:         namespace,
-		ServiceName:       w.ServiceName,
-		ServiceNamespace:  w.ServiceNamespace,
-		ServicePort:       int32(w.ServicePort), //nolint:gosec // validated: 1-65535
-		URL:               w.URL,
-		TimeoutSeconds:    int32(w.TimeoutSeconds), //nolint:gosec // validated: 1-30
-		CertMode:          w.CertMode,
-		SecretName:        w.SecretName,
-		CertDir:           w.CertDir,
-		CAInjectFrom:      w.CAInjectFrom,
-		OwnerClusterRole:  w.OwnerClusterRole,
-	})
-	if err != nil {
+	if err := webhook.Setup(mgr, cfg.Webhook.Options(namespace)); err != nil {
 		return fmt.Errorf("setting up the webhook: %w", err)
 	}
 	return nil

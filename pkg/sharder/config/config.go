@@ -1,6 +1,7 @@
 package config
 
 import (
+	"math"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -181,6 +182,31 @@ type Webhook struct {
 	// on it. Default: empty (no owner; see the uninstalling section of the
 	// operations guide).
 	OwnerClusterRole string `json:"ownerClusterRole,omitempty"`
+}
+
+// Options returns the webhook's options for a sharder running in
+// namespace.
+func (w Webhook) Options(namespace string) webhook.Options {
+	return webhook.Options{
+		ConfigurationName: w.ConfigurationName,
+		Namespace:         namespace,
+		ServiceName:       w.ServiceName,
+		ServiceNamespace:  w.ServiceNamespace,
+		ServicePort:       toInt32(w.ServicePort),
+		URL:               w.URL,
+		TimeoutSeconds:    toInt32(w.TimeoutSeconds),
+		CertMode:          w.CertMode,
+		SecretName:        w.SecretName,
+		CertDir:           w.CertDir,
+		CAInjectFrom:      w.CAInjectFrom,
+		OwnerClusterRole:  w.OwnerClusterRole,
+	}
+}
+
+// toInt32 converts n, saturating at the bounds of int32 so that a value out
+// of range stays out of range for validation.
+func toInt32(n int) int32 {
+	return int32(min(max(n, math.MinInt32), math.MaxInt32)) //nolint:gosec // clamped to int32 just above
 }
 
 // Metrics configures the Prometheus metrics endpoint.

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -11,8 +10,6 @@ import (
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-
-	"github.com/sharder-dev/sharder/pkg/sharder/webhook"
 )
 
 // jitterFactor is client-go's leader election jitter: renewDeadline must
@@ -101,6 +98,8 @@ func (a Assignment) validate(p *field.Path) field.ErrorList {
 	return errs
 }
 
+// validate checks what only the configuration file has (the server's port
+// and certificate folder), and the rest with the webhook's own rules.
 func (w Webhook) validate(p *field.Path) field.ErrorList {
 	if !w.Enabled {
 		return nil
@@ -112,47 +111,8 @@ func (w Webhook) validate(p *field.Path) field.ErrorList {
 	if w.CertDir == "" {
 		errs = append(errs, field.Required(p.Child("certDir"), "the folder holding tls.crt and tls.key"))
 	}
-	switch w.CertMode {
-	case CertModeSelfManaged:
-		for _, msg := range validation.IsDNS1123Subdomain(w.SecretName) {
-			errs = append(errs, field.Invalid(p.Child("secretName"), w.SecretName, msg))
-		}
-		if w.CAInjectFrom != "" {
-			errs = append(errs, field.Forbidden(p.Child("caInjectFrom"), "only for certMode external: self-managed certificates carry their own CA bundle"))
-		}
-	case CertModeExternal:
-		if w.CAInjectFrom != "" {
-			if ns, name, ok := strings.Cut(w.CAInjectFrom, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-				errs = append(errs, field.Invalid(p.Child("caInjectFrom"), w.CAInjectFrom, "must be <namespace>/<name> of a cert-manager Certificate"))
-			}
-		}
-	default:
-		errs = append(errs, field.NotSupported(p.Child("certMode"), w.CertMode, []string{CertModeSelfManaged, CertModeExternal}))
-	}
-	for _, msg := range validation.IsDNS1035Label(w.ServiceName) {
-		errs = append(errs, field.Invalid(p.Child("serviceName"), w.ServiceName, msg))
-	}
-	if w.ServicePort < 1 || w.ServicePort > 65535 {
-		errs = append(errs, field.Invalid(p.Child("servicePort"), w.ServicePort, "must be a TCP port (1-65535)"))
-	}
-	if w.TimeoutSeconds < webhook.MinTimeoutSeconds || w.TimeoutSeconds > webhook.MaxTimeoutSeconds {
-		errs = append(errs, field.Invalid(p.Child("timeoutSeconds"), w.TimeoutSeconds,
-			fmt.Sprintf("must be between %d and %d", webhook.MinTimeoutSeconds, webhook.MaxTimeoutSeconds)))
-	}
-	for _, msg := range validation.IsDNS1123Subdomain(w.ConfigurationName) {
-		errs = append(errs, field.Invalid(p.Child("configurationName"), w.ConfigurationName, msg))
-	}
-	if w.URL != "" {
-		if u, err := url.Parse(w.URL); err != nil || u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-			errs = append(errs, field.Invalid(p.Child("url"), w.URL, "must be https://<host>[:<port>], without path or query"))
-		}
-	}
-	if w.ServiceNamespace != "" {
-		for _, msg := range validation.IsDNS1123Label(w.ServiceNamespace) {
-			errs = append(errs, field.Invalid(p.Child("serviceNamespace"), w.ServiceNamespace, msg))
-		}
-	}
-	return errs
+	opts := w.Options("")
+	return append(errs, opts.Validate(p)...)
 }
 
 func (m Metrics) validate(p *field.Path) field.ErrorList {

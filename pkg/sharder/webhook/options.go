@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/clock"
 
 	"github.com/sharder-dev/sharder/pkg/sharder/webhook/internal/pki"
@@ -39,9 +41,8 @@ type Options struct {
 	// the sharder keeps. Default: "sharder".
 	ConfigurationName string
 
-	// Namespace is the namespace the sharder runs in. Default: the
-	// POD_NAMESPACE environment variable, else the namespace of the pod's
-	// service account, else "sharder-system".
+	// Namespace is the namespace the sharder runs in. Default:
+	// PodNamespace(), else "sharder-system".
 	Namespace string
 
 	// ServiceName is the Service in front of the webhook servers; the API
@@ -146,21 +147,30 @@ const (
 	MaxTimeoutSeconds = 30
 )
 
+// serviceAccountNamespaceFile holds the namespace of a pod's service account.
 const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
+// PodNamespace returns the namespace of the pod this process runs in: the
+// POD_NAMESPACE environment variable (set from the downward API), else the
+// namespace of the pod's service account. It returns "" off a pod.
+func PodNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile(serviceAccountNamespaceFile); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	return ""
+}
+
 // setDefaults fills every unset field with its default and checks the
-// rest; an error names the field that is wrong.
+// result with Validate.
 func (o *Options) setDefaults() error {
 	if o.ConfigurationName == "" {
 		o.ConfigurationName = DefaultConfigurationName
 	}
 	if o.Namespace == "" {
-		o.Namespace = os.Getenv("POD_NAMESPACE")
-	}
-	if o.Namespace == "" {
-		if b, err := os.ReadFile(serviceAccountNamespaceFile); err == nil {
-			o.Namespace = strings.TrimSpace(string(b))
-		}
+		o.Namespace = PodNamespace()
 	}
 	if o.Namespace == "" {
 		o.Namespace = DefaultNamespace
@@ -183,37 +193,80 @@ func (o *Options) setDefaults() error {
 	if o.SecretName == "" {
 		o.SecretName = DefaultSecretName
 	}
+	o.defaultTimings()
+	defaultDuration(&o.ResyncPeriod, DefaultResyncPeriod)
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return o.Validate(field.NewPath("webhook")).ToAggregate()
+}
+
+// Validate checks options whose defaults are filled in and returns every
+// problem, each naming its field under path (e.g. "webhook.url"). Only
+// Namespace and ServiceNamespace may still be empty (whoever sets the
+// webhook up fills them in later), and zero certificate timings, which
+// stand for their defaults. The configuration file of `sharder run` is
+// checked with these same rules.
+func (o *Options) Validate(path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Subdomain(o.ConfigurationName) {
+		errs = append(errs, field.Invalid(path.Child("configurationName"), o.ConfigurationName, msg))
+	}
+	for _, ns := range []struct{ field, value string }{{"namespace", o.Namespace}, {"serviceNamespace", o.ServiceNamespace}} {
+		if ns.value == "" {
+			continue
+		}
+		for _, msg := range validation.IsDNS1123Label(ns.value) {
+			errs = append(errs, field.Invalid(path.Child(ns.field), ns.value, msg))
+		}
+	}
+	for _, msg := range validation.IsDNS1035Label(o.ServiceName) {
+		errs = append(errs, field.Invalid(path.Child("serviceName"), o.ServiceName, msg))
+	}
+	if o.ServicePort < 1 || o.ServicePort > 65535 {
+		errs = append(errs, field.Invalid(path.Child("servicePort"), o.ServicePort, "must be a TCP port (1-65535)"))
+	}
+	if o.URL != "" {
+		if _, err := o.urlHost(); err != nil {
+			errs = append(errs, field.Invalid(path.Child("url"), o.URL, err.Error()))
+		}
+	}
+	if o.TimeoutSeconds < MinTimeoutSeconds || o.TimeoutSeconds > MaxTimeoutSeconds {
+		errs = append(errs, field.Invalid(path.Child("timeoutSeconds"), o.TimeoutSeconds,
+			fmt.Sprintf("must be between %d and %d", MinTimeoutSeconds, MaxTimeoutSeconds)))
+	}
+	switch o.CertMode {
+	case CertModeSelfManaged:
+		for _, msg := range validation.IsDNS1123Subdomain(o.SecretName) {
+			errs = append(errs, field.Invalid(path.Child("secretName"), o.SecretName, msg))
+		}
+		if o.CAInjectFrom != "" {
+			errs = append(errs, field.Forbidden(path.Child("caInjectFrom"), "only for certMode external: self-managed certificates carry their own CA bundle"))
+		}
+		timings := *o
+		timings.defaultTimings()
+		if err := timings.pkiConfig().Validate(); err != nil {
+			errs = append(errs, field.Invalid(path, "certificate timings", err.Error()))
+		}
+	case CertModeExternal:
+		if o.CAInjectFrom != "" {
+			if ns, name, ok := strings.Cut(o.CAInjectFrom, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+				errs = append(errs, field.Invalid(path.Child("caInjectFrom"), o.CAInjectFrom, "must be <namespace>/<name> of a cert-manager Certificate"))
+			}
+		}
+	default:
+		errs = append(errs, field.NotSupported(path.Child("certMode"), o.CertMode, []string{CertModeSelfManaged, CertModeExternal}))
+	}
+	return errs
+}
+
+// defaultTimings fills the unset certificate timings with their defaults.
+func (o *Options) defaultTimings() {
 	defaultDuration(&o.CAValidity, DefaultCAValidity)
 	defaultDuration(&o.CARenewBefore, DefaultCARenewBefore)
 	defaultDuration(&o.CertValidity, DefaultCertValidity)
 	defaultDuration(&o.CertRenewBefore, DefaultCertRenewBefore)
 	defaultDuration(&o.CAPropagation, DefaultCAPropagation)
-	defaultDuration(&o.ResyncPeriod, DefaultResyncPeriod)
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
-	}
-
-	switch {
-	case o.TimeoutSeconds < MinTimeoutSeconds || o.TimeoutSeconds > MaxTimeoutSeconds:
-		return fmt.Errorf("webhook TimeoutSeconds %d: must be between %d and %d", o.TimeoutSeconds, MinTimeoutSeconds, MaxTimeoutSeconds)
-	case o.ServicePort < 1 || o.ServicePort > 65535:
-		return fmt.Errorf("webhook ServicePort %d: must be between 1 and 65535", o.ServicePort)
-	case o.CertMode != CertModeSelfManaged && o.CertMode != CertModeExternal:
-		return fmt.Errorf("webhook CertMode %q: must be %q or %q", o.CertMode, CertModeSelfManaged, CertModeExternal)
-	case o.CAInjectFrom != "" && len(strings.Split(o.CAInjectFrom, "/")) != 2:
-		return fmt.Errorf("webhook CAInjectFrom %q: must be <namespace>/<name>", o.CAInjectFrom)
-	}
-	if o.URL != "" {
-		if _, err := o.urlHost(); err != nil {
-			return err
-		}
-	}
-	if o.CertMode == CertModeSelfManaged {
-		if err := o.pkiConfig().Validate(); err != nil {
-			return fmt.Errorf("webhook certificate timings: %w", err)
-		}
-	}
-	return nil
 }
 
 func defaultDuration(d *time.Duration, def time.Duration) {
@@ -222,17 +275,18 @@ func defaultDuration(d *time.Duration, def time.Duration) {
 	}
 }
 
-// urlHost returns the host of URL without its port.
+// urlHost returns the host of URL without its port. The URL must be
+// https://<host>[:<port>]: the handlers' paths are appended to it.
 func (o Options) urlHost() (string, error) {
 	u, err := url.Parse(o.URL)
 	if err != nil {
-		return "", fmt.Errorf("webhook URL %q: %w", o.URL, err)
+		return "", err
 	}
-	if u.Scheme != "https" || u.Host == "" {
-		return "", fmt.Errorf("webhook URL %q: must be https://<host>[:<port>]", o.URL)
+	if u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		return "", errors.New("must be https://<host>[:<port>], without path or query")
 	}
 	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return "", errors.New("webhook URL: must not carry a query, fragment or user")
+		return "", errors.New("must not carry a query, fragment or user")
 	}
 	return u.Hostname(), nil
 }

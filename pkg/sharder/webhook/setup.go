@@ -51,11 +51,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	srv := mgr.GetWebhookServer()
 	if srv == nil {
-		return errors.New("webhook: the manager has no webhook server")
+		return errors.New("the manager has no webhook server")
 	}
 	direct, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 	if err != nil {
-		return fmt.Errorf("webhook: creating an uncached client: %w", err)
+		return fmt.Errorf("creating an uncached client: %w", err)
 	}
 	id := &identity{client: direct, name: opts.Identity}
 
@@ -64,11 +64,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	ctx := context.Background()
 	ringInformer, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.ControllerRing{}, cache.BlockUntilSynced(false))
 	if err != nil {
-		return fmt.Errorf("webhook: ControllerRing informer: %w", err)
+		return fmt.Errorf("getting the ControllerRing informer: %w", err)
 	}
 	leaseInformer, err := mgr.GetCache().GetInformer(ctx, &coordinationv1.Lease{}, cache.BlockUntilSynced(false))
 	if err != nil {
-		return fmt.Errorf("webhook: Lease informer: %w", err)
+		return fmt.Errorf("getting the Lease informer: %w", err)
 	}
 
 	h := &labelHandler{
@@ -92,7 +92,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("webhook: watching ring deletions: %w", err)
+		return fmt.Errorf("watching ring deletions: %w", err)
 	}
 
 	// The configuration writer's reconciles all concern the one configuration.
@@ -104,7 +104,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	case CertModeSelfManaged:
 		def, ok := srv.(*ctrlwebhook.DefaultServer)
 		if !ok {
-			return fmt.Errorf("webhook: self-managed certificates need controller-runtime's default webhook server, not %T; use external certificates", srv)
+			return fmt.Errorf("self-managed certificates need controller-runtime's default webhook server, not %T; use external certificates", srv)
 		}
 		certs := &certificates{
 			client: direct,
@@ -121,10 +121,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		}
 		def.Options.TLSOpts = append(def.Options.TLSOpts, func(c *tls.Config) { c.GetCertificate = certs.GetCertificate })
 		if err := mgr.Add(certs); err != nil {
-			return fmt.Errorf("webhook: adding the certificate manager: %w", err)
+			return fmt.Errorf("adding the certificate manager: %w", err)
 		}
 		if err := mgr.AddReadyzCheck("webhook-certificate", certs.Check); err != nil {
-			return fmt.Errorf("webhook: adding the readiness check: %w", err)
+			return fmt.Errorf("adding the readiness check: %w", err)
 		}
 		k.caBundle = func() ([]byte, error) { return certs.CABundle(), nil }
 	case CertModeExternal:
@@ -169,7 +169,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		WatchesRawSource(source.Channel(bundleEvents, toKey)).
 		Complete(k)
 	if err != nil {
-		return fmt.Errorf("webhook: adding the configuration writer: %w", err)
+		return fmt.Errorf("adding the configuration writer: %w", err)
 	}
 	return nil
 }
