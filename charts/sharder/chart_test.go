@@ -440,7 +440,6 @@ rings:
 
 func TestRenderRejectsBadValues(t *testing.T) {
 	for name, tc := range map[string]struct{ values, want string }{
-		"unknown certificate mode":   {"webhook:\n  certificates:\n    mode: vault\n", `webhook.certificates.mode "vault"`},
 		"ring without name":          {"rings:\n- spec: {leaseNamespace: x}\n", "every entry needs a name"},
 		"ring without spec":          {"rings:\n- name: r\n", "rings[r]: spec is required"},
 		"foreign service account":    {"serviceAccount:\n  create: false\n", "serviceAccount.name is required"},
