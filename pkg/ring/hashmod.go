@@ -16,7 +16,7 @@ func newWeightedSlots(members []Member) weightedSlots {
 	s := weightedSlots{memberList: members, ends: make([]uint64, len(members))}
 	var end uint64
 	for i, m := range members {
-		end += uint64(m.VirtualNodes) //nolint:gosec // Normalize clamps weights to [1, MaxVirtualNodes]
+		end += uint64(m.VirtualNodes) //nolint:gosec // Normalize clamps weights to [1, MaxWeight]
 		s.ends[i] = end
 	}
 	return s

@@ -28,9 +28,12 @@ const (
 	Range          = "range"
 )
 
-// MaxVirtualNodes is the largest weight a member can have; larger values are
-// capped. It matches the ControllerRing API's maximum for spec.virtualNodes.
-const MaxVirtualNodes = 10000
+// MaxWeight caps a member's weight so that one member cannot make a ring
+// arbitrarily large (a consistent-hash ring holds a point per unit of
+// weight). It guards the data structure and is not the rule for weights:
+// membership.MaxVirtualNodes bounds what a Lease or a ring's default may ask
+// for and is no larger, so a member built from a membership is never capped.
+const MaxWeight = 10000
 
 // Member is an instance of a ring with its weight.
 type Member struct {
@@ -38,7 +41,7 @@ type Member struct {
 	ID string
 	// VirtualNodes is the instance's weight: its number of virtual nodes
 	// (consistent-hash), or its relative share (other algorithms). Values
-	// below 1 are treated as 1; values above MaxVirtualNodes are capped.
+	// below 1 are treated as 1; values above MaxWeight are capped.
 	VirtualNodes int
 }
 
@@ -84,7 +87,7 @@ var (
 // concurrent use. A nil a or an empty name is ignored.
 //
 // New normalizes the membership before it calls a.Build: members are sorted
-// by ID, deduplicated and their weights clamped to [1, MaxVirtualNodes], so a
+// by ID, deduplicated and their weights clamped to [1, MaxWeight], so a
 // registered algorithm only has to be deterministic for that input.
 func Register(name string, a Algorithm) {
 	if name == "" || a == nil {
@@ -153,7 +156,7 @@ func New(algorithm string, members []Member) (r Ring, err error) {
 }
 
 // Normalize returns members sorted by ID, with weights clamped to
-// [1, MaxVirtualNodes] and duplicate IDs merged into one member with the
+// [1, MaxWeight] and duplicate IDs merged into one member with the
 // largest weight given for that ID, so that the result does not depend on the
 // order of members. A member with an empty ID is an error wrapping
 // ErrInvalidMember. members is not modified.
@@ -163,7 +166,7 @@ func Normalize(members []Member) ([]Member, error) {
 		if m.ID == "" {
 			return nil, fmt.Errorf("%w: empty instance ID", ErrInvalidMember)
 		}
-		out = append(out, Member{ID: m.ID, VirtualNodes: min(max(m.VirtualNodes, 1), MaxVirtualNodes)})
+		out = append(out, Member{ID: m.ID, VirtualNodes: min(max(m.VirtualNodes, 1), MaxWeight)})
 	}
 	slices.SortFunc(out, func(a, b Member) int {
 		if a.ID != b.ID {

@@ -112,7 +112,7 @@ func TestNormalize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []ring.Member{{ID: "a", VirtualNodes: 1}, {ID: "b", VirtualNodes: 9}, {ID: "c", VirtualNodes: 1}, {ID: "d", VirtualNodes: ring.MaxVirtualNodes}}
+	want := []ring.Member{{ID: "a", VirtualNodes: 1}, {ID: "b", VirtualNodes: 9}, {ID: "c", VirtualNodes: 1}, {ID: "d", VirtualNodes: ring.MaxWeight}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Normalize = %v, want %v", got, want)
 	}
@@ -291,7 +291,7 @@ func TestConsistentHashOptions(t *testing.T) {
 // Rings too large for the partition table scale weights down rather than
 // fail or panic.
 func TestLargeMemberships(t *testing.T) {
-	r := mustNew(t, ring.ConsistentHash, members("op", 40, ring.MaxVirtualNodes))
+	r := mustNew(t, ring.ConsistentHash, members("op", 40, ring.MaxWeight))
 	if got := len(r.Members()); got != 40 {
 		t.Fatalf("Members() has %d members, want 40", got)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/ring"
 	"github.com/sharder-dev/sharder/pkg/ring/simulation"
 )
@@ -102,8 +103,8 @@ func (o *simulateOptions) validate(cmd *cobra.Command) error {
 	if o.keysFile == "" && o.keys < 1 {
 		errs = append(errs, fmt.Errorf("--keys must be at least 1, got %d", o.keys))
 	}
-	if o.virtualNodes < 1 || o.virtualNodes > ring.MaxVirtualNodes {
-		errs = append(errs, fmt.Errorf("--virtual-nodes must be in [1, %d], got %d", ring.MaxVirtualNodes, o.virtualNodes))
+	if o.virtualNodes < 1 || o.virtualNodes > membership.MaxVirtualNodes {
+		errs = append(errs, fmt.Errorf("--virtual-nodes must be in [1, %d], got %d", membership.MaxVirtualNodes, o.virtualNodes))
 	}
 	if o.add < 0 {
 		errs = append(errs, fmt.Errorf("--add must not be negative, got %d", o.add))

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/ring"
 )
 
@@ -111,8 +112,8 @@ func (o Options) Validate() error {
 	if o.Names != StatefulSet && o.Names != Deployment {
 		errs = append(errs, fmt.Errorf("instance names must be %q or %q, got %q", StatefulSet, Deployment, o.Names))
 	}
-	if o.VirtualNodes < 1 || o.VirtualNodes > ring.MaxVirtualNodes {
-		errs = append(errs, fmt.Errorf("virtual nodes must be in [1, %d], got %d", ring.MaxVirtualNodes, o.VirtualNodes))
+	if o.VirtualNodes < 1 || o.VirtualNodes > membership.MaxVirtualNodes {
+		errs = append(errs, fmt.Errorf("virtual nodes must be in [1, %d], got %d", membership.MaxVirtualNodes, o.VirtualNodes))
 	}
 	if len(o.Keys) == 0 {
 		errs = append(errs, errors.New("no keys to place"))

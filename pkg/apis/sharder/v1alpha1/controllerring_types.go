@@ -91,7 +91,8 @@ type ControllerRingSpec struct {
 	Algorithm string `json:"algorithm,omitempty"`
 
 	// VirtualNodes is the weight of an instance whose Lease carries no
-	// sharder.dev/virtual-nodes label.
+	// sharder.dev/virtual-nodes label. At most 10000, the bound of that
+	// label too.
 	// Default: 512.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
