@@ -25,6 +25,7 @@ import (
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 	"github.com/sharder-dev/sharder/internal/localrun"
+	"github.com/sharder-dev/sharder/internal/reconcilelog"
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
 
@@ -447,13 +448,13 @@ func (e *ringEnv) waitSettled(n int, timeout time.Duration, instances ...string)
 }
 
 // records reads every instance's reconcile log.
-func (e *ringEnv) records() []localrun.ReconcileRecord {
+func (e *ringEnv) records() []reconcilelog.Entry {
 	e.t.Helper()
-	var all []localrun.ReconcileRecord
+	var all []reconcilelog.Entry
 	entries, err := os.ReadDir(e.reconcileLogs)
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
 	for _, entry := range entries {
-		recs, err := localrun.ReadReconcileLog(filepath.Join(e.reconcileLogs, entry.Name()))
+		recs, err := reconcilelog.Read(filepath.Join(e.reconcileLogs, entry.Name()))
 		e.g.Expect(err).NotTo(gomega.HaveOccurred())
 		all = append(all, recs...)
 	}
@@ -462,7 +463,7 @@ func (e *ringEnv) records() []localrun.ReconcileRecord {
 
 // intervals pairs the reconcile records; a reconcile left open by a killed
 // instance lasts until the exit of the run of its process that started it.
-func (e *ringEnv) intervals() []localrun.Interval {
+func (e *ringEnv) intervals() []reconcilelog.Interval {
 	exits := map[string][]time.Time{}
 	e.mu.Lock()
 	for id, p := range e.instances {
@@ -471,15 +472,15 @@ func (e *ringEnv) intervals() []localrun.Interval {
 		}
 	}
 	e.mu.Unlock()
-	return localrun.Intervals(e.records(), exits, time.Now())
+	return reconcilelog.Intervals(e.records(), exits, time.Now())
 }
 
 // expectNoOverlap fails the test if two instances ever reconciled one
 // object at the same time.
-func (e *ringEnv) expectNoOverlap() []localrun.Interval {
+func (e *ringEnv) expectNoOverlap() []reconcilelog.Interval {
 	e.t.Helper()
 	ivs := e.intervals()
-	overlaps := localrun.Overlaps(ivs)
+	overlaps := reconcilelog.Overlaps(ivs)
 	if len(overlaps) > 0 {
 		msgs := make([]string, 0, len(overlaps))
 		for _, o := range overlaps {
@@ -496,7 +497,7 @@ func (e *ringEnv) expectNoOverlap() []localrun.Interval {
 func (e *ringEnv) expectReconciledByOwner(timeout time.Duration) {
 	e.t.Helper()
 	e.g.Eventually(func() error {
-		last := localrun.LastReconcile(e.intervals())
+		last := reconcilelog.LastReconcile(e.intervals())
 		var bad []string
 		for _, o := range e.tracker.Snapshot() {
 			iv, ok := last[o.Key]

@@ -29,6 +29,7 @@ import (
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 
 	"github.com/sharder-dev/sharder/internal/localrun"
+	"github.com/sharder-dev/sharder/internal/reconcilelog"
 	"github.com/sharder-dev/sharder/internal/testenv"
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
@@ -399,9 +400,9 @@ func waitRingReady(ctx context.Context, g Gomega, ring string, ids []string) {
 func expectNoOverlap(g Gomega, logs string) {
 	files, err := filepath.Glob(filepath.Join(logs, "*.jsonl"))
 	g.Expect(err).NotTo(HaveOccurred())
-	var all []localrun.ReconcileRecord
+	var all []reconcilelog.Entry
 	for _, f := range files {
-		recs, err := localrun.ReadReconcileLog(f)
+		recs, err := reconcilelog.Read(f)
 		g.Expect(err).NotTo(HaveOccurred())
 		pod := strings.TrimSuffix(filepath.Base(f), ".jsonl")
 		for i := range recs {
@@ -409,7 +410,7 @@ func expectNoOverlap(g Gomega, logs string) {
 		}
 		all = append(all, recs...)
 	}
-	overlaps := localrun.Overlaps(localrun.Intervals(all, nil, time.Now()))
+	overlaps := reconcilelog.Overlaps(reconcilelog.Intervals(all, nil, time.Now()))
 	msgs := make([]string, 0, len(overlaps))
 	for _, o := range overlaps {
 		msgs = append(msgs, o.String())
@@ -549,7 +550,7 @@ func waitSettledOn(ctx context.Context, t *testing.T, tracker *localrun.LabelWat
 // reconciled, to the end, by the instance it is assigned to.
 func expectReconciledByOwner(g Gomega, logs string, a localrun.Assignment) {
 	g.Eventually(func(g Gomega) {
-		last := localrun.LastReconcile(localrun.Intervals(readReconcileLogs(g, logs), nil, time.Now()))
+		last := reconcilelog.LastReconcile(reconcilelog.Intervals(readReconcileLogs(g, logs), nil, time.Now()))
 		for _, o := range a {
 			iv, ok := last[o.Key]
 			g.Expect(ok).To(BeTrue(), "%s never reconciled", o.Key)
@@ -559,12 +560,12 @@ func expectReconciledByOwner(g Gomega, logs string, a localrun.Assignment) {
 	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 }
 
-func readReconcileLogs(g Gomega, dir string) []localrun.ReconcileRecord {
+func readReconcileLogs(g Gomega, dir string) []reconcilelog.Entry {
 	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	g.Expect(err).NotTo(HaveOccurred())
-	var all []localrun.ReconcileRecord
+	var all []reconcilelog.Entry
 	for _, f := range files {
-		recs, err := localrun.ReadReconcileLog(f)
+		recs, err := reconcilelog.Read(f)
 		g.Expect(err).NotTo(HaveOccurred())
 		all = append(all, recs...)
 	}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/internal/localrun"
+	"github.com/sharder-dev/sharder/internal/reconcilelog"
 )
 
 // The plain controller's example (e2e/plaincontroller/config): a controller
@@ -114,7 +115,7 @@ func testPlainControllerWithAgent(t *testing.T) {
 	expectReconciledByOwner(g, logs, after)
 	expectNoOverlap(g, logs)
 	var during int
-	for _, iv := range localrun.Intervals(readReconcileLogs(g, logs), nil, time.Now()) {
+	for _, iv := range reconcilelog.Intervals(readReconcileLogs(g, logs), nil, time.Now()) {
 		if iv.Start.After(start) {
 			during++
 		}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sharder-dev/sharder/internal/localrun"
+	"github.com/sharder-dev/sharder/internal/reconcilelog"
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
 )
@@ -370,10 +371,10 @@ func expectNoMoves(t *testing.T, g Gomega, ro rollout) {
 			if _, ok := firstByNew[o.Key]; ok {
 				continue
 			}
-			recs, err := localrun.ReadReconcileLog(filepath.Join(ro.logs, fmt.Sprintf("%s_%s.jsonl", o.Instance, ro.replaced[o.Instance])))
+			recs, err := reconcilelog.Read(filepath.Join(ro.logs, fmt.Sprintf("%s_%s.jsonl", o.Instance, ro.replaced[o.Instance])))
 			g.Expect(err).NotTo(HaveOccurred())
-			i := slices.IndexFunc(recs, func(r localrun.ReconcileRecord) bool {
-				return r.Object == o.Key && r.Phase == localrun.PhaseStart
+			i := slices.IndexFunc(recs, func(r reconcilelog.Entry) bool {
+				return r.Object == o.Key && r.Phase == reconcilelog.PhaseStart
 			})
 			g.Expect(i).NotTo(Equal(-1), "%s not reconciled by the new pod of %s yet", o.Key, o.Instance)
 			firstByNew[o.Key] = recs[i].Time

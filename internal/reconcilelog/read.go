@@ -1,4 +1,4 @@
-package localrun
+package reconcilelog
 
 import (
 	"bufio"
@@ -10,20 +10,11 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/sharder-dev/sharder/internal/reconcilelog"
 )
 
-// Reconcile phases in an instance's reconcile log.
-const (
-	PhaseStart = reconcilelog.PhaseStart
-	PhaseEnd   = reconcilelog.PhaseEnd
-)
-
-// ReconcileRecord is one line of an instance's reconcile log: the example
-// operator and the plain controller write one (package reconcilelog) when
-// they start and one when they finish reconciling an object.
-type ReconcileRecord struct {
+// Entry is one line of a reconcile log as the overlap checker reads it: a
+// Record with the object as namespace/name.
+type Entry struct {
 	// Instance is the instance ID of the writer.
 	Instance string
 	// Object is namespace/name of the reconciled object.
@@ -38,10 +29,10 @@ type ReconcileRecord struct {
 	Error string
 }
 
-// ReadReconcileLog reads a reconcile log file; a missing file is an empty
-// log (the instance never reconciled anything). A torn last line, as a
+// Read reads a reconcile log file; a missing file is an empty log (the
+// instance never reconciled anything). A torn last line, as a
 // killed process leaves behind, is ignored.
-func ReadReconcileLog(path string) ([]ReconcileRecord, error) {
+func Read(path string) ([]Entry, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -50,11 +41,11 @@ func ReadReconcileLog(path string) ([]ReconcileRecord, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return parseReconcileLog(f)
+	return parse(f)
 }
 
-func parseReconcileLog(r io.Reader) ([]ReconcileRecord, error) {
-	var out []ReconcileRecord
+func parse(r io.Reader) ([]Entry, error) {
+	var out []Entry
 	s := bufio.NewScanner(r)
 	s.Buffer(make([]byte, 64*1024), 1024*1024)
 	var pendingErr error
@@ -66,7 +57,7 @@ func parseReconcileLog(r io.Reader) ([]ReconcileRecord, error) {
 		if pendingErr != nil {
 			return nil, pendingErr
 		}
-		rec, err := decodeRecord([]byte(line))
+		rec, err := decode([]byte(line))
 		if err != nil {
 			// Only the last line may be torn.
 			pendingErr = err
@@ -77,17 +68,16 @@ func parseReconcileLog(r io.Reader) ([]ReconcileRecord, error) {
 	return out, s.Err()
 }
 
-// decodeRecord reads one line of a reconcile log (package reconcilelog
-// writes them).
-func decodeRecord(line []byte) (ReconcileRecord, error) {
-	var raw reconcilelog.Record
+// decode reads one line of a reconcile log.
+func decode(line []byte) (Entry, error) {
+	var raw Record
 	if err := json.Unmarshal(line, &raw); err != nil {
-		return ReconcileRecord{}, fmt.Errorf("reconcile log line %q: %w", line, err)
+		return Entry{}, fmt.Errorf("reconcile log line %q: %w", line, err)
 	}
 	if raw.Phase != PhaseStart && raw.Phase != PhaseEnd {
-		return ReconcileRecord{}, fmt.Errorf("reconcile log line %q: unknown phase %q", line, raw.Phase)
+		return Entry{}, fmt.Errorf("reconcile log line %q: unknown phase %q", line, raw.Phase)
 	}
-	return ReconcileRecord{Instance: raw.Instance, Object: raw.Namespace + "/" + raw.Name, Phase: raw.Phase,
+	return Entry{Instance: raw.Instance, Object: raw.Namespace + "/" + raw.Name, Phase: raw.Phase,
 		Time: raw.Time, Generation: raw.Generation, Error: raw.Error}, nil
 }
 
@@ -112,7 +102,7 @@ type Interval struct {
 // end of its run, the first exit at or after it, or until now if there is
 // none. Two starts in a row within one run mean the first end was lost:
 // the earlier start is kept, to be conservative.
-func Intervals(records []ReconcileRecord, exits map[string][]time.Time, now time.Time) []Interval {
+func Intervals(records []Entry, exits map[string][]time.Time, now time.Time) []Interval {
 	type key struct{ instance, object string }
 	sortedExits := make(map[string][]time.Time, len(exits))
 	for instance, ts := range exits {
@@ -131,7 +121,7 @@ func Intervals(records []ReconcileRecord, exits map[string][]time.Time, now time
 	}
 	open := map[key]*Interval{}
 	var out []Interval
-	sorted := append([]ReconcileRecord(nil), records...)
+	sorted := append([]Entry(nil), records...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Time.Before(sorted[j].Time) })
 	for _, r := range sorted {
 		k := key{r.Instance, r.Object}

@@ -1,4 +1,4 @@
-package localrun
+package reconcilelog
 
 import (
 	"strings"
@@ -10,27 +10,27 @@ import (
 
 func at(ms int) time.Time { return time.Date(2026, 1, 1, 0, 0, 0, ms*int(time.Millisecond), time.UTC) }
 
-func rec(instance, object, phase string, ms int) ReconcileRecord {
-	return ReconcileRecord{Instance: instance, Object: object, Phase: phase, Time: at(ms)}
+func rec(instance, object, phase string, ms int) Entry {
+	return Entry{Instance: instance, Object: object, Phase: phase, Time: at(ms)}
 }
 
 func TestOverlaps(t *testing.T) {
 	tests := []struct {
 		name    string
-		records []ReconcileRecord
+		records []Entry
 		exits   map[string][]time.Time
 		want    int
 	}{
 		{
 			name: "handover after end",
-			records: []ReconcileRecord{
+			records: []Entry{
 				rec("a", "ns/x", PhaseStart, 0), rec("a", "ns/x", PhaseEnd, 10),
 				rec("b", "ns/x", PhaseStart, 11), rec("b", "ns/x", PhaseEnd, 20),
 			},
 		},
 		{
 			name: "second instance starts before the first ends",
-			records: []ReconcileRecord{
+			records: []Entry{
 				rec("a", "ns/x", PhaseStart, 0), rec("b", "ns/x", PhaseStart, 5),
 				rec("a", "ns/x", PhaseEnd, 10), rec("b", "ns/x", PhaseEnd, 20),
 			},
@@ -38,21 +38,21 @@ func TestOverlaps(t *testing.T) {
 		},
 		{
 			name: "same instance twice is no overlap",
-			records: []ReconcileRecord{
+			records: []Entry{
 				rec("a", "ns/x", PhaseStart, 0), rec("a", "ns/x", PhaseEnd, 10),
 				rec("a", "ns/x", PhaseStart, 10), rec("a", "ns/x", PhaseEnd, 20),
 			},
 		},
 		{
 			name: "different objects never overlap",
-			records: []ReconcileRecord{
+			records: []Entry{
 				rec("a", "ns/x", PhaseStart, 0), rec("b", "ns/y", PhaseStart, 1),
 				rec("a", "ns/x", PhaseEnd, 10), rec("b", "ns/y", PhaseEnd, 10),
 			},
 		},
 		{
 			name: "killed mid-reconcile: open until its exit",
-			records: []ReconcileRecord{
+			records: []Entry{
 				rec("a", "ns/x", PhaseStart, 0),
 				rec("b", "ns/x", PhaseStart, 50), rec("b", "ns/x", PhaseEnd, 60),
 			},
@@ -60,7 +60,7 @@ func TestOverlaps(t *testing.T) {
 		},
 		{
 			name: "killed after the other started",
-			records: []ReconcileRecord{
+			records: []Entry{
 				rec("a", "ns/x", PhaseStart, 0),
 				rec("b", "ns/x", PhaseStart, 50), rec("b", "ns/x", PhaseEnd, 60),
 			},
@@ -69,7 +69,7 @@ func TestOverlaps(t *testing.T) {
 		},
 		{
 			name: "killed mid-reconcile and restarted: open until the run's exit",
-			records: []ReconcileRecord{
+			records: []Entry{
 				rec("a", "ns/x", PhaseStart, 0),
 				rec("b", "ns/x", PhaseStart, 50), rec("b", "ns/x", PhaseEnd, 60),
 				rec("a", "ns/x", PhaseStart, 70), rec("a", "ns/x", PhaseEnd, 80),
@@ -78,7 +78,7 @@ func TestOverlaps(t *testing.T) {
 		},
 		{
 			name: "restarted, then killed mid-reconcile again after the other started",
-			records: []ReconcileRecord{
+			records: []Entry{
 				rec("a", "ns/x", PhaseStart, 0),
 				rec("a", "ns/x", PhaseStart, 30),
 				rec("b", "ns/x", PhaseStart, 50), rec("b", "ns/x", PhaseEnd, 60),
@@ -88,7 +88,7 @@ func TestOverlaps(t *testing.T) {
 		},
 		{
 			name: "a lost end within one run keeps the earlier start",
-			records: []ReconcileRecord{
+			records: []Entry{
 				rec("a", "ns/x", PhaseStart, 0),
 				rec("b", "ns/x", PhaseStart, 50), rec("b", "ns/x", PhaseEnd, 60),
 				rec("a", "ns/x", PhaseStart, 70), rec("a", "ns/x", PhaseEnd, 80),
@@ -98,7 +98,7 @@ func TestOverlaps(t *testing.T) {
 		},
 		{
 			name: "still running open interval overlaps",
-			records: []ReconcileRecord{
+			records: []Entry{
 				rec("a", "ns/x", PhaseStart, 0),
 				rec("b", "ns/x", PhaseStart, 50), rec("b", "ns/x", PhaseEnd, 60),
 			},
@@ -115,18 +115,18 @@ func TestOverlaps(t *testing.T) {
 	}
 }
 
-func TestParseReconcileLog(t *testing.T) {
+func TestParse(t *testing.T) {
 	g := gomega.NewWithT(t)
 	in := `{"instance":"a","namespace":"ns","name":"x","phase":"start","time":"2026-01-01T00:00:00.000001Z","generation":2}
 {"instance":"a","namespace":"ns","name":"x","phase":"end","time":"2026-01-01T00:00:00.5Z","generation":2}
 {"instance":"a","namespace":"ns","na`
-	recs, err := parseReconcileLog(strings.NewReader(in))
+	recs, err := parse(strings.NewReader(in))
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	g.Expect(recs).To(gomega.HaveLen(2))
-	g.Expect(recs[0]).To(gomega.Equal(ReconcileRecord{Instance: "a", Object: "ns/x", Phase: PhaseStart,
+	g.Expect(recs[0]).To(gomega.Equal(Entry{Instance: "a", Object: "ns/x", Phase: PhaseStart,
 		Time: time.Date(2026, 1, 1, 0, 0, 0, 1000, time.UTC), Generation: 2}))
 
-	_, err = parseReconcileLog(strings.NewReader("garbage\n" + in))
+	_, err = parse(strings.NewReader("garbage\n" + in))
 	g.Expect(err).To(gomega.HaveOccurred(), "a broken line that is not the last one is an error")
 
 	ivs := Intervals(recs, nil, time.Time{})
@@ -138,7 +138,7 @@ func TestIntervalsAcrossRuns(t *testing.T) {
 	g := gomega.NewWithT(t)
 	// a's first run is killed mid-reconcile at 40 and restarted; its second
 	// run reconciles x again and is still reconciling y.
-	recs := []ReconcileRecord{
+	recs := []Entry{
 		rec("a", "ns/x", PhaseStart, 0),
 		rec("a", "ns/x", PhaseStart, 70), rec("a", "ns/x", PhaseEnd, 80),
 		rec("a", "ns/y", PhaseStart, 90),
