@@ -94,11 +94,11 @@ func TestRenderHostNetwork(t *testing.T) {
 	_, objs := render(t, `
 hostNetwork: true
 webhook:
-  port: 10250
+  port: 19443
 health:
-  port: 10251
+  port: 18081
 metrics:
-  port: 10252
+  port: 18443
 `)
 	pod := as[appsv1.Deployment](t, find(objs, "Deployment")["sharder"]).Spec.Template.Spec
 	g.Expect(pod.HostNetwork).To(BeTrue())
@@ -107,11 +107,11 @@ metrics:
 	for _, p := range pod.Containers[0].Ports {
 		ports[p.Name] = p.ContainerPort
 	}
-	g.Expect(ports).To(Equal(map[string]int32{"webhook": 10250, "health": 10251, "metrics": 10252}))
+	g.Expect(ports).To(Equal(map[string]int32{"webhook": 19443, "health": 18081, "metrics": 18443}))
 	cfg := sharderConfig(t, objs)
-	g.Expect(cfg.Webhook.Port).To(Equal(10250))
-	g.Expect(cfg.Health.BindAddress).To(Equal(":10251"))
-	g.Expect(cfg.Metrics.BindAddress).To(Equal(":10252"))
+	g.Expect(cfg.Webhook.Port).To(Equal(19443))
+	g.Expect(cfg.Health.BindAddress).To(Equal(":18081"))
+	g.Expect(cfg.Metrics.BindAddress).To(Equal(":18443"))
 	// The Services reach the pods by port name, whatever the number.
 	svc := as[corev1.Service](t, find(objs, "Service")["sharder-webhook"])
 	g.Expect(svc.Spec.Ports[0].TargetPort).To(Equal(intstr.FromString("webhook")))
