@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -45,7 +46,7 @@ func startSharder(t *testing.T) {
 	if err := lc.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	engine, err := assign.New(assign.Options{Registry: registry})
+	engine, err := assign.New(assign.Options{Registry: registry, EventRecorder: &record.FakeRecorder{}})
 	if err != nil {
 		t.Fatal(err)
 	}

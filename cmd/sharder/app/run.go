@@ -33,7 +33,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/sharder-dev/sharder/internal/eventrecorder"
+	"github.com/sharder-dev/sharder/pkg/sharder/eventrecorder"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/sharder/assign"
 	"github.com/sharder-dev/sharder/pkg/sharder/config"
@@ -379,7 +379,7 @@ func cacheByObject() map[client.Object]cache.ByObject {
 func setupParts(mgr manager.Manager, cfg *config.Config, namespace string) error {
 	// One broadcaster of core/v1 Events for both controllers: unlike
 	// events.k8s.io series, it writes every distinct message (see
-	// internal/eventrecorder).
+	// pkg/sharder/eventrecorder).
 	recorder, err := eventrecorder.New(mgr, "sharder")
 	if err != nil {
 		return err

@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/sharder-dev/sharder/internal/eventrecorder"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 )
@@ -77,7 +76,7 @@ func New(opts Options) (*Controller, error) {
 // owns the per-ring machinery, and a controller watching ControllerRings.
 func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	if !mgr.GetScheme().Recognizes(v1alpha1.GroupVersion.WithKind("ControllerRing")) {
-		return errors.New("assign: the manager's scheme lacks sharder.dev/v1alpha1: call v1alpha1.AddToScheme")
+		return errors.New("the manager's scheme lacks sharder.dev/v1alpha1: call v1alpha1.AddToScheme")
 	}
 	cfg := c.opts.RESTConfig
 	if cfg == nil {
@@ -96,11 +95,6 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	c.client = mgr.GetClient()
 	c.mapper = mgr.GetRESTMapper()
 	c.recorder = c.opts.EventRecorder
-	if c.recorder == nil {
-		if c.recorder, err = eventrecorder.New(mgr, "sharder"); err != nil {
-			return err
-		}
-	}
 	c.opts.Registry.Subscribe(c.membershipChanged)
 	if err := mgr.Add(c); err != nil {
 		return fmt.Errorf("adding assignment controller: %w", err)

@@ -7,7 +7,7 @@ import (
 )
 
 // event records an event on the ring. The recorder writes each distinct
-// note as its own Event at once (see internal/eventrecorder).
+// note as its own Event at once (see pkg/sharder/eventrecorder).
 func (r *ringAssigner) event(eventType, reason, note string, args ...any) {
 	cfg := r.cfg.Load()
 	ref := &v1alpha1.ControllerRing{

@@ -58,16 +58,18 @@ type Options struct {
 	Clock clock.WithTicker
 
 	// EventRecorder records the events on the rings. It should write core/v1
-	// Events (client-go tools/record), which keep every distinct message.
-	// Default: a recorder of its own, component "sharder", stopped with the
-	// manager.
+	// Events (client-go tools/record), which keep every distinct message, as
+	// pkg/sharder/eventrecorder's do. Required.
 	EventRecorder record.EventRecorder
 }
 
 // setDefaults fills unset fields and checks the rest.
 func (o *Options) setDefaults() error {
 	if o.Registry == nil {
-		return errors.New("assign: Options.Registry is required")
+		return errors.New("no Registry: set Options.Registry to the lease controller's registry")
+	}
+	if o.EventRecorder == nil {
+		return errors.New("no EventRecorder: set Options.EventRecorder (eventrecorder.New makes one that writes core/v1 Events)")
 	}
 	if o.Workers <= 0 {
 		o.Workers = DefaultWorkers

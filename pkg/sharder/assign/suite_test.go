@@ -30,6 +30,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/ring"
 	"github.com/sharder-dev/sharder/pkg/sharder/assign"
+	"github.com/sharder-dev/sharder/pkg/sharder/eventrecorder"
 	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
 )
 
@@ -61,6 +62,13 @@ func startSharderWith(t testing.TB, cfg *rest.Config, registry *leasecontroller.
 	mgrOpts.Cache = cache.Options{ByObject: leasecontroller.CacheByObject()}
 	mgr := env.NewManager(t, cfg, mgrOpts)
 	opts.Registry = registry
+	if opts.EventRecorder == nil {
+		rec, err := eventrecorder.New(mgr, "sharder")
+		if err != nil {
+			t.Fatalf("creating the event recorder: %v", err)
+		}
+		opts.EventRecorder = rec
+	}
 	c, err := assign.New(opts)
 	if err != nil {
 		t.Fatalf("creating controller: %v", err)

@@ -20,9 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/sharder-dev/sharder/internal/eventrecorder"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
+	"github.com/sharder-dev/sharder/pkg/sharder/eventrecorder"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 )
 

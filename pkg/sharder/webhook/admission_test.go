@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -45,7 +46,7 @@ func startAssignment(t testing.TB) {
 	mgrOpts.Cache = cache.Options{ByObject: leasecontroller.CacheByObject()}
 	mgr := env.NewManager(t, configAs(t, sharderUser), mgrOpts)
 	reg := leasecontroller.NewRegistry()
-	c, err := assign.New(assign.Options{Registry: reg, StatusInterval: ptr.To(100 * time.Millisecond)})
+	c, err := assign.New(assign.Options{Registry: reg, StatusInterval: ptr.To(100 * time.Millisecond), EventRecorder: &record.FakeRecorder{}})
 	if err != nil {
 		t.Fatal(err)
 	}

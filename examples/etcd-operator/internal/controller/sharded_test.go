@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -42,7 +43,7 @@ func startSharder(t *testing.T) {
 	if err := lc.SetupWithManager(mgr); err != nil {
 		t.Fatalf("setting up lease controller: %v", err)
 	}
-	a, err := assign.New(assign.Options{Registry: registry})
+	a, err := assign.New(assign.Options{Registry: registry, EventRecorder: &record.FakeRecorder{}})
 	if err != nil {
 		t.Fatalf("creating assignment controller: %v", err)
 	}
