@@ -103,14 +103,15 @@ func documentedValues(text string) (docs []valueDoc, undocumented []string) {
 		}
 		inDoc = false
 		rest := strings.TrimSpace(line[len(m[0]):])
-		if rest == "" && !documented {
+		switch {
+		case rest == "" && !documented:
 			// A map whose keys carry the docs: -1 until one does.
 			stack, indents, childDocs = append(stack, m[2]), append(indents, indent), append(childDocs, -1)
-		} else if rest == "" {
+		case rest == "":
 			// A documented map (a default such as resources): its keys
 			// are part of the default, not values of their own.
 			body = indent
-		} else if !documented {
+		case !documented:
 			undocumented = append(undocumented, path)
 		}
 	}
