@@ -514,8 +514,9 @@ func TestCRDsMatchConfig(t *testing.T) {
 	}
 }
 
-// TestDryRun applies the rendered chart (with rings and the dashboard; the
-// ServiceMonitor and cert-manager CRDs do not exist on the local API server)
+// TestDryRun applies the rendered chart (with rings, the dashboard and the
+// pod options; the ServiceMonitor and cert-manager CRDs do not exist on the
+// local API server)
 // with a server-side dry-run: the API server validates every object.
 func TestDryRun(t *testing.T) {
 	g := NewWithT(t)
@@ -528,6 +529,21 @@ dashboards:
   enabled: true
 pprof:
   enabled: true
+hostNetwork: true
+startupProbe:
+  enabled: true
+readinessProbe:
+  timeoutSeconds: 2
+env:
+  GOMEMLIMIT: 450MiB
+extraEnv:
+- name: GOMAXPROCS
+  valueFrom:
+    resourceFieldRef: {resource: limits.cpu}
+extraVolumes:
+- {name: ca, configMap: {name: trusted-ca}}
+extraVolumeMounts:
+- {name: ca, mountPath: /etc/ssl/certs/extra, readOnly: true}
 rings:
 - name: example
   spec:
