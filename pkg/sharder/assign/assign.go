@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
 	"github.com/sharder-dev/sharder/pkg/drain"
 	"github.com/sharder-dev/sharder/pkg/ring"
@@ -154,13 +155,13 @@ func (r *ringAssigner) record(obj *metacache.Object, s situation, d decision) {
 	case actionWait, actionRetarget:
 		r.drains.Begin(obj.UID)
 	case actionForce:
-		r.logger.V(1).Info("Drain not acknowledged in time: released the object from its instance", "namespace", obj.Namespace, "name", obj.Name, "from", s.current)
+		r.logger.V(1).Info("Drain not acknowledged in time: released the object from its instance", "object", klog.KObj(obj), "from", s.current)
 	case actionAssignForced:
 		if took, ok := r.drains.End(obj.UID); ok {
 			metrics.DrainDuration.WithLabelValues(r.name, metrics.DrainForced).Observe(took.Seconds())
 		}
 		metrics.MovesTotal.WithLabelValues(r.name, metrics.MoveForced).Inc()
-		r.logger.V(1).Info("Assigned an object released by a forced move", "namespace", obj.Namespace, "name", obj.Name, "to", s.target)
+		r.logger.V(1).Info("Assigned an object released by a forced move", "object", klog.KObj(obj), "to", s.target)
 	case actionWithdraw:
 		r.drains.End(obj.UID)
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -275,9 +276,9 @@ func (r *ringAssigner) processNext(ctx context.Context) bool {
 	if err != nil {
 		if ctx.Err() == nil {
 			if apierrors.IsConflict(err) {
-				r.logger.V(1).Info("Object changed meanwhile, deciding again", "kind", it.res.res.gk.String(), "namespace", it.namespace, "name", it.name)
+				r.logger.V(1).Info("Object changed meanwhile, deciding again", "kind", it.res.res.gk.String(), "object", klog.KRef(it.namespace, it.name))
 			} else {
-				r.logger.Error(err, "Cannot assign object", "kind", it.res.res.gk.String(), "namespace", it.namespace, "name", it.name)
+				r.logger.Error(err, "Cannot assign object", "kind", it.res.res.gk.String(), "object", klog.KRef(it.namespace, it.name))
 			}
 		}
 		r.queue.AddRateLimited(it)

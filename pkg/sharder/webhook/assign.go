@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -73,7 +74,7 @@ func (h *assignHandler) Handle(ctx context.Context, req admission.Request) admis
 }
 
 func (h *assignHandler) handle(ctx context.Context, req admission.Request, ringName string) (admission.Response, string) {
-	log := logf.FromContext(ctx).WithValues("ring", ringName, "resource", req.Resource, "namespace", req.Namespace, "name", req.Name)
+	log := logf.FromContext(ctx).WithValues("ring", ringName, "resource", req.Resource, "object", klog.KRef(req.Namespace, req.Name))
 	// Whatever goes wrong, the object is created: the sharder assigns it.
 	skip := func(reason string, err error) (admission.Response, string) {
 		if err != nil {

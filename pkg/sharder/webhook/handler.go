@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -96,8 +97,8 @@ func (h *labelHandler) Handle(ctx context.Context, req admission.Request) admiss
 }
 
 func (h *labelHandler) handle(ctx context.Context, req admission.Request, ringName string, policy admissionregistrationv1.FailurePolicyType) admission.Response {
-	log := logf.FromContext(ctx).WithValues("ring", ringName, "resource", req.Resource, "subResource", req.SubResource, "namespace", req.Namespace,
-		"name", req.Name, "operation", req.Operation, "user", req.UserInfo.Username)
+	log := logf.FromContext(ctx).WithValues("ring", ringName, "resource", req.Resource, "subResource", req.SubResource,
+		"object", klog.KRef(req.Namespace, req.Name), "operation", req.Operation, "user", req.UserInfo.Username)
 
 	newMeta, err := decodeMetadata(req.Object.Raw)
 	if err != nil {
