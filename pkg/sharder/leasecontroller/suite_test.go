@@ -84,7 +84,21 @@ func startSharderAs(t *testing.T, identity string, clk clock.WithTicker, ring st
 		t.Fatal(err)
 	}
 	testenv.StartManager(t, mgr)
+	waitRunning(t, ring, namespaces[0])
 	return s
+}
+
+// waitRunning waits until the lease controller reconciles Leases: the
+// Leases the test creates next are observed as they are written, so that
+// timings measured from a write hold. The probe is a Lease of a ring that
+// does not exist, with a state label, which the controller removes.
+func waitRunning(t *testing.T, ring, namespace string) {
+	t.Helper()
+	g := NewWithT(t)
+	probe := createLease(t, ring+"-none", namespace, "probe", time.Now(), 60, func(l *coordinationv1.Lease) {
+		l.Labels[v1alpha1.LabelState] = string(membership.StateReady)
+	})
+	g.Eventually(getLease(namespace, probe.Name), time.Minute).Should(HaveField("Labels", Not(HaveKey(v1alpha1.LabelState))))
 }
 
 // newFakeClock returns a fake clock at the current time, to the microsecond
