@@ -33,10 +33,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/sharder-dev/sharder/pkg/sharder/eventrecorder"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/sharder/assign"
 	"github.com/sharder-dev/sharder/pkg/sharder/config"
+	"github.com/sharder-dev/sharder/pkg/sharder/eventrecorder"
 	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 	"github.com/sharder-dev/sharder/pkg/sharder/webhook"

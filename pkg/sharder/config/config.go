@@ -206,7 +206,7 @@ func (w Webhook) Options(namespace string) webhook.Options {
 // toInt32 converts n, saturating at the bounds of int32 so that a value out
 // of range stays out of range for validation.
 func toInt32(n int) int32 {
-	return int32(min(max(n, math.MinInt32), math.MaxInt32)) //nolint:gosec // clamped to int32 just above
+	return int32(min(max(n, math.MinInt32), math.MaxInt32))
 }
 
 // Metrics configures the Prometheus metrics endpoint.
