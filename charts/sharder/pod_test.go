@@ -1,12 +1,14 @@
 package chart_test
 
 import (
+	"fmt"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 )
@@ -146,9 +148,10 @@ func TestRenderAggregatedClusterRoles(t *testing.T) {
 	g.Expect(find(objs, "ClusterRole")).To(HaveKey("sharder"))
 }
 
-// TestRenderHelmTest: the Pod helm test runs is a hook, runs `sharder status`
-// with the chart's image and ServiceAccount under the same restrictions as
-// the sharder, and is none of the sharder's pods.
+// TestRenderHelmTest: the Pod helm test runs is a hook, calls the webhook
+// Service with `sharder probe` and then runs `sharder status`, with the
+// chart's image and ServiceAccount under the same restrictions as the
+// sharder, and is none of the sharder's pods.
 func TestRenderHelmTest(t *testing.T) {
 	g := NewWithT(t)
 	_, objs := render(t, "")
@@ -160,20 +163,46 @@ func TestRenderHelmTest(t *testing.T) {
 	sharder := dep.Spec.Template.Spec
 	g.Expect(test.Spec.ServiceAccountName).To(Equal(sharder.ServiceAccountName))
 	g.Expect(test.Spec.SecurityContext).To(Equal(sharder.SecurityContext))
-	c := test.Spec.Containers[0]
-	g.Expect(c.Image).To(Equal(sharder.Containers[0].Image), "no image beyond the chart's")
-	g.Expect(c.Args).To(Equal([]string{"status"}))
-	g.Expect(c.SecurityContext).To(Equal(sharder.Containers[0].SecurityContext))
-	g.Expect(c.SecurityContext.ReadOnlyRootFilesystem).To(Equal(ptr.To(true)))
+	g.Expect(test.Spec.Containers).To(HaveLen(1))
+	g.Expect(test.Spec.InitContainers).To(HaveLen(1))
+	for _, c := range append(test.Spec.InitContainers, test.Spec.Containers...) {
+		g.Expect(c.Image).To(Equal(sharder.Containers[0].Image), "no image beyond the chart's")
+		g.Expect(c.SecurityContext).To(Equal(sharder.Containers[0].SecurityContext))
+		g.Expect(c.SecurityContext.ReadOnlyRootFilesystem).To(Equal(ptr.To(true)))
+	}
 	selected := true
 	for k, v := range dep.Spec.Selector.MatchLabels {
 		selected = selected && test.Labels[k] == v
 	}
 	g.Expect(selected).To(BeFalse(), "the test Pod must not match the sharder's selector")
 
-	// The sharder's ClusterRole lets `sharder status` read rings and Leases.
+	// First the webhook, at the Service's name and port, against the CA of
+	// the webhook's Secret (its certificate only).
+	cfg := sharderConfig(t, objs)
+	probe := test.Spec.InitContainers[0]
+	g.Expect(probe.Args).To(Equal([]string{"probe", "--ca-file=/etc/sharder/webhook-ca/ca.crt", "--timeout=2m",
+		fmt.Sprintf("https://%s.%s.svc:%d/", cfg.Webhook.ServiceName, namespace, cfg.Webhook.ServicePort)}))
+	g.Expect(probe.VolumeMounts).To(Equal([]corev1.VolumeMount{{Name: "webhook-ca", MountPath: "/etc/sharder/webhook-ca", ReadOnly: true}}))
+	g.Expect(test.Spec.Volumes).To(Equal([]corev1.Volume{{Name: "webhook-ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: cfg.Webhook.SecretName, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
+	}}}}))
+	// Then the rings. The sharder's ClusterRole lets `sharder status` read
+	// them and their Leases.
+	g.Expect(test.Spec.Containers[0].Args).To(Equal([]string{"status"}))
 	role := as[rbacv1.ClusterRole](t, find(objs, "ClusterRole")["sharder"])
 	g.Expect(permissions(role.Rules)).To(ContainElements("sharder.dev/controllerrings:list", "coordination.k8s.io/leases:list"))
+
+	// cert-manager's Secret holds the CA of its certificate.
+	_, objs = render(t, "webhook:\n  certificates:\n    mode: cert-manager\n")
+	test = as[corev1.Pod](t, find(objs, "Pod")["sharder-test-status"])
+	secretName, _, _ := unstructured.NestedString(find(objs, "Certificate")["sharder-webhook"].Object, "spec", "secretName")
+	g.Expect(test.Spec.Volumes[0].Secret.SecretName).To(Equal(secretName))
+
+	// Without the webhook, the status only.
+	_, objs = render(t, "webhook:\n  enabled: false\n")
+	test = as[corev1.Pod](t, find(objs, "Pod")["sharder-test-status"])
+	g.Expect(test.Spec.InitContainers).To(BeEmpty())
+	g.Expect(test.Spec.Volumes).To(BeEmpty())
 
 	_, objs = render(t, "tests:\n  enabled: false\n")
 	g.Expect(find(objs, "Pod")).To(BeEmpty())
