@@ -82,7 +82,7 @@ func (c *Controller) holdForMoves(ctx context.Context, ring *v1alpha1.Controller
 	c.tracker.Hold(ring.Name, lease.Name, now, d)
 	if holder != c.opts.Identity {
 		ctrl.LoggerFrom(ctx).Info("Holding the Lease of a dead instance while its objects move", "object", klog.KObj(lease), "ring", ring.Name, "objects", n)
-		c.publishRing(ctx, ring)
+		c.publishNow(ctx, ring)
 	}
 	return held, d / 3, nil
 }
@@ -93,7 +93,7 @@ func (c *Controller) holdForMoves(ctx context.Context, ring *v1alpha1.Controller
 // once.
 func (c *Controller) releaseHold(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease, objects int32) (*coordinationv1.Lease, time.Duration, error) {
 	c.tracker.Unhold(ring.Name, lease.Name)
-	c.publishRing(ctx, ring)
+	c.publishNow(ctx, ring)
 	released := lease.DeepCopy()
 	released.Spec.HolderIdentity = ptr.To("")
 	released.Spec.RenewTime = ptr.To(metav1.NewMicroTime(c.opts.Clock.Now()))

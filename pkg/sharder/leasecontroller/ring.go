@@ -115,6 +115,16 @@ func (c *Controller) publishRing(ctx context.Context, ring *v1alpha1.ControllerR
 	return now, earliest, nil
 }
 
+// publishNow publishes the ring's membership after a change of the
+// tracker's own (a hold started or ended) rather than of a Lease. A failure
+// is only logged: the write of the Lease that goes with the change makes the
+// membership controller publish again.
+func (c *Controller) publishNow(ctx context.Context, ring *v1alpha1.ControllerRing) {
+	if _, _, err := c.publishRing(ctx, ring); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Publishing the membership of a ring", "object", klog.KObj(ring))
+	}
+}
+
 // wake asks the lease controller to reconcile a Lease; it never blocks.
 func (c *Controller) wake(key types.NamespacedName) {
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}

@@ -44,7 +44,7 @@ func (c *Controller) take(ctx context.Context, ring *v1alpha1.ControllerRing, le
 		return nil, fmt.Errorf("taking Lease %s: %w", klog.KObj(lease), err)
 	}
 	c.tracker.Hold(ring.Name, lease.Name, now, hold)
-	c.publishRing(ctx, ring)
+	c.publishNow(ctx, ring)
 	return taken, nil
 }
 
