@@ -108,6 +108,7 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		"configuration":       {func(c *config.Config) { c.Webhook.ConfigurationName = "" }, []string{"webhook.configurationName"}},
 		"http url":            {func(c *config.Config) { c.Webhook.URL = "http://10.0.0.1:9443" }, []string{"webhook.url", "https"}},
 		"url with path":       {func(c *config.Config) { c.Webhook.URL = "https://10.0.0.1:9443/x" }, []string{"webhook.url"}},
+		"url with user":       {func(c *config.Config) { c.Webhook.URL = "https://me@10.0.0.1:9443" }, []string{"webhook.url"}},
 		"inject self-managed": {func(c *config.Config) { c.Webhook.CAInjectFrom = "ns/cert" }, []string{"webhook.caInjectFrom", "external"}},
 		"inject bad ref": {func(c *config.Config) {
 			c.Webhook.CertMode = config.CertModeExternal

@@ -159,6 +159,8 @@ func TestOptionsDefaults(t *testing.T) {
 		"mode":           {CertMode: "manual"},
 		"url scheme":     {URL: "http://127.0.0.1"},
 		"url query":      {URL: "https://127.0.0.1/?a=b"},
+		"url path":       {URL: "https://127.0.0.1/x"},
+		"service name":   {ServiceName: "Sharder.Webhook"},
 		"inject":         {CAInjectFrom: "no-slash"},
 		"cert timings":   {CertValidity: DefaultCARenewBefore},
 		"service port":   {ServicePort: 70000},
