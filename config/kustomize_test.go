@@ -19,26 +19,30 @@ import (
 	"github.com/sharder-dev/sharder/pkg/sharder/config"
 )
 
-var env *testenv.Env
+// suite starts the package's control plane for the first test that needs it.
+var suite testenv.Suite
+
+// env returns the control plane, starting it on first use.
+func env() *testenv.Env { return suite.Env() }
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Run(m, &env, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}}))
+	os.Exit(testenv.Run(m, &suite, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}}))
 }
 
 func kubectl(t *testing.T, stdin []byte, args ...string) []byte {
 	t.Helper()
-	return env.Kubectl(t, stdin, args...)
+	return env().Kubectl(t, stdin, args...)
 }
 
 // build returns the manifests of a kustomization and its objects.
 func build(t *testing.T, dir string) ([]byte, []*unstructured.Unstructured) {
 	t.Helper()
-	return env.Kustomize(t, dir)
+	return env().Kustomize(t, dir)
 }
 
 func ensureNamespace(t *testing.T, name string) {
 	t.Helper()
-	err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	err := env().Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("creating namespace %s: %v", name, err)
 	}
@@ -159,7 +163,7 @@ func TestPlainControllerExample(t *testing.T) {
 	g.Expect(pod.TerminationGracePeriodSeconds).NotTo(BeNil())
 
 	for _, ns := range []string{"plaincontroller-system", "plaincontroller-objects"} {
-		err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		err := env().Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}

@@ -36,10 +36,14 @@ const (
 	kubeVersion = "1.36.0"
 )
 
-var env *testenv.Env
+// suite starts the package's control plane for the first test that needs it.
+var suite testenv.Suite
+
+// env returns the control plane, starting it on first use.
+func env() *testenv.Env { return suite.Env() }
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Run(m, &env, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}}))
+	os.Exit(testenv.Run(m, &suite, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}}))
 }
 
 func repoRoot(t *testing.T) string {
@@ -520,7 +524,7 @@ func TestCRDsMatchConfig(t *testing.T) {
 // with a server-side dry-run: the API server validates every object.
 func TestDryRun(t *testing.T) {
 	g := NewWithT(t)
-	err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})
+	err := env().Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -557,7 +561,7 @@ rings:
 `)
 	g.Expect(len(objs)).To(BeNumerically(">=", 15))
 
-	out := env.Kubectl(t, []byte(manifests), "apply", "--server-side", "--dry-run=server", "--field-manager=helm-test", "-f", "-")
+	out := env().Kubectl(t, []byte(manifests), "apply", "--server-side", "--dry-run=server", "--field-manager=helm-test", "-f", "-")
 	g.Expect(string(out)).To(ContainSubstring("deployment.apps/sharder serverside-applied (server dry run)"))
 	g.Expect(string(out)).To(ContainSubstring("controllerring.sharder.dev/example serverside-applied (server dry run)"))
 	g.Expect(strings.Count(string(out), "(server dry run)")).To(Equal(len(objs)))

@@ -26,12 +26,16 @@ import (
 	"github.com/sharder-dev/sharder/pkg/ring"
 )
 
-var env *testenv.Env
+// suite starts the package's control plane for the first test that needs it.
+var suite testenv.Suite
+
+// env returns the control plane, starting it on first use.
+func env() *testenv.Env { return suite.Env() }
 
 func TestMain(m *testing.M) {
 	s := testenv.DefaultScheme()
 	utilruntime.Must(v1alpha1.AddToScheme(s))
-	os.Exit(testenv.Run(m, &env, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}, Scheme: s}))
+	os.Exit(testenv.Run(m, &suite, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}, Scheme: s}))
 }
 
 // syncBuffer collects the sharder's logs, shown when the test fails.
@@ -60,13 +64,13 @@ func (b *syncBuffer) String() string {
 func TestRingUsesTheRegisteredAlgorithm(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	leaseNS, nsA, nsB := env.Namespace(t), env.Namespace(t), env.Namespace(t)
+	leaseNS, nsA, nsB := env().Namespace(t), env().Namespace(t), env().Namespace(t)
 	ringName := "by-namespace-" + leaseNS
 
 	instances := []string{"inst-0", "inst-1", "inst-2"}
 	for _, id := range instances {
 		now := metav1.NewMicroTime(time.Now())
-		g.Expect(env.Client.Create(ctx, &coordinationv1.Lease{
+		g.Expect(env().Client.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Namespace: leaseNS, Name: id, Labels: map[string]string{v1alpha1.LabelRing: ringName}},
 			Spec: coordinationv1.LeaseSpec{
 				HolderIdentity:       ptr.To(id),
@@ -87,12 +91,12 @@ func TestRingUsesTheRegisteredAlgorithm(t *testing.T) {
 			Algorithm: Algorithm,
 		},
 	}
-	g.Expect(env.Client.Create(ctx, rg)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), rg) })
+	g.Expect(env().Client.Create(ctx, rg)).To(Succeed())
+	t.Cleanup(func() { _ = env().Client.Delete(context.Background(), rg) })
 	const perNamespace = 12
 	for _, ns := range []string{nsA, nsB} {
 		for i := range perNamespace {
-			g.Expect(env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%d", i)}})).To(Succeed())
+			g.Expect(env().Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%d", i)}})).To(Succeed())
 		}
 	}
 
@@ -115,7 +119,7 @@ func TestRingUsesTheRegisteredAlgorithm(t *testing.T) {
 	g.Expect(len(spread)).To(BeNumerically(">", 1), "the default algorithm splits a namespace, so the test tells them apart")
 
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	g.Expect(env.WriteKubeConfig(kubeconfig)).To(Succeed())
+	g.Expect(env().WriteKubeConfig(kubeconfig)).To(Succeed())
 	cmd := app.NewRootCommand()
 	logs := &syncBuffer{}
 	cmd.SetErr(logs)
@@ -153,7 +157,7 @@ func TestRingUsesTheRegisteredAlgorithm(t *testing.T) {
 
 	g.Eventually(func(g Gomega) {
 		r := &v1alpha1.ControllerRing{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: ringName}, r)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKey{Name: ringName}, r)).To(Succeed())
 		cond := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ConditionReady)
 		g.Expect(cond).NotTo(BeNil())
 		g.Expect(cond.Status).To(Equal(metav1.ConditionTrue), cond.Message)
@@ -164,7 +168,7 @@ func TestRingUsesTheRegisteredAlgorithm(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Eventually(func(g Gomega) {
 			list := &corev1.ConfigMapList{}
-			g.Expect(env.Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+			g.Expect(env().Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
 			n := 0
 			for _, cm := range list.Items {
 				if cm.Name == "kube-root-ca.crt" {

@@ -13,10 +13,14 @@ import (
 	"github.com/sharder-dev/sharder/internal/testenv"
 )
 
-var env *testenv.Env
+// suite starts the package's control plane for the first test that needs it.
+var suite testenv.Suite
+
+// env returns the control plane, starting it on first use.
+func env() *testenv.Env { return suite.Env() }
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Run(m, &env, testenv.Options{}))
+	os.Exit(testenv.Run(m, &suite, testenv.Options{}))
 }
 
 // TestFloorPatchesChangeEveryObject: a floor measurement writes a new
@@ -24,10 +28,10 @@ func TestMain(m *testing.M) {
 func TestFloorPatchesChangeEveryObject(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	const objects = 20
-	g.Expect(createObjects(ctx, env.Client, ns, "floor", objects, 4)).To(Succeed())
-	p, err := newFloorPatcher(env.Config, ns, 4, objects)
+	g.Expect(createObjects(ctx, env().Client, ns, "floor", objects, 4)).To(Succeed())
+	p, err := newFloorPatcher(env().Config, ns, 4, objects)
 	g.Expect(err).NotTo(HaveOccurred())
 
 	for round, want := range []string{"1", "2"} {
@@ -36,7 +40,7 @@ func TestFloorPatchesChangeEveryObject(t *testing.T) {
 		g.Expect(f.patches).To(Equal(objects))
 		g.Expect(f.rate()).To(BeNumerically(">", 0))
 		list := &corev1.ConfigMapList{}
-		g.Expect(env.Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		g.Expect(env().Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
 		written := 0
 		for _, cm := range list.Items {
 			if strings.HasPrefix(cm.Name, "floor-") {
@@ -59,10 +63,10 @@ func TestFloorTimeFor(t *testing.T) {
 func TestFloorLabelsSetAndRemove(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	const objects = 12
-	g.Expect(createObjects(ctx, env.Client, ns, ringObjectPrefix, objects, 4)).To(Succeed())
-	p, err := newFloorPatcher(env.Config, ns, 4, objects)
+	g.Expect(createObjects(ctx, env().Client, ns, ringObjectPrefix, objects, 4)).To(Succeed())
+	p, err := newFloorPatcher(env().Config, ns, 4, objects)
 	g.Expect(err).NotTo(HaveOccurred())
 	const key = "shard.sharder.dev/test"
 	values := []string{"a", "b", "c"}
@@ -73,7 +77,7 @@ func TestFloorLabelsSetAndRemove(t *testing.T) {
 	g.Expect(f.rate()).To(BeNumerically(">", 0))
 	for i := range objects {
 		cm := &corev1.ConfigMap{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: objectName(ringObjectPrefix, i)}, cm)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: objectName(ringObjectPrefix, i)}, cm)).To(Succeed())
 		g.Expect(cm.Labels).To(HaveKeyWithValue(key, values[i%3]))
 	}
 
@@ -81,7 +85,7 @@ func TestFloorLabelsSetAndRemove(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	for i := range objects {
 		cm := &corev1.ConfigMap{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: objectName(ringObjectPrefix, i)}, cm)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: objectName(ringObjectPrefix, i)}, cm)).To(Succeed())
 		g.Expect(cm.Labels).NotTo(HaveKey(key))
 	}
 }

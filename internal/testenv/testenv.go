@@ -155,18 +155,16 @@ func (e *Env) Stop() error {
 	return e.Environment.Stop()
 }
 
-// Run is a TestMain helper: it starts the control plane into *env, runs the
-// tests and stops it. It returns the exit code for os.Exit.
-func Run(m *testing.M, env **Env, opts Options) int {
-	e, err := Start(opts)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "testenv: %v\n", err)
-		return 1
-	}
-	*env = e
+// Run is a TestMain helper: it runs the package's tests with s, whose
+// control plane starts with opts when a test first asks for it (s.Env), and
+// stops it at the end if one started. It returns the exit code for os.Exit.
+func Run(m *testing.M, s *Suite, opts Options) int {
+	s.opts = opts
 	code := m.Run()
-	if err := e.Stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "testenv: stopping control plane: %v\n", err)
+	if s.env != nil {
+		if err := s.env.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "testenv: stopping control plane: %v\n", err)
+		}
 	}
 	return code
 }

@@ -16,17 +16,21 @@ import (
 	"github.com/sharder-dev/sharder/internal/testenv"
 )
 
-var env *testenv.Env
+// suite starts the package's control plane for the first test that needs it.
+var suite testenv.Suite
 
-func TestMain(m *testing.M) { os.Exit(testenv.Run(m, &env, testenv.Options{})) }
+// env returns the control plane, starting it on first use.
+func env() *testenv.Env { return suite.Env() }
+
+func TestMain(m *testing.M) { os.Exit(testenv.Run(m, &suite, testenv.Options{})) }
 
 // TestLeaseRoundTrip proves the harness talks to a real API server: a Lease is
 // created, observed through a watch, updated and deleted.
 func TestLeaseRoundTrip(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ns := env.Namespace(t)
-	cs := kubernetes.NewForConfigOrDie(env.Config)
+	ns := env().Namespace(t)
+	cs := kubernetes.NewForConfigOrDie(env().Config)
 	leases := cs.CoordinationV1().Leases(ns)
 
 	w, err := leases.Watch(ctx, metav1.ListOptions{})

@@ -55,7 +55,7 @@ func (c *cancellation) hook(ctx context.Context, controller string, req reconcil
 // acknowledgement. The running reconcile's context is cancelled at once.
 func TestReconcileCancelledWhenObjectMoves(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	const ring, id = "cancel-move", "i1"
 	rec := newRecorder()
 	c := newCancellation("long")
@@ -81,7 +81,7 @@ func TestReconcileCancelledWhenObjectMoves(t *testing.T) {
 // whatever OnLost does next.
 func TestReconcileCancelledWhenLeaseLost(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	const ring, id = "cancel-lost", "i1"
 	rec := newRecorder()
 	c := newCancellation("busy")
@@ -94,7 +94,7 @@ func TestReconcileCancelledWhenLeaseLost(t *testing.T) {
 
 	held := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: id}}
 	deleted := time.Now()
-	g.Expect(env.Client.Delete(context.Background(), held)).To(Succeed())
+	g.Expect(env().Client.Delete(context.Background(), held)).To(Succeed())
 	g.Eventually(c.done, 5*time.Second).Should(BeClosed(), "the reconcile's context is cancelled")
 	g.Expect(c.at.Load()).NotTo(BeNil(), "ended by the cancellation")
 	g.Expect(c.at.Load().Sub(deleted)).To(BeNumerically("<", 5*time.Second))
@@ -110,7 +110,7 @@ func TestReconcileCancelledWhenLeaseLost(t *testing.T) {
 // releases the object first and assigns it only after a grace.
 func TestForcedMoveCancelsBeforeTheNextInstanceStarts(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	ring := ns
 	startSharder(t)
 	createRing(t, ns, 2*time.Second)

@@ -34,10 +34,10 @@ import (
 // manager of their own until the test ends.
 func startSharder(t *testing.T) {
 	t.Helper()
-	mgrOpts := env.ManagerOptions()
+	mgrOpts := env().ManagerOptions()
 	mgrOpts.Cache = cache.Options{ByObject: leasecontroller.CacheByObject()}
 	mgrOpts.Logger = ctrl.Log.WithName("sharder")
-	mgr := env.NewManager(t, nil, mgrOpts)
+	mgr := env().NewManager(t, nil, mgrOpts)
 	registry := leasecontroller.NewRegistry()
 	lc, err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: registry, Identity: "sharder:test"})
 	if err != nil {
@@ -71,16 +71,16 @@ func createRing(t *testing.T, ns string, drainTimeout time.Duration) {
 			DrainTimeout: &metav1.Duration{Duration: drainTimeout},
 		},
 	}
-	if err := env.Client.Create(context.Background(), ring); err != nil {
+	if err := env().Client.Create(context.Background(), ring); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ring) })
+	t.Cleanup(func() { _ = env().Client.Delete(context.Background(), ring) })
 }
 
 // assignments returns each ConfigMap's shard and drain label.
 func assignments(g Gomega, ns, ring string) (shard map[string]string, draining []string) {
 	list := &corev1.ConfigMapList{}
-	g.Expect(env.Client.List(context.Background(), list, client.InNamespace(ns))).To(Succeed())
+	g.Expect(env().Client.List(context.Background(), list, client.InNamespace(ns))).To(Succeed())
 	shard = map[string]string{}
 	for _, cm := range list.Items {
 		shard[cm.Name] = cm.Labels[v1alpha1.ShardLabel(ring)]
@@ -116,12 +116,12 @@ func touch(ctx context.Context, ns, name, value string) error {
 		return err
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-	return env.Client.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch))
+	return env().Client.Patch(ctx, cm, client.RawPatch(types.MergePatchType, patch))
 }
 
 func TestScaleOutAndInWithoutConcurrentReconciles(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	ring := ns
 	const objects = 40
 	ctx := context.Background()
@@ -191,7 +191,7 @@ func TestScaleOutAndInWithoutConcurrentReconciles(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		for _, id := range []string{"i-0", "i-2"} {
 			lease := &coordinationv1.Lease{}
-			g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: id}, lease)).To(Succeed())
+			g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: id}, lease)).To(Succeed())
 			state, _ := membership.StateOf(lease, time.Now())
 			g.Expect(state).To(Equal(membership.StateReady), "instance %s", id)
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -21,12 +20,17 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/sharder-dev/sharder/internal/reconcilelog"
 	"github.com/sharder-dev/sharder/internal/testenv"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance"
 )
 
-var env *testenv.Env
+// suite starts the package's control plane for the first test that needs it.
+var suite testenv.Suite
+
+// env returns the control plane, starting it on first use.
+func env() *testenv.Env { return suite.Env() }
 
 func TestMain(m *testing.M) {
 	if os.Getenv("TEST_LOG") != "" {
@@ -39,7 +43,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	os.Exit(testenv.Run(m, &env, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}, Scheme: scheme}))
+	os.Exit(testenv.Run(m, &suite, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}, Scheme: scheme}))
 }
 
 // interval is one run of a user reconciler.
@@ -160,23 +164,16 @@ func (r *recorder) notifier(id string) instance.Notifier {
 // instances at overlapping times.
 func (r *recorder) overlaps() []string {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
+	var all []reconcilelog.Interval
 	for name, runs := range r.runs {
-		runs = slices.Clone(runs)
-		slices.SortFunc(runs, func(a, b interval) int { return a.start.Compare(b.start) })
-		for i, a := range runs {
-			for _, b := range runs[i+1:] {
-				if b.start.After(a.end) {
-					break
-				}
-				if a.instance != b.instance {
-					out = append(out, fmt.Sprintf("%s: %s [%s, %s] and %s [%s, %s]", name,
-						a.instance, a.start.Format(time.StampMicro), a.end.Format(time.StampMicro),
-						b.instance, b.start.Format(time.StampMicro), b.end.Format(time.StampMicro)))
-				}
-			}
+		for _, run := range runs {
+			all = append(all, reconcilelog.Interval{Instance: run.instance, Object: name, Start: run.start, End: run.end})
 		}
+	}
+	r.mu.Unlock()
+	var out []string
+	for _, o := range reconcilelog.Overlaps(all) {
+		out = append(out, o.String())
 	}
 	return out
 }
@@ -249,10 +246,10 @@ func startInstance(t *testing.T, cfg instanceConfig) *testInstance {
 	}
 	cacheOpts := instance.CacheOptions(cfg.ring, cfg.id, &corev1.ConfigMap{})
 	cacheOpts.DefaultNamespaces = map[string]cache.Config{cfg.namespace: {}}
-	mgrOpts := env.ManagerOptions()
+	mgrOpts := env().ManagerOptions()
 	mgrOpts.Cache = cacheOpts
 	mgrOpts.Logger = ctrl.Log.WithName(cfg.id)
-	mgr := env.NewManager(t, cfg.restConfig, mgrOpts)
+	mgr := env().NewManager(t, cfg.restConfig, mgrOpts)
 	inst, err := instance.Setup(mgr, instance.Options{
 		Ring:           cfg.ring,
 		LeaseNamespace: cfg.namespace,

@@ -74,7 +74,7 @@ func (g *gate) hook(ctx context.Context, controller string, req reconcile.Reques
 func createConfigMap(t *testing.T, ns, name string, labels map[string]string) *corev1.ConfigMap {
 	t.Helper()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}}
-	if err := env.Client.Create(context.Background(), cm); err != nil {
+	if err := env().Client.Create(context.Background(), cm); err != nil {
 		t.Fatal(err)
 	}
 	return cm
@@ -91,18 +91,18 @@ func patchLabels(g Gomega, cm *corev1.ConfigMap, set map[string]*string) {
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(env.Client.Patch(context.Background(), cm.DeepCopy(), client.RawPatch(types.MergePatchType, patch))).To(Succeed())
+	g.Expect(env().Client.Patch(context.Background(), cm.DeepCopy(), client.RawPatch(types.MergePatchType, patch))).To(Succeed())
 }
 
 func labelsOf(g Gomega, cm *corev1.ConfigMap) map[string]string {
 	got := &corev1.ConfigMap{}
-	g.Expect(env.Client.Get(context.Background(), client.ObjectKeyFromObject(cm), got)).To(Succeed())
+	g.Expect(env().Client.Get(context.Background(), client.ObjectKeyFromObject(cm), got)).To(Succeed())
 	return got.Labels
 }
 
 func TestDrainWaitsForReconcileInFlight(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	const ring, id = "drain-wait", "i1"
 	rec := newRecorder()
 	gt := newGate("busy")
@@ -144,7 +144,7 @@ func TestDrainWaitsForReconcileInFlight(t *testing.T) {
 // shard label to that instance and removes the drain label.
 func TestDrainHandsTheObjectOver(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	const ring, id = "hand-over", "i1"
 	rec := newRecorder()
 	gt := newGate("handed")
@@ -168,10 +168,10 @@ func TestDrainHandsTheObjectOver(t *testing.T) {
 // without reading it from the API server (the instance knows it moved).
 func TestHandedOverObjectIsNotReadBack(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	const ring, id, name = "hand-over-no-read", "i1", "handed"
 	var reads atomic.Int32
-	cfg := rest.CopyConfig(env.Config)
+	cfg := rest.CopyConfig(env().Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripper(func(req *http.Request) (*http.Response, error) {
 			if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/namespaces/"+ns+"/configmaps/"+name) {
@@ -222,7 +222,7 @@ func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { ret
 
 func TestStaleRequestForMovedObjectIsDropped(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	const ring, id = "stale", "i1"
 	rec := newRecorder()
 	gt := newGate("moved")
@@ -272,7 +272,7 @@ func TestStaleRequestForMovedObjectIsDropped(t *testing.T) {
 
 func TestDeletionReachesReconciler(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	const ring, id = "deletion", "i1"
 	rec := newRecorder()
 	startInstance(t, instanceConfig{ring: ring, namespace: ns, id: id, rec: rec})
@@ -282,7 +282,7 @@ func TestDeletionReachesReconciler(t *testing.T) {
 	g.Eventually(func() []interval { return rec.runsOf("doomed", id) }, 20*time.Second).ShouldNot(BeEmpty())
 	g.Eventually(func() bool { _, ok := rec.gainedAt(id, "doomed"); return ok }, 10*time.Second).Should(BeTrue())
 
-	g.Expect(env.Client.Delete(context.Background(), cm)).To(Succeed())
+	g.Expect(env().Client.Delete(context.Background(), cm)).To(Succeed())
 	g.Eventually(func() bool {
 		runs := rec.runsOf("doomed", id)
 		return len(runs) > 0 && runs[len(runs)-1].notFound
@@ -296,7 +296,7 @@ func TestDeletionReachesReconciler(t *testing.T) {
 
 func TestNoReconcileBeforeLeaseIsHeld(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	const ring, id = "gated", "i1"
 	ctx := context.Background()
 
@@ -309,7 +309,7 @@ func TestNoReconcileBeforeLeaseIsHeld(t *testing.T) {
 			RenewTime:            ptr.To(metav1.NewMicroTime(time.Now())),
 		},
 	}
-	g.Expect(env.Client.Create(ctx, lease)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, lease)).To(Succeed())
 
 	rec := newRecorder()
 	startInstance(t, instanceConfig{ring: ring, namespace: ns, id: id, rec: rec})
@@ -321,17 +321,17 @@ func TestNoReconcileBeforeLeaseIsHeld(t *testing.T) {
 	// The other party releases the Lease: once a lease duration has passed
 	// since (short here), the holder acquires it and the retried request
 	// goes through.
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(lease), lease)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(lease), lease)).To(Succeed())
 	lease.Spec.HolderIdentity = ptr.To("")
 	lease.Spec.LeaseDurationSeconds = ptr.To[int32](1)
 	lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
-	g.Expect(env.Client.Update(ctx, lease)).To(Succeed())
+	g.Expect(env().Client.Update(ctx, lease)).To(Succeed())
 	g.Eventually(func() []interval { return rec.runsOf("waiting", id) }, 10*time.Second).ShouldNot(BeEmpty())
 }
 
 func TestShutdownWaitsForReconcileBeforeRelease(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	const ring, id = "shutdown", "i1"
 	rec := newRecorder()
 	gt := newGate("slow")
@@ -341,7 +341,7 @@ func TestShutdownWaitsForReconcileBeforeRelease(t *testing.T) {
 
 	holder := func(g Gomega) string {
 		lease := &coordinationv1.Lease{}
-		g.Expect(env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: id}, lease)).To(Succeed())
+		g.Expect(env().Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: id}, lease)).To(Succeed())
 		return ptr.Deref(lease.Spec.HolderIdentity, "")
 	}
 	g.Expect(holder(g)).To(Equal(id))
@@ -357,14 +357,14 @@ func TestShutdownWaitsForReconcileBeforeRelease(t *testing.T) {
 
 func TestClientGoInformerSeesOnlyItsObjects(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	const ring = "client-go"
 	createConfigMap(t, ns, "mine", map[string]string{v1alpha1.ShardLabel(ring): "i1", "app": "x"})
 	createConfigMap(t, ns, "mine-other-app", map[string]string{v1alpha1.ShardLabel(ring): "i1", "app": "y"})
 	createConfigMap(t, ns, "theirs", map[string]string{v1alpha1.ShardLabel(ring): "i2", "app": "x"})
 	createConfigMap(t, ns, "unassigned", map[string]string{"app": "x"})
 
-	cs, err := kubernetes.NewForConfig(env.Config)
+	cs, err := kubernetes.NewForConfig(env().Config)
 	g.Expect(err).NotTo(HaveOccurred())
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns),
 		instance.WithTweakListOptions(ring, "i1"))

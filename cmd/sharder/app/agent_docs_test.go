@@ -75,7 +75,7 @@ func TestDocumentedAgentIsNativeSidecar(t *testing.T) {
 				spec.Containers = []corev1.Container{{Name: "controller", Image: "example.dev/controller:v1"}}
 			}
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "documented-"}, Spec: spec}
-			g.Expect(env.Client.Create(context.Background(), pod, client.DryRunAll)).To(Succeed(), "%s", rel)
+			g.Expect(env().Client.Create(context.Background(), pod, client.DryRunAll)).To(Succeed(), "%s", rel)
 		}
 	}
 	g.Expect(found).To(BeNumerically(">=", 2), "the agent manifests of membership.md and getting-started.md")

@@ -46,8 +46,8 @@ func (s *agentLogs) String() string {
 func agentNamespace(t *testing.T) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "agent-"}}
-	NewWithT(t).Expect(env.Client.Create(context.Background(), ns)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ns) })
+	NewWithT(t).Expect(env().Client.Create(context.Background(), ns)).To(Succeed())
+	t.Cleanup(func() { _ = env().Client.Delete(context.Background(), ns) })
 	return ns.Name
 }
 
@@ -55,7 +55,7 @@ func agentNamespace(t *testing.T) string {
 func agentKubeconfig(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "kubeconfig")
-	NewWithT(t).Expect(env.WriteKubeConfig(path)).To(Succeed())
+	NewWithT(t).Expect(env().WriteKubeConfig(path)).To(Succeed())
 	return path
 }
 
@@ -88,7 +88,7 @@ func startAgent(t *testing.T, args ...string) (cancel context.CancelFunc, done c
 func agentLease(namespace, name string) func() (*coordinationv1.Lease, error) {
 	return func() (*coordinationv1.Lease, error) {
 		lease := &coordinationv1.Lease{}
-		err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, lease)
+		err := env().Client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, lease)
 		return lease, err
 	}
 }

@@ -11,14 +11,18 @@ import (
 )
 
 // env is the local control plane shared by the tests of this package.
-var env *testenv.Env
+// suite starts the package's control plane for the first test that needs it.
+var suite testenv.Suite
+
+// env returns the control plane, starting it on first use.
+func env() *testenv.Env { return suite.Env() }
 
 func TestMain(m *testing.M) {
 	// The process's loggers are set before anything logs, as the sharder's
 	// main does by running one command; the commands that the tests run
 	// later log through their own loggers.
 	setProcessLoggers(logr.Discard())
-	os.Exit(testenv.Run(m, &env, testenv.Options{
+	os.Exit(testenv.Run(m, &suite, testenv.Options{
 		CRDDirectoryPaths: []string{"config/crd/bases"},
 		Scheme:            newScheme(),
 	}))

@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/sharder-dev/sharder/internal/fixture"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/sharder/config"
 	smetrics "github.com/sharder-dev/sharder/pkg/sharder/metrics"
@@ -55,7 +56,7 @@ func freePort(t *testing.T) int {
 func kubeconfig(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := env.WriteKubeConfig(path); err != nil {
+	if err := env().WriteKubeConfig(path); err != nil {
 		t.Fatalf("writing kubeconfig: %v", err)
 	}
 	return path
@@ -240,7 +241,7 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 // Lease on stop, and metrics closed to anonymous callers.
 func TestRunAgainstAPIServer(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	healthPort, metricsPort := freePort(t), freePort(t)
 	health := fmt.Sprintf("http://127.0.0.1:%d", healthPort)
 	metrics := fmt.Sprintf("https://127.0.0.1:%d/metrics", metricsPort)
@@ -268,7 +269,7 @@ func TestRunAgainstAPIServer(t *testing.T) {
 	ctx := context.Background()
 	lease := &coordinationv1.Lease{}
 	g.Eventually(func() (string, error) {
-		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sharder-test"}, lease)
+		err := env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sharder-test"}, lease)
 		return ptr.Deref(lease.Spec.HolderIdentity, ""), err
 	}, 30*time.Second, 100*time.Millisecond).ShouldNot(BeEmpty(), "the leader election Lease is acquired")
 	g.Expect(lease.Spec.LeaseDurationSeconds).To(HaveValue(BeEquivalentTo(15)))
@@ -302,7 +303,7 @@ func TestRunAgainstAPIServer(t *testing.T) {
 	g.Expect(logs.String()).To(ContainSubstring(`"msg":"Starting sharder"`), "JSON logs")
 
 	g.Expect(stop()).To(Succeed())
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sharder-test"}, lease)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sharder-test"}, lease)).To(Succeed())
 	g.Expect(ptr.Deref(lease.Spec.HolderIdentity, "")).To(BeEmpty(), "the Lease is released on stop")
 	g.Expect(logs.String()).To(ContainSubstring("Sharder stopped"))
 }
@@ -311,7 +312,7 @@ func TestRunAgainstAPIServer(t *testing.T) {
 // once it serves TLS with the certificate in its folder.
 func TestRunWebhookReadiness(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	certDir := t.TempDir()
 	crt, key, err := cert.GenerateSelfSignedCertKey("sharder-webhook."+ns+".svc", nil, nil)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -341,8 +342,8 @@ func serviceAccountToken(t *testing.T, ns, name string) string {
 	t.Helper()
 	ctx := context.Background()
 	g := NewWithT(t)
-	g.Expect(env.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})).To(Succeed())
-	cs, err := kubernetes.NewForConfig(env.Config)
+	g.Expect(env().Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})).To(Succeed())
+	cs, err := kubernetes.NewForConfig(env().Config)
 	g.Expect(err).NotTo(HaveOccurred())
 	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)},
@@ -365,11 +366,11 @@ func grantMetricsReader(t *testing.T, ns, serviceAccount string) {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: serviceAccount}},
 	}
-	g.Expect(env.Client.Create(ctx, role)).To(Succeed())
-	g.Expect(env.Client.Create(ctx, binding)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, role)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, binding)).To(Succeed())
 	t.Cleanup(func() {
-		_ = env.Client.Delete(context.Background(), binding)
-		_ = env.Client.Delete(context.Background(), role)
+		_ = env().Client.Delete(context.Background(), binding)
+		_ = env().Client.Delete(context.Background(), role)
 	})
 }
 
@@ -380,7 +381,7 @@ func grantMetricsReader(t *testing.T, ns, serviceAccount string) {
 func TestRunWiresTheParts(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	t.Setenv("POD_NAMESPACE", ns)
 	ringName := "run-" + ns
 
@@ -394,15 +395,15 @@ func TestRunWiresTheParts(t *testing.T) {
 			}},
 		},
 	}
-	g.Expect(env.Client.Create(ctx, ring)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ring) })
-	g.Expect(env.Client.Create(ctx, instanceLease(ns, ringName, "instance-a"))).To(Succeed())
+	g.Expect(env().Client.Create(ctx, ring)).To(Succeed())
+	t.Cleanup(func() { _ = env().Client.Delete(context.Background(), ring) })
+	g.Expect(env().Client.Create(ctx, instanceLease(ns, ringName, "instance-a"))).To(Succeed())
 
 	healthPort, webhookPort := freePort(t), freePort(t)
 	health := fmt.Sprintf("http://127.0.0.1:%d", healthPort)
 	configuration := "sharder-" + ns
 	t.Cleanup(func() {
-		_ = env.Client.Delete(context.Background(), &admissionregistrationv1.ValidatingWebhookConfiguration{
+		_ = env().Client.Delete(context.Background(), &admissionregistrationv1.ValidatingWebhookConfiguration{
 			ObjectMeta: metav1.ObjectMeta{Name: configuration},
 		})
 	})
@@ -423,9 +424,9 @@ func TestRunWiresTheParts(t *testing.T) {
 		ContainSubstring("[+]webhook ok"), ContainSubstring("[+]webhook-certificate ok"), ContainSubstring("check passed")))
 
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "object"}}
-	g.Expect(env.Client.Create(ctx, cm)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, cm)).To(Succeed())
 	g.Eventually(func() (string, error) {
-		err := env.Client.Get(ctx, client.ObjectKeyFromObject(cm), cm)
+		err := env().Client.Get(ctx, client.ObjectKeyFromObject(cm), cm)
 		return cm.Labels[v1alpha1.ShardLabel(ringName)], err
 	}, 30*time.Second, 100*time.Millisecond).Should(Equal("instance-a"))
 
@@ -433,7 +434,7 @@ func TestRunWiresTheParts(t *testing.T) {
 	// core/v1 Events from the source "sharder".
 	g.Eventually(func(g Gomega) []string {
 		list := &corev1.EventList{}
-		g.Expect(env.Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		g.Expect(env().Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
 		var out []string
 		for _, e := range list.Items {
 			if e.InvolvedObject.Kind == "Lease" && e.InvolvedObject.Name == "instance-a" {
@@ -445,7 +446,7 @@ func TestRunWiresTheParts(t *testing.T) {
 
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	g.Eventually(func() ([]byte, error) {
-		err := env.Client.Get(ctx, client.ObjectKey{Name: configuration}, vwc)
+		err := env().Client.Get(ctx, client.ObjectKey{Name: configuration}, vwc)
 		if err != nil || len(vwc.Webhooks) == 0 {
 			return nil, err
 		}
@@ -462,15 +463,7 @@ func TestRunWiresTheParts(t *testing.T) {
 
 // instanceLease returns a ready instance Lease of ring, valid for an hour.
 func instanceLease(ns, ring, id string) *coordinationv1.Lease {
-	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: id, Labels: map[string]string{v1alpha1.LabelRing: ring}},
-		Spec: coordinationv1.LeaseSpec{
-			HolderIdentity:       ptr.To(id),
-			LeaseDurationSeconds: ptr.To[int32](3600),
-			AcquireTime:          &metav1.MicroTime{Time: time.Now()},
-			RenewTime:            &metav1.MicroTime{Time: time.Now()},
-		},
-	}
+	return fixture.InstanceLease(ring, ns, id, time.Now(), time.Hour)
 }
 
 // clientFor returns a client acting as service account name in ns, allowed
@@ -490,11 +483,11 @@ func clientFor(t *testing.T, ns, name string) client.Client {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}},
 	}
-	g.Expect(env.Client.Create(ctx, role)).To(Succeed())
-	g.Expect(env.Client.Create(ctx, binding)).To(Succeed())
-	cfg := rest.AnonymousClientConfig(env.Config)
+	g.Expect(env().Client.Create(ctx, role)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, binding)).To(Succeed())
+	cfg := rest.AnonymousClientConfig(env().Config)
 	cfg.BearerToken = token
-	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	c, err := client.New(cfg, client.Options{Scheme: env().Scheme})
 	g.Expect(err).NotTo(HaveOccurred())
 	return c
 }

@@ -36,8 +36,8 @@ func statusFixture(t *testing.T) (ring, ns string) {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns = env.Namespace(t)
-	other := env.Namespace(t) // not selected by the ring
+	ns = env().Namespace(t)
+	other := env().Namespace(t) // not selected by the ring
 	ring = "status-" + ns
 
 	cr := &v1alpha1.ControllerRing{
@@ -52,8 +52,8 @@ func statusFixture(t *testing.T) (ring, ns string) {
 			VirtualNodes:      ptr.To[int32](100),
 		},
 	}
-	g.Expect(env.Client.Create(ctx, cr)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cr) })
+	g.Expect(env().Client.Create(ctx, cr)).To(Succeed())
+	t.Cleanup(func() { _ = env().Client.Delete(context.Background(), cr) })
 
 	ready := instanceLease(ns, ring, "instance-a")
 	weighted := instanceLease(ns, ring, "instance-b")
@@ -63,7 +63,7 @@ func statusFixture(t *testing.T) (ring, ns string) {
 	released.Labels[v1alpha1.LabelVirtualNodes] = "lots"
 	foreign := instanceLease(other, ring, "instance-z") // outside the lease namespace: not a member
 	for _, l := range []*coordinationv1.Lease{ready, weighted, released, foreign} {
-		g.Expect(env.Client.Create(ctx, l)).To(Succeed())
+		g.Expect(env().Client.Create(ctx, l)).To(Succeed())
 	}
 
 	shard, drain := v1alpha1.ShardLabel(ring), v1alpha1.DrainLabel(ring)
@@ -88,9 +88,9 @@ func statusFixture(t *testing.T) (ring, ns string) {
 	for _, o := range objects {
 		meta := metav1.ObjectMeta{Namespace: o.ns, Name: o.name, Labels: o.labels}
 		if o.secret {
-			g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: meta})).To(Succeed())
+			g.Expect(env().Client.Create(ctx, &corev1.Secret{ObjectMeta: meta})).To(Succeed())
 		} else {
-			g.Expect(env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: meta})).To(Succeed())
+			g.Expect(env().Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: meta})).To(Succeed())
 		}
 	}
 	return ring, ns
@@ -194,12 +194,12 @@ func writeRingStatus(t *testing.T, name string, status v1alpha1.ControllerRingSt
 	g := NewWithT(t)
 	ctx := context.Background()
 	ring := &v1alpha1.ControllerRing{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: name}, ring)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Name: name}, ring)).To(Succeed())
 	if status.ObservedGeneration == 0 {
 		status.ObservedGeneration = ring.Generation
 	}
 	ring.Status = status
-	g.Expect(env.Client.Status().Update(ctx, ring)).To(Succeed())
+	g.Expect(env().Client.Status().Update(ctx, ring)).To(Succeed())
 }
 
 // fixtureStatus is a status for the fixture's ring whose counts differ from
@@ -332,7 +332,7 @@ func TestStatusAsReader(t *testing.T) {
 	writeRingStatus(t, ring, fixtureStatus())
 
 	name := "status-reader-" + ns
-	user, err := env.Environment.ControlPlane.AddUser(envtest.User{Name: name}, env.Config)
+	user, err := env().Environment.ControlPlane.AddUser(envtest.User{Name: name}, env().Config)
 	g.Expect(err).NotTo(HaveOccurred())
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -350,8 +350,8 @@ func TestStatusAsReader(t *testing.T) {
 			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name}},
 	}
 	for _, obj := range objs {
-		g.Expect(env.Client.Create(ctx, obj)).To(Succeed())
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), obj) })
+		g.Expect(env().Client.Create(ctx, obj)).To(Succeed())
+		t.Cleanup(func() { _ = env().Client.Delete(context.Background(), obj) })
 	}
 	data, err := user.KubeConfig()
 	g.Expect(err).NotTo(HaveOccurred())
@@ -380,7 +380,7 @@ func TestStatusAsReader(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring("listing namespaces")), out)
 
 	// Without the Leases the status is still shown, and not judged by them.
-	g.Expect(env.Client.Delete(ctx, objs[3])).To(Succeed())
+	g.Expect(env().Client.Delete(ctx, objs[3])).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		out, err := run()
 		g.Expect(err).NotTo(HaveOccurred(), out)
@@ -435,10 +435,10 @@ func TestStatusStale(t *testing.T) {
 		ring, _ := statusFixture(t)
 		writeRingStatus(t, ring, fixtureStatus())
 		cr := &v1alpha1.ControllerRing{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: ring}, cr)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKey{Name: ring}, cr)).To(Succeed())
 		observed := cr.Generation
 		cr.Spec.VirtualNodes = ptr.To[int32](200)
-		g.Expect(env.Client.Update(ctx, cr)).To(Succeed())
+		g.Expect(env().Client.Update(ctx, cr)).To(Succeed())
 		g.Expect(cr.Generation).To(Equal(observed + 1))
 
 		out, err := runStatus(t, ring, "-o", "json")
@@ -456,7 +456,7 @@ func TestStatusStale(t *testing.T) {
 		old := instanceLease(ns, ring, "instance-old")
 		old.Spec.LeaseDurationSeconds = ptr.To[int32](15)
 		old.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(-time.Hour)}
-		g.Expect(env.Client.Create(ctx, old)).To(Succeed())
+		g.Expect(env().Client.Create(ctx, old)).To(Succeed())
 		status := fixtureStatus()
 		status.Members = append(status.Members, v1alpha1.MemberStatus{Name: "instance-old", State: "ready", VirtualNodes: 100})
 		writeRingStatus(t, ring, status)
@@ -503,7 +503,7 @@ func TestStatusErrors(t *testing.T) {
 func TestStatusReportsUnservedResources(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	ring := "unserved-" + ns
 	cr := &v1alpha1.ControllerRing{
 		ObjectMeta: metav1.ObjectMeta{Name: ring},
@@ -515,9 +515,9 @@ func TestStatusReportsUnservedResources(t *testing.T) {
 			},
 		},
 	}
-	g.Expect(env.Client.Create(ctx, cr)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), cr) })
-	g.Expect(env.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "one"}})).To(Succeed())
+	g.Expect(env().Client.Create(ctx, cr)).To(Succeed())
+	t.Cleanup(func() { _ = env().Client.Delete(context.Background(), cr) })
+	g.Expect(env().Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "one"}})).To(Succeed())
 
 	out, err := runStatus(t, ring, "--recount", "-o", "json")
 	g.Expect(err).NotTo(HaveOccurred(), out)

@@ -71,13 +71,13 @@ func assignWebhook(ring, ns string) admissionregistrationv1.MutatingWebhook {
 func TestUninstallRemovesARing(t *testing.T) {
 	ctx := context.Background()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	ring, other := "gone-"+ns, "kept-"+ns
 	shard, drain := v1alpha1.ShardLabel(ring), v1alpha1.DrainLabel(ring)
 	otherShard := v1alpha1.ShardLabel(other)
 
 	for _, name := range []string{ring, other} {
-		g.Expect(env.Client.Create(ctx, &v1alpha1.ControllerRing{
+		g.Expect(env().Client.Create(ctx, &v1alpha1.ControllerRing{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: v1alpha1.ControllerRingSpec{LeaseNamespace: ns, Resources: []v1alpha1.RingResource{{
 				Resource: "configmaps", ControlledResources: []metav1.GroupResource{{Resource: "secrets"}},
@@ -85,7 +85,7 @@ func TestUninstallRemovesARing(t *testing.T) {
 		})).To(Succeed())
 	}
 	t.Cleanup(func() {
-		_ = env.Client.Delete(context.Background(), &v1alpha1.ControllerRing{ObjectMeta: metav1.ObjectMeta{Name: other}})
+		_ = env().Client.Delete(context.Background(), &v1alpha1.ControllerRing{ObjectMeta: metav1.ObjectMeta{Name: other}})
 	})
 	objects := []client.Object{
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "assigned", Labels: map[string]string{shard: "inst-a", "team": "x"}}},
@@ -95,7 +95,7 @@ func TestUninstallRemovesARing(t *testing.T) {
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "child", Labels: map[string]string{shard: "inst-a"}}},
 	}
 	for _, o := range objects {
-		g.Expect(env.Client.Create(ctx, o)).To(Succeed())
+		g.Expect(env().Client.Create(ctx, o)).To(Succeed())
 	}
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: "sharder-" + ns, Labels: map[string]string{"app.kubernetes.io/managed-by": "sharder"}},
@@ -105,22 +105,22 @@ func TestUninstallRemovesARing(t *testing.T) {
 			ringWebhook(ring, "drain-label", drain, ns),
 		},
 	}
-	g.Expect(env.Client.Create(ctx, vwc)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), vwc) })
+	g.Expect(env().Client.Create(ctx, vwc)).To(Succeed())
+	t.Cleanup(func() { _ = env().Client.Delete(context.Background(), vwc) })
 	// The ring was in admission mode, with nobody left to answer.
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: vwc.Name, Labels: vwc.Labels},
 		Webhooks:   []admissionregistrationv1.MutatingWebhook{assignWebhook(ring, ns), assignWebhook(other, ns)},
 	}
-	g.Expect(env.Client.Create(ctx, mwc)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), mwc) })
+	g.Expect(env().Client.Create(ctx, mwc)).To(Succeed())
+	t.Cleanup(func() { _ = env().Client.Delete(context.Background(), mwc) })
 
 	// The left-over configuration rejects changes to the ring's labels.
 	g.Eventually(func() string {
 		cm := &corev1.ConfigMap{}
-		g.Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "assigned"}, cm)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "assigned"}, cm)).To(Succeed())
 		delete(cm.Labels, shard)
-		if err := env.Client.Update(ctx, cm, client.DryRunAll); err != nil {
+		if err := env().Client.Update(ctx, cm, client.DryRunAll); err != nil {
 			return err.Error()
 		}
 		return "allowed"
@@ -131,14 +131,14 @@ func TestUninstallRemovesARing(t *testing.T) {
 	g.Expect(out).To(ContainSubstring("configmaps: labels of ring " + ring + " removed from 3 objects"))
 	g.Expect(out).To(ContainSubstring("secrets: labels of ring " + ring + " removed from 1 objects"))
 
-	err = env.Client.Get(ctx, types.NamespacedName{Name: ring}, &v1alpha1.ControllerRing{})
+	err = env().Client.Get(ctx, types.NamespacedName{Name: ring}, &v1alpha1.ControllerRing{})
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the ControllerRing is deleted: %v", err)
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(vwc), vwc)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(vwc), vwc)).To(Succeed())
 	g.Expect(vwc.Webhooks).To(HaveLen(1))
 	g.Expect(vwc.Webhooks[0].Name).To(Equal(other + ".shard-label.sharder.dev"))
 
 	g.Expect(out).To(ContainSubstring("MutatingWebhookConfiguration " + vwc.Name + ": webhook of ring " + ring + " removed"))
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(mwc), mwc)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(mwc), mwc)).To(Succeed())
 	g.Expect(mwc.Webhooks).To(HaveLen(1))
 	g.Expect(mwc.Webhooks[0].Name).To(Equal(other + ".assign.sharder.dev"))
 
@@ -151,7 +151,7 @@ func TestUninstallRemovesARing(t *testing.T) {
 	}
 	for _, o := range objects {
 		got := o.DeepCopyObject().(client.Object)
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(o), got)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(o), got)).To(Succeed())
 		if want[o.GetName()] == nil {
 			g.Expect(got.GetLabels()).To(BeEmpty(), o.GetName())
 		} else {
@@ -169,8 +169,8 @@ func TestUninstallRemovesARing(t *testing.T) {
 	// The last ring takes the configuration with it.
 	out, err = runUninstall(t, other, "--webhook-configuration-name", vwc.Name)
 	g.Expect(err).NotTo(HaveOccurred(), out)
-	err = env.Client.Get(ctx, client.ObjectKeyFromObject(vwc), vwc)
+	err = env().Client.Get(ctx, client.ObjectKeyFromObject(vwc), vwc)
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the configuration is deleted with its last ring: %v", err)
-	err = env.Client.Get(ctx, client.ObjectKeyFromObject(mwc), mwc)
+	err = env().Client.Get(ctx, client.ObjectKeyFromObject(mwc), mwc)
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the mutating configuration is deleted with its last ring: %v", err)
 }

@@ -22,23 +22,27 @@ import (
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
 
-var env *testenv.Env
+// suite starts the package's control plane for the first test that needs it.
+var suite testenv.Suite
+
+// env returns the control plane, starting it on first use.
+func env() *testenv.Env { return suite.Env() }
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Run(m, &env, testenv.Options{
+	os.Exit(testenv.Run(m, &suite, testenv.Options{
 		CRDDirectoryPaths: []string{"config/crd/bases", "examples/etcd-operator/config/crd"},
 	}))
 }
 
 func kubectl(t *testing.T, stdin []byte, args ...string) []byte {
 	t.Helper()
-	return env.Kubectl(t, stdin, args...)
+	return env().Kubectl(t, stdin, args...)
 }
 
 // build returns the manifests of a kustomization and its objects.
 func build(t *testing.T, dir string) ([]byte, []*unstructured.Unstructured) {
 	t.Helper()
-	return env.Kustomize(t, dir)
+	return env().Kustomize(t, dir)
 }
 
 // decode converts the one object of kind (and name, if given) into out.
@@ -70,7 +74,7 @@ func TestManifestsApply(t *testing.T) {
 		"CustomResourceDefinition": 3, "Namespace": 1, "StatefulSet": 1, "ServiceAccount": 1,
 		"ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1, "ControllerRing": 1,
 	}))
-	err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "etcd-operator-system"}})
+	err := env().Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "etcd-operator-system"}})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/sharder-dev/sharder/internal/fixture"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
 	"github.com/sharder-dev/sharder/pkg/membership"
@@ -54,7 +55,7 @@ func (r *running) acquiredAt() time.Time {
 // startHolder starts a holder and stops it at the end of the test.
 func startHolder(t *testing.T, opts leaseholder.HolderOptions) *running {
 	t.Helper()
-	return startHolderOn(t, env.Client, opts)
+	return startHolderOn(t, env().Client, opts)
 }
 
 // startHolderOn starts a holder writing with c.
@@ -94,7 +95,7 @@ func startHolderOn(t *testing.T, c client.Client, opts leaseholder.HolderOptions
 func TestHolderCreatesAndRenews(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	pod := &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "pod-0", UID: types.UID("uid-new")}
 	r := startHolder(t, leaseholder.HolderOptions{
 		Ring: holderRing, Namespace: ns, Identity: "pod-0", VirtualNodes: 50,
@@ -124,7 +125,7 @@ func TestHolderCreatesAndRenews(t *testing.T) {
 func TestHolderReacquiresReleasedLease(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	other := metav1.OwnerReference{APIVersion: "example.dev/v1", Kind: "Thing", Name: "x", UID: "uid-x"}
 	// Released more than its duration ago.
 	createLease(t, holderRing, ns, "pod-1", time.Now().Add(-61*time.Second), 60, func(l *coordinationv1.Lease) {
@@ -149,7 +150,7 @@ func TestHolderReacquiresReleasedLease(t *testing.T) {
 func TestHolderAcquiresReleasedLeaseAtOnce(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	createLease(t, holderRing, ns, "pod-6", time.Now(), 60, func(l *coordinationv1.Lease) {
 		l.Spec.HolderIdentity = ptr.To("")
 	})
@@ -169,12 +170,12 @@ func holdLease(t *testing.T, ns, id, holder string, period time.Duration, stamp 
 	renew := func() error {
 		return retryOnConflict(func() error {
 			l := &coordinationv1.Lease{}
-			if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: id}, l); err != nil {
+			if err := env().Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: id}, l); err != nil {
 				return err
 			}
 			l.Spec.HolderIdentity = ptr.To(holder)
 			l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(stamp()))
-			return env.Client.Update(ctx, l)
+			return env().Client.Update(ctx, l)
 		})
 	}
 	if err := renew(); err != nil {
@@ -214,16 +215,6 @@ func retryOnConflict(f func() error) error {
 	}
 }
 
-// offsetClock is the real clock with its wall time moved by offset, as on a
-// node whose clock runs ahead (offset > 0) or lags.
-type offsetClock struct {
-	clock.RealClock
-	offset time.Duration
-}
-
-func (c offsetClock) Now() time.Time                  { return time.Now().Add(c.offset) }
-func (c offsetClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
-
 // TestHolderWaitsOutSharderHold checks that a holder does not acquire a
 // Lease the sharder holds while the sharder renews it, whatever the clocks
 // say: neither a clock here that runs ahead nor a stamp the sharder wrote
@@ -235,7 +226,7 @@ func TestHolderWaitsOutSharderHold(t *testing.T) {
 		clock clock.Clock
 		stamp func() time.Time
 	}{
-		"clock ahead by an hour": {clock: offsetClock{offset: time.Hour}, stamp: time.Now},
+		"clock ahead by an hour": {clock: fixture.OffsetClock{Offset: time.Hour}, stamp: time.Now},
 		"sharder's stamps an hour old": {clock: clock.RealClock{}, stamp: func() time.Time {
 			return time.Now().Add(-time.Hour)
 		}},
@@ -243,7 +234,7 @@ func TestHolderWaitsOutSharderHold(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			g := NewWithT(t)
-			ns := env.Namespace(t)
+			ns := env().Namespace(t)
 			createLease(t, holderRing, ns, "pod-9", time.Now(), 2)
 			stop := holdLease(t, ns, "pod-9", "sharder:test", 500*time.Millisecond, tc.stamp)
 			r := startHolder(t, leaseholder.HolderOptions{
@@ -268,7 +259,7 @@ func TestHolderWaitsOutSharderHold(t *testing.T) {
 func TestHolderReleaseRestart(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	pod := &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "pod-10", UID: "uid-10"}
 	opts := leaseholder.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-10", LeaseDuration: 60 * time.Second, Release: leaseholder.ReleaseRestart, Pod: pod}
 	for _, id := range []string{"pod-10", "pod-11"} {
@@ -316,7 +307,7 @@ func TestHolderReleaseRestart(t *testing.T) {
 func TestHolderKeepsLeaseWhenNotIdle(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	r := startHolder(t, leaseholder.HolderOptions{
 		Ring: holderRing, Namespace: ns, Identity: "pod-8", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond,
 		BeforeRelease: func(context.Context) error { return errors.New("1 reconcile still in flight") },
@@ -335,12 +326,12 @@ func TestHolderKeepsLeaseWhenNotIdle(t *testing.T) {
 func TestHolderLostWhenDeleted(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	r := startHolder(t, leaseholder.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-7", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
 	g.Eventually(r.Held).Should(BeTrue())
 	got, err := getLease(ns, "pod-7")()
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(env.Client.Delete(context.Background(), got)).To(Succeed())
+	g.Expect(env().Client.Delete(context.Background(), got)).To(Succeed())
 	var stopped error
 	g.Eventually(r.done).Should(Receive(&stopped))
 	g.Expect(errors.Is(stopped, leaseholder.ErrLeaseLost)).To(BeTrue(), "Start returned %v", stopped)
@@ -353,7 +344,7 @@ func TestHolderLostWhenDeleted(t *testing.T) {
 func TestHolderKeepsLeaseAcrossLabelPatches(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	// A renew deadline of 2s leaves room for a slow API server: the test is
 	// about conflicts, not timing.
 	r := startHolder(t, leaseholder.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-2", LeaseDuration: 3 * time.Second, RenewPeriod: 100 * time.Millisecond})
@@ -363,7 +354,7 @@ func TestHolderKeepsLeaseAcrossLabelPatches(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		patched := got.DeepCopy()
 		patched.Labels[v1alpha1.LabelState] = []string{"ready", "expired"}[i%2]
-		g.Expect(env.Client.Patch(context.Background(), patched, client.MergeFrom(got))).To(Succeed())
+		g.Expect(env().Client.Patch(context.Background(), patched, client.MergeFrom(got))).To(Succeed())
 		// Wait for a renewal on top of the patch.
 		g.Eventually(getLease(ns, "pod-2")).Should(HaveField("Spec.RenewTime.Time", BeTemporally(">", got.Spec.RenewTime.Time)))
 	}
@@ -376,7 +367,7 @@ func TestHolderKeepsLeaseAcrossLabelPatches(t *testing.T) {
 func TestHolderLostWhenTaken(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	r := startHolder(t, leaseholder.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-3", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
 	g.Eventually(r.Held).Should(BeTrue())
 
@@ -384,7 +375,7 @@ func TestHolderLostWhenTaken(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	got.Spec.HolderIdentity = ptr.To(sharderIdentity)
 	got.Spec.RenewTime = ptr.To(metav1.NowMicro())
-	g.Expect(env.Client.Update(context.Background(), got)).To(Succeed())
+	g.Expect(env().Client.Update(context.Background(), got)).To(Succeed())
 
 	var err2 error
 	g.Eventually(r.done).Should(Receive(&err2))
@@ -402,7 +393,7 @@ func TestHolderLostWhenTaken(t *testing.T) {
 func TestHolderLostWhenRenewalFails(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	var failing atomic.Bool
 	r := startHolder(t, leaseholder.HolderOptions{
 		Ring: holderRing, Namespace: ns, Identity: "pod-4", LeaseDuration: 2 * time.Second, RenewPeriod: 400 * time.Millisecond,
@@ -433,7 +424,7 @@ func TestHolderLostWhenRenewalFails(t *testing.T) {
 func TestTwoProcessesClaimOneID(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	// 2 s Leases renewed every 200 ms: a loaded machine may answer a few
 	// renewals late without the first holder losing its Lease.
 	opts := leaseholder.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "twin", LeaseDuration: 2 * time.Second, RenewPeriod: 200 * time.Millisecond}
@@ -463,7 +454,7 @@ func TestTwoProcessesClaimOneID(t *testing.T) {
 func TestHolderRenewsDuringBeforeRelease(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	entered, finish := make(chan struct{}), make(chan struct{})
 	var finishOnce sync.Once
 	release := func() { finishOnce.Do(func() { close(finish) }) }
@@ -508,7 +499,7 @@ func TestHolderRenewsDuringBeforeRelease(t *testing.T) {
 func TestHolderKeepsLeaseAfterLostReply(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 
 	var toLose, lost atomic.Int32 // replies still to lose, replies lost
 	var lastLost atomic.Pointer[coordinationv1.LeaseSpec]
@@ -570,7 +561,7 @@ func TestHolderKeepsLeaseAfterLostReply(t *testing.T) {
 func TestHolderKeepsLeaseThroughSlowRenewals(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 
 	const delay = 700 * time.Millisecond // over the renew period, under the deadline
 	var slowed atomic.Int32
@@ -604,7 +595,7 @@ func TestHolderKeepsLeaseThroughSlowRenewals(t *testing.T) {
 // watchClient returns an admin client that can also watch.
 func watchClient(t *testing.T) client.WithWatch {
 	t.Helper()
-	c, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	c, err := client.NewWithWatch(env().Config, client.Options{Scheme: env().Scheme})
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	return c
 }
@@ -616,7 +607,7 @@ func watchClient(t *testing.T) client.WithWatch {
 func TestHolderGivesUpAtRenewDeadline(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	clk := clocktesting.NewFakeClock(time.Now())
 	// Released long ago: acquired at the first attempt.
 	createLease(t, holderRing, ns, "deadline", clk.Now().Add(-time.Hour), 3, func(l *coordinationv1.Lease) {
@@ -673,23 +664,23 @@ func TestHolderStopsAtOnceWhenLeaseVanishes(t *testing.T) {
 	t.Parallel()
 	for name, vanish := range map[string]func(g Gomega, l *coordinationv1.Lease){
 		"deleted": func(g Gomega, l *coordinationv1.Lease) {
-			g.Expect(env.Client.Delete(context.Background(), l)).To(Succeed())
+			g.Expect(env().Client.Delete(context.Background(), l)).To(Succeed())
 		},
 		"ring label removed": func(g Gomega, l *coordinationv1.Lease) {
 			patched := l.DeepCopy()
 			delete(patched.Labels, v1alpha1.LabelRing)
-			g.Expect(env.Client.Patch(context.Background(), patched, client.MergeFrom(l))).To(Succeed())
+			g.Expect(env().Client.Patch(context.Background(), patched, client.MergeFrom(l))).To(Succeed())
 		},
 		"ring label changed": func(g Gomega, l *coordinationv1.Lease) {
 			patched := l.DeepCopy()
 			patched.Labels[v1alpha1.LabelRing] = "another-ring"
-			g.Expect(env.Client.Patch(context.Background(), patched, client.MergeFrom(l))).To(Succeed())
+			g.Expect(env().Client.Patch(context.Background(), patched, client.MergeFrom(l))).To(Succeed())
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			g := NewWithT(t)
-			ns := env.Namespace(t)
+			ns := env().Namespace(t)
 			// Released long ago: acquired at once, no wait for a creation.
 			createLease(t, holderRing, ns, "vanishing", time.Now().Add(-time.Hour), 60, func(l *coordinationv1.Lease) {
 				l.Spec.HolderIdentity = ptr.To("")
@@ -732,7 +723,7 @@ func TestHolderStopsAtOnceWhenLeaseVanishes(t *testing.T) {
 func TestHolderWaitsBeforeCreating(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	start := time.Now()
 	clk := clocktesting.NewFakeClock(start)
 	r := startHolder(t, leaseholder.HolderOptions{
@@ -762,8 +753,8 @@ func TestHolderWaitsBeforeCreating(t *testing.T) {
 func TestHolderLeavesRingAtRenewal(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
-	var plain client.Client = struct{ client.Client }{env.Client} // hides any Watch method
+	ns := env().Namespace(t)
+	var plain client.Client = struct{ client.Client }{env().Client} // hides any Watch method
 	r := startHolderOn(t, plain, leaseholder.HolderOptions{
 		Ring: holderRing, Namespace: ns, Identity: "unwatched", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond,
 	})
@@ -772,7 +763,7 @@ func TestHolderLeavesRingAtRenewal(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	patched := held.DeepCopy()
 	delete(patched.Labels, v1alpha1.LabelRing)
-	g.Expect(env.Client.Patch(context.Background(), patched, client.MergeFrom(held))).To(Succeed())
+	g.Expect(env().Client.Patch(context.Background(), patched, client.MergeFrom(held))).To(Succeed())
 
 	var stopped error
 	g.Eventually(r.done).Should(Receive(&stopped))
@@ -788,7 +779,7 @@ func TestHolderLeavesRingAtRenewal(t *testing.T) {
 func TestHolderAcquiresAtTransitionLimit(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	createLease(t, holderRing, ns, "pod-9", time.Now().Add(-time.Hour), 1, func(l *coordinationv1.Lease) {
 		l.Spec.HolderIdentity = ptr.To(sharderIdentity) // taken by the sharder, its hold long over
 		l.Spec.LeaseTransitions = ptr.To(int32(math.MaxInt32))
@@ -808,7 +799,7 @@ func TestHolderAcquiresAtTransitionLimit(t *testing.T) {
 func TestHolderAcquiresSoonAfterCheckPasses(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	createLease(t, holderRing, ns, "pod-12", time.Now().Add(-time.Hour), 15, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("") })
 	var calls atomic.Int32
 	var healthy atomic.Bool
@@ -837,7 +828,7 @@ func TestHolderAcquiresSoonAfterCheckPasses(t *testing.T) {
 func TestHolderReleasesAfterDeadlineInShutdown(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	createLease(t, holderRing, ns, "pod-13", time.Now().Add(-time.Hour), 2, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("") })
 	var stopping atomic.Bool
 	r := startHolder(t, leaseholder.HolderOptions{

@@ -54,7 +54,7 @@ func TestHolderOptions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := valid()
 			tc.mutate(&opts)
-			_, err := leaseholder.NewHolder(env.Client, opts)
+			_, err := leaseholder.NewHolder(env().Client, opts)
 			NewWithT(t).Expect(err).To(MatchError(ContainSubstring(tc.field)))
 		})
 	}
@@ -62,7 +62,7 @@ func TestHolderOptions(t *testing.T) {
 	t.Run("defaults", func(t *testing.T) {
 		g := NewWithT(t)
 		t.Setenv("POD_NAME", "pod-7")
-		h, err := leaseholder.NewHolder(env.Client, leaseholder.HolderOptions{Ring: "r", Namespace: "ns"})
+		h, err := leaseholder.NewHolder(env().Client, leaseholder.HolderOptions{Ring: "r", Namespace: "ns"})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(h.Identity()).To(Equal("pod-7"))
 		g.Expect(h.NeedLeaderElection()).To(BeFalse())

@@ -27,7 +27,7 @@ func setAlgorithm(g Gomega, name, algorithm string) {
 	r := getRing(g, name)
 	patch := client.MergeFrom(r.DeepCopy())
 	r.Spec.Algorithm = algorithm
-	g.Expect(env.Client.Patch(context.Background(), r, patch)).To(Succeed())
+	g.Expect(env().Client.Patch(context.Background(), r, patch)).To(Succeed())
 }
 
 // expectUnknownAlgorithm waits for the ring to report, for its current
@@ -53,7 +53,7 @@ func expectUnknownAlgorithm(g Gomega, name string) {
 func TestUnknownAlgorithm(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	unknown, known := env.Namespace(t), env.Namespace(t)
+	unknown, known := env().Namespace(t), env().Namespace(t)
 	ready := []string{"a", "b"}
 	reg := leasecontroller.NewRegistry()
 	reg.Set(unknown, members(membership.StateReady, ready...))
@@ -65,7 +65,7 @@ func TestUnknownAlgorithm(t *testing.T) {
 	for _, name := range []string{"cm-0", "cm-1", "cm-2", "cm-3", "cm-4", "cm-5", "cm-6", "cm-7"} {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: unknown, Name: name,
 			Labels: map[string]string{v1alpha1.ShardLabel(unknown): "a"}}}
-		g.Expect(env.Client.Create(ctx, cm)).To(Succeed())
+		g.Expect(env().Client.Create(ctx, cm)).To(Succeed())
 		onA = append(onA, name)
 	}
 	unassigned := createConfigMaps(t, unknown, "new", 4)
@@ -158,7 +158,7 @@ func TestAlgorithmNameIsValidated(t *testing.T) {
 					Algorithm:      name,
 				},
 			}
-			err := env.Client.Create(ctx, r, client.DryRunAll)
+			err := env().Client.Create(ctx, r, client.DryRunAll)
 			if want && err != nil {
 				t.Fatalf("algorithm %q rejected: %v", name, err)
 			}

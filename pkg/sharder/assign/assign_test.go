@@ -28,7 +28,7 @@ const (
 
 func TestAssignsExistingAndNewObjects(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	existing := createConfigMaps(t, ns, "old", 30)
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateReady, "a", "b", "c"))
@@ -60,7 +60,7 @@ func TestAssignsExistingAndNewObjects(t *testing.T) {
 
 func TestNothingAssignedWithoutReadyInstance(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateExpired, "a"))
 	newRing(t, ns, nil)
@@ -87,7 +87,7 @@ func TestNothingAssignedWithoutReadyInstance(t *testing.T) {
 
 func TestExpiredInstanceKeepsObjectsButGetsNoNewOnes(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateReady, "a", "b"))
 	newRing(t, ns, nil)
@@ -124,7 +124,7 @@ func TestExpiredInstanceKeepsObjectsButGetsNoNewOnes(t *testing.T) {
 // and without the sharder writing in between.
 func TestScaleOutHandsOverInTwoWrites(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateReady, "a", "b"))
 	newRing(t, ns, nil)
@@ -147,7 +147,7 @@ func TestScaleOutHandsOverInTwoWrites(t *testing.T) {
 // gets its objects moved: the sharder assigns them.
 func TestLegacyAcknowledgementIsAssigned(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateReady, "a", "b"))
 	newRing(t, ns, nil)
@@ -171,7 +171,7 @@ func TestLegacyAcknowledgementIsAssigned(t *testing.T) {
 // acknowledgements hand the objects over to the right instance at once.
 func TestDrainFollowsTheTarget(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	reg := leasecontroller.NewRegistry()
 	abc, abd := []string{"a", "b", "c"}, []string{"a", "b", "d"}
 	reg.Set(ns, members(membership.StateReady, "a", "b"))
@@ -259,7 +259,7 @@ func expectMoves(g Gomega, t *testing.T, h *history, ns string, names, before, a
 func TestHandOverToAGoneTargetIsCorrected(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateReady, "a", "b"))
 	newRing(t, ns, nil)
@@ -290,8 +290,8 @@ func TestHandOverToAGoneTargetIsCorrected(t *testing.T) {
 	for _, name := range toC {
 		cm := &metav1.PartialObjectMetadata{}
 		cm.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cm)).To(Succeed())
-		g.Expect(drain.Acknowledge(ctx, env.Client, cm, ns)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cm)).To(Succeed())
+		g.Expect(drain.Acknowledge(ctx, env().Client, cm, ns)).To(Succeed())
 		g.Expect(cm.Labels).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "c"), name)
 	}
 	reg.Set(ns, append(members(membership.StateReady, two...), members(membership.StateDead, "c")...))
@@ -307,7 +307,7 @@ func TestHandOverToAGoneTargetIsCorrected(t *testing.T) {
 
 func TestUnacknowledgedDrainIsForcedAfterTimeout(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	const drainTimeout = 30 * time.Second
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateReady, "a"))
@@ -377,7 +377,7 @@ func TestUnacknowledgedDrainIsForcedAfterTimeout(t *testing.T) {
 
 func TestDeadInstanceObjectsMoveAtOnce(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateReady, "a", "b", "c"))
 	newRing(t, ns, nil) // drainTimeout 1h: a drain would never finish in this test
@@ -407,8 +407,8 @@ func TestDeadInstanceObjectsMoveAtOnce(t *testing.T) {
 
 func TestNamespaceSelector(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
-	other := env.Namespace(t)
+	ns := env().Namespace(t)
+	other := env().Namespace(t)
 	ctx := context.Background()
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateReady, "a"))
@@ -439,7 +439,7 @@ func TestNamespaceSelector(t *testing.T) {
 
 func labelNamespace(ctx context.Context, name, value string) error {
 	nsObj := &corev1.Namespace{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, nsObj); err != nil {
+	if err := env().Client.Get(ctx, client.ObjectKey{Name: name}, nsObj); err != nil {
 		return err
 	}
 	patch := client.MergeFrom(nsObj.DeepCopy())
@@ -447,12 +447,12 @@ func labelNamespace(ctx context.Context, name, value string) error {
 		nsObj.Labels = map[string]string{}
 	}
 	nsObj.Labels["sharded-by"] = value
-	return env.Client.Patch(ctx, nsObj, patch)
+	return env().Client.Patch(ctx, nsObj, patch)
 }
 
 func TestUnknownResourceIsReportedAndOthersKeepWorking(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateReady, "a"))
 	newRing(t, ns, func(s *v1alpha1.ControllerRingSpec) {
@@ -474,7 +474,7 @@ func TestUnknownResourceIsReportedAndOthersKeepWorking(t *testing.T) {
 
 func TestRestartDoesNotMoveOrRewrite(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateReady, "a", "b"))
 	newRing(t, ns, nil)
@@ -509,7 +509,7 @@ func TestRestartDoesNotMoveOrRewrite(t *testing.T) {
 func resourceVersions(g Gomega, ns string) map[string]string {
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
-	g.Expect(env.Client.List(context.Background(), list, client.InNamespace(ns))).To(Succeed())
+	g.Expect(env().Client.List(context.Background(), list, client.InNamespace(ns))).To(Succeed())
 	out := map[string]string{}
 	for _, o := range list.Items {
 		out[o.Name] = o.ResourceVersion

@@ -40,7 +40,7 @@ const benchObjects = 10000
 // fastConfig is an admin config without client-side rate limiting, for the
 // test code creating objects and playing instances.
 func fastConfig() *rest.Config {
-	cfg := rest.CopyConfig(env.Config)
+	cfg := rest.CopyConfig(env().Config)
 	cfg.QPS, cfg.Burst = -1, 0
 	return cfg
 }
@@ -62,7 +62,7 @@ func createMany(b *testing.B, ns, prefix string, n int) []string {
 			defer wg.Done()
 			for name := range work {
 				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-				if err := env.Client.Create(context.Background(), cm); err != nil {
+				if err := env().Client.Create(context.Background(), cm); err != nil {
 					mu.Lock()
 					firstErr = err
 					mu.Unlock()
@@ -284,7 +284,7 @@ func wantAll(names []string, instance func(string) string) map[string]string {
 func BenchmarkAssignExisting10k(b *testing.B) {
 	for range b.N {
 		b.StopTimer()
-		ns := env.Namespace(b)
+		ns := env().Namespace(b)
 		names := createMany(b, ns, "cm", benchObjects)
 		reg := leasecontroller.NewRegistry()
 		ready := []string{"a", "b", "c"}
@@ -313,7 +313,7 @@ func BenchmarkAssignmentLatency(b *testing.B) {
 	const rate, duration = 100, 10 * time.Second
 	for range b.N {
 		b.StopTimer()
-		ns := env.Namespace(b)
+		ns := env().Namespace(b)
 		reg := leasecontroller.NewRegistry()
 		reg.Set(ns, members(membership.StateReady, "a", "b", "c"))
 		benchRing(b, ns)
@@ -341,7 +341,7 @@ func BenchmarkAssignmentLatency(b *testing.B) {
 			go func() {
 				defer wg.Done()
 				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-				if err := env.Client.Create(context.Background(), cm); err != nil {
+				if err := env().Client.Create(context.Background(), cm); err != nil {
 					b.Errorf("creating: %v", err)
 				}
 			}()
@@ -371,7 +371,7 @@ func BenchmarkAssignmentLatency(b *testing.B) {
 func BenchmarkRebalance3To4(b *testing.B) {
 	for range b.N {
 		b.StopTimer()
-		ns := env.Namespace(b)
+		ns := env().Namespace(b)
 		names := createMany(b, ns, "cm", benchObjects)
 		reg := leasecontroller.NewRegistry()
 		three, four := []string{"a", "b", "c"}, []string{"a", "b", "c", "d"}
@@ -405,7 +405,7 @@ func BenchmarkIdleCPU(b *testing.B) {
 	const window = 10 * time.Second
 	for range b.N {
 		b.StopTimer()
-		ns := env.Namespace(b)
+		ns := env().Namespace(b)
 		names := createMany(b, ns, "cm", benchObjects)
 		reg := leasecontroller.NewRegistry()
 		reg.Set(ns, members(membership.StateReady, "a", "b", "c"))
@@ -448,7 +448,7 @@ func benchWorkers() int {
 func BenchmarkPatchBaseline10k(b *testing.B) {
 	for range b.N {
 		b.StopTimer()
-		ns := env.Namespace(b)
+		ns := env().Namespace(b)
 		names := createMany(b, ns, "cm", benchObjects)
 		mc, err := metadata.NewForConfig(fastConfig())
 		if err != nil {

@@ -38,7 +38,7 @@ var (
 func TestControlledObjectsFollowTheirOwner(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateReady, "a", "b", "c"))
 	newRing(t, ns, func(s *v1alpha1.ControllerRingSpec) {
@@ -52,22 +52,22 @@ func TestControlledObjectsFollowTheirOwner(t *testing.T) {
 	// Children and grandchildren created after their owner was assigned.
 	for _, owner := range owners {
 		cm := &corev1.ConfigMap{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: owner}, cm)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: owner}, cm)).To(Succeed())
 		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: owner + "-secret", OwnerReferences: []metav1.OwnerReference{{
 			APIVersion: "v1", Kind: "ConfigMap", Name: cm.Name, UID: cm.UID, Controller: ptr.To(true),
 		}}}}
-		g.Expect(env.Client.Create(ctx, sec)).To(Succeed())
+		g.Expect(env().Client.Create(ctx, sec)).To(Succeed())
 		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: owner + "-sa", OwnerReferences: []metav1.OwnerReference{{
 			APIVersion: "v1", Kind: "Secret", Name: sec.Name, UID: sec.UID, Controller: ptr.To(true),
 		}}}}
-		g.Expect(env.Client.Create(ctx, sa)).To(Succeed())
+		g.Expect(env().Client.Create(ctx, sa)).To(Succeed())
 	}
 	// Controlled resources without a controller in the ring stay unassigned.
 	orphan := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orphan"}}
-	g.Expect(env.Client.Create(ctx, orphan)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, orphan)).To(Succeed())
 
 	shardOf := func(g Gomega, obj client.Object) string {
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
 		return obj.GetLabels()[v1alpha1.ShardLabel(ns)]
 	}
 	g.Eventually(func(g Gomega) {
@@ -129,7 +129,7 @@ func TestControlledObjectsFollowTheirOwner(t *testing.T) {
 func TestOwnerWithControlledObjectsIsDrainedWithoutTarget(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateReady, "a", "b"))
 	newRing(t, ns, func(s *v1alpha1.ControllerRingSpec) {
@@ -138,18 +138,18 @@ func TestOwnerWithControlledObjectsIsDrainedWithoutTarget(t *testing.T) {
 	owners := createConfigMaps(t, ns, "owner", 30)
 	for _, owner := range owners {
 		cm := &corev1.ConfigMap{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: owner}, cm)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: owner}, cm)).To(Succeed())
 		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: owner + "-secret", OwnerReferences: []metav1.OwnerReference{{
 			APIVersion: "v1", Kind: "ConfigMap", Name: cm.Name, UID: cm.UID, Controller: ptr.To(true),
 		}}}}
-		g.Expect(env.Client.Create(ctx, sec)).To(Succeed())
+		g.Expect(env().Client.Create(ctx, sec)).To(Succeed())
 	}
 	startSharder(t, reg, assign.Options{})
 	two, three := []string{"a", "b"}, []string{"a", "b", "c"}
 	g.Eventually(func(g Gomega) {
 		for _, owner := range owners {
 			sec := &corev1.Secret{}
-			g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: owner + "-secret"}, sec)).To(Succeed())
+			g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: owner + "-secret"}, sec)).To(Succeed())
 			g.Expect(sec.Labels).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, two, ns, owner)), owner)
 		}
 	}, timeout, poll).Should(Succeed())
@@ -195,7 +195,7 @@ func TestOwnerWithControlledObjectsIsDrainedWithoutTarget(t *testing.T) {
 func TestNamespacedChildrenOfClusterScopedOwner(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateReady, "a", "b", "c"))
 	newRing(t, ns, func(s *v1alpha1.ControllerRingSpec) {
@@ -207,18 +207,18 @@ func TestNamespacedChildrenOfClusterScopedOwner(t *testing.T) {
 	var owners []string
 	for i := range 12 {
 		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", ns, i)}, Value: int32(i)}
-		g.Expect(env.Client.Create(ctx, pc)).To(Succeed())
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pc) })
+		g.Expect(env().Client.Create(ctx, pc)).To(Succeed())
+		t.Cleanup(func() { _ = env().Client.Delete(context.Background(), pc) })
 		owners = append(owners, pc.Name)
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pc.Name + "-child", OwnerReferences: []metav1.OwnerReference{{
 			APIVersion: "scheduling.k8s.io/v1", Kind: "PriorityClass", Name: pc.Name, UID: pc.UID, Controller: ptr.To(true),
 		}}}}
-		g.Expect(env.Client.Create(ctx, cm)).To(Succeed())
+		g.Expect(env().Client.Create(ctx, cm)).To(Succeed())
 	}
 	startSharder(t, reg, assign.Options{})
 
 	shardOf := func(g Gomega, obj client.Object) string {
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
 		return obj.GetLabels()[v1alpha1.ShardLabel(ns)]
 	}
 	sameInstance := func(g Gomega, allowed ...string) map[string]string {
@@ -252,16 +252,16 @@ func TestNamespacedChildrenOfClusterScopedOwner(t *testing.T) {
 func TestControlledObjectsAreLabelledConcurrently(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateReady, "a"))
 	newRing(t, ns, func(s *v1alpha1.ControllerRingSpec) {
 		s.Resources[0].ControlledResources = []metav1.GroupResource{{Resource: "secrets"}}
 	})
 	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "owner"}}
-	g.Expect(env.Client.Create(ctx, owner)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, owner)).To(Succeed())
 	for i := range 8 {
-		g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
+		g.Expect(env().Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{
 			Namespace: ns, Name: fmt.Sprintf("child-%d", i),
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}},
 		}})).To(Succeed())
@@ -269,7 +269,7 @@ func TestControlledObjectsAreLabelledConcurrently(t *testing.T) {
 
 	// Each write of a Secret takes 100 ms; record how many overlap.
 	var inFlight, most atomic.Int32
-	cfg := rest.CopyConfig(env.Config)
+	cfg := rest.CopyConfig(env().Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 			if req.Method == http.MethodPatch && strings.Contains(req.URL.Path, "/secrets/") {
@@ -285,7 +285,7 @@ func TestControlledObjectsAreLabelledConcurrently(t *testing.T) {
 	startSharderWith(t, cfg, reg, assign.Options{Workers: 1}, nil)
 	g.Eventually(func(g Gomega) {
 		list := &corev1.SecretList{}
-		g.Expect(env.Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		g.Expect(env().Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
 		g.Expect(list.Items).To(HaveLen(8))
 		for _, s := range list.Items {
 			g.Expect(s.Labels).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "a"), s.Name)

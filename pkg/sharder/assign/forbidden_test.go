@@ -22,8 +22,8 @@ import (
 func TestForbiddenResourceIsReported(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
-	user, err := env.Environment.ControlPlane.AddUser(envtest.User{Name: "sharder-" + ns}, env.Config)
+	ns := env().Namespace(t)
+	user, err := env().Environment.ControlPlane.AddUser(envtest.User{Name: "sharder-" + ns}, env().Config)
 	g.Expect(err).NotTo(HaveOccurred())
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "sharder-" + ns},
@@ -35,16 +35,16 @@ func TestForbiddenResourceIsReported(t *testing.T) {
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "patch"}},
 		},
 	}
-	g.Expect(env.Client.Create(ctx, role)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, role)).To(Succeed())
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "sharder-" + ns},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "sharder-" + ns}},
 	}
-	g.Expect(env.Client.Create(ctx, binding)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, binding)).To(Succeed())
 	t.Cleanup(func() {
-		_ = env.Client.Delete(context.Background(), binding)
-		_ = env.Client.Delete(context.Background(), role)
+		_ = env().Client.Delete(context.Background(), binding)
+		_ = env().Client.Delete(context.Background(), role)
 	})
 
 	reg := leasecontroller.NewRegistry()

@@ -35,7 +35,7 @@ func liveHeap() uint64 {
 func BenchmarkHeapPerObject(b *testing.B) {
 	for range b.N {
 		b.StopTimer()
-		ns := env.Namespace(b)
+		ns := env().Namespace(b)
 		reg := leasecontroller.NewRegistry()
 		reg.Set(ns, members(membership.StateReady, "a", "b", "c"))
 		benchRing(b, ns)

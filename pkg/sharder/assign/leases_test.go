@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sharder-dev/sharder/internal/fixture"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/sharder/assign"
@@ -22,17 +23,8 @@ import (
 
 func createLease(t *testing.T, ns, id string) *coordinationv1.Lease {
 	t.Helper()
-	now := metav1.NewMicroTime(time.Now())
-	l := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: id, Labels: map[string]string{v1alpha1.LabelRing: ns}},
-		Spec: coordinationv1.LeaseSpec{
-			HolderIdentity:       ptr.To(id),
-			LeaseDurationSeconds: ptr.To[int32](3600),
-			AcquireTime:          &now,
-			RenewTime:            &now,
-		},
-	}
-	if err := env.Client.Create(context.Background(), l); err != nil {
+	l := fixture.InstanceLease(ns, ns, id, time.Now(), time.Hour)
+	if err := env().Client.Create(context.Background(), l); err != nil {
 		t.Fatalf("creating Lease: %v", err)
 	}
 	return l
@@ -44,22 +36,22 @@ func createLease(t *testing.T, ns, id string) *coordinationv1.Lease {
 func TestWithLeaseController(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	newRing(t, ns, nil)
 	createLease(t, ns, "a")
 	b := createLease(t, ns, "b")
 	names := createConfigMaps(t, ns, "cm", 20)
 	reg := leasecontroller.NewRegistry()
-	startSharderWith(t, env.Config, reg, assign.Options{}, withLeaseController(reg))
+	startSharderWith(t, env().Config, reg, assign.Options{}, withLeaseController(reg))
 
 	both := []string{"a", "b"}
 	g.Eventually(assigned(ns, names, placed(t, ns, both...)), timeout, poll).Should(Succeed())
 
 	// Instance b shuts down and releases its Lease: its objects go to a.
 	h := watchHistory(t, configMaps, ns, ns)
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), b)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(b), b)).To(Succeed())
 	b.Spec.HolderIdentity = nil
-	g.Expect(env.Client.Update(ctx, b)).To(Succeed())
+	g.Expect(env().Client.Update(ctx, b)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		for _, l := range labelsOf(g, ns) {
 			g.Expect(l).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "a"))
@@ -89,10 +81,10 @@ func renewing(t *testing.T, ns, id string, interval time.Duration) (stop func() 
 		defer tick.Stop()
 		for {
 			l := &coordinationv1.Lease{}
-			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: id}, l); err == nil {
+			if err := env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: id}, l); err == nil {
 				now := metav1.NewMicroTime(time.Now())
 				l.Spec.RenewTime = &now
-				if env.Client.Update(ctx, l) == nil {
+				if env().Client.Update(ctx, l) == nil {
 					last = now.Time
 				}
 			}
@@ -127,27 +119,27 @@ func TestVanishedInstanceHoldsItsObjects(t *testing.T) {
 	const leaseSeconds = 2
 	for name, vanish := range map[string]func(g Gomega, l *coordinationv1.Lease){
 		"deleted": func(g Gomega, l *coordinationv1.Lease) {
-			g.Expect(env.Client.Delete(context.Background(), l)).To(Succeed())
+			g.Expect(env().Client.Delete(context.Background(), l)).To(Succeed())
 		},
 		"ring label removed": func(g Gomega, l *coordinationv1.Lease) {
-			g.Expect(env.Client.Get(context.Background(), client.ObjectKeyFromObject(l), l)).To(Succeed())
+			g.Expect(env().Client.Get(context.Background(), client.ObjectKeyFromObject(l), l)).To(Succeed())
 			delete(l.Labels, v1alpha1.LabelRing)
-			g.Expect(env.Client.Update(context.Background(), l)).To(Succeed())
+			g.Expect(env().Client.Update(context.Background(), l)).To(Succeed())
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			g := NewWithT(t)
-			ns := env.Namespace(t)
+			ns := env().Namespace(t)
 			newRing(t, ns, nil)
 			createLease(t, ns, "a")
 			b := createLease(t, ns, "b")
 			b.Spec.LeaseDurationSeconds = ptr.To[int32](leaseSeconds)
-			g.Expect(env.Client.Update(context.Background(), b)).To(Succeed())
+			g.Expect(env().Client.Update(context.Background(), b)).To(Succeed())
 			stopRenewing := renewing(t, ns, "b", 300*time.Millisecond)
 			names := createConfigMaps(t, ns, "cm", 30)
 			reg := leasecontroller.NewRegistry()
-			startSharderWith(t, env.Config, reg, assign.Options{}, withLeaseController(reg))
+			startSharderWith(t, env().Config, reg, assign.Options{}, withLeaseController(reg))
 			both := []string{"a", "b"}
 			var onB []string
 			g.Eventually(func(g Gomega) {
@@ -210,7 +202,7 @@ func slowPatches(cfg *rest.Config, delay time.Duration) *rest.Config {
 func TestReleasedInstanceComesBackAfterItsObjectsMoved(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	newRing(t, ns, nil)
 	createLease(t, ns, "a")
 	b := createLease(t, ns, "b")
@@ -218,7 +210,7 @@ func TestReleasedInstanceComesBackAfterItsObjectsMoved(t *testing.T) {
 	reg := leasecontroller.NewRegistry()
 	// One worker and 40 ms per write: moving b's ~60 objects takes about
 	// 2.5 s, more than twice b's one-second lease duration.
-	startSharderWith(t, slowPatches(env.Config, 40*time.Millisecond), reg, assign.Options{Workers: 1}, withLeaseController(reg))
+	startSharderWith(t, slowPatches(env().Config, 40*time.Millisecond), reg, assign.Options{Workers: 1}, withLeaseController(reg))
 	both := []string{"a", "b"}
 	g.Eventually(assigned(ns, names, placed(t, ns, both...)), timeout, poll).Should(Succeed())
 	g.Eventually(func(g Gomega) { // the sharder has counted b's objects
@@ -226,24 +218,24 @@ func TestReleasedInstanceComesBackAfterItsObjectsMoved(t *testing.T) {
 	}, timeout, poll).Should(Succeed())
 
 	// b shuts down gracefully: it releases its one-second Lease.
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), b)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(b), b)).To(Succeed())
 	b.Spec.HolderIdentity = nil
 	b.Spec.LeaseDurationSeconds = ptr.To[int32](1)
 	b.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
-	g.Expect(env.Client.Update(ctx, b)).To(Succeed())
+	g.Expect(env().Client.Update(ctx, b)).To(Succeed())
 
 	// b restarts at once and acquires its Lease as soon as the holder rules
 	// allow: a Lease nobody renewed within its duration.
 	g.Eventually(func(g Gomega) {
 		l := &coordinationv1.Lease{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), l)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(b), l)).To(Succeed())
 		now := time.Now()
 		expires := membership.ReferenceTime(l).Add(membership.DurationOf(l))
 		g.Expect(now.Before(expires)).To(BeFalse(), "held by %q until %v", ptr.Deref(l.Spec.HolderIdentity, ""), expires)
 		l.Spec.HolderIdentity = ptr.To("b")
 		l.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
 		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
-		g.Expect(env.Client.Update(ctx, l)).To(Succeed())
+		g.Expect(env().Client.Update(ctx, l)).To(Succeed())
 	}, timeout, 20*time.Millisecond).Should(Succeed())
 
 	// The moment it holds its Lease, no object may still carry its label.

@@ -29,7 +29,7 @@ import (
 // ring.
 func ringEvents(g Gomega, ringName string) []string {
 	list := &eventsv1.EventList{}
-	g.Expect(env.Client.List(context.Background(), list)).To(Succeed())
+	g.Expect(env().Client.List(context.Background(), list)).To(Succeed())
 	var out []string
 	for _, e := range list.Items {
 		if e.Regarding.Kind == "ControllerRing" && e.Regarding.Name == ringName {
@@ -44,7 +44,7 @@ func ringEvents(g Gomega, ringName string) []string {
 // the ready instances.
 func TestRingEventsOnJoin(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	two, three := []string{"a", "b"}, []string{"a", "b", "c"}
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateReady, two...))
@@ -69,7 +69,7 @@ func TestRingEventsOnJoin(t *testing.T) {
 // change, and its objects as relabelled at once.
 func TestRingEventsOnDeath(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	two, three := []string{"a", "b"}, []string{"a", "b", "c"}
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateReady, three...))
@@ -98,7 +98,7 @@ const eventsWithin = 5 * time.Second
 // text) nor held back until a periodic refresh.
 func TestRingEventsTwoMembershipChanges(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	two, three := []string{"a", "b"}, []string{"a", "b", "c"}
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateReady, two...))
@@ -125,7 +125,7 @@ func TestRingEventsTwoMembershipChanges(t *testing.T) {
 // assignment, or a move by its reason, never both.
 func TestAssignmentMetrics(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	const drainTimeout = 30 * time.Second
 	one, two, three := []string{"a"}, []string{"a", "b"}, []string{"a", "b", "c"}
 	reg := leasecontroller.NewRegistry()
@@ -290,7 +290,7 @@ func TestReadsCollection(t *testing.T) {
 // from the caches alone, without reading a collection again.
 func TestRebalanceListsNothing(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	two, three := []string{"a", "b"}, []string{"a", "b", "c"}
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateReady, two...))
@@ -299,7 +299,7 @@ func TestRebalanceListsNothing(t *testing.T) {
 	acknowledger(t, ns, ns, func(string) bool { return true })
 
 	counter := &listCounter{}
-	cfg := rest.CopyConfig(env.Config)
+	cfg := rest.CopyConfig(env().Config)
 	cfg.Wrap(counter.wrap)
 	startSharderWith(t, cfg, reg, assign.Options{}, nil)
 	waitAssigned(g, t, ns, names, two)

@@ -66,7 +66,7 @@ func newSimInstance(t *testing.T, ns, id string, release leaseholder.Release) *s
 func currentRevision(t *testing.T) int64 {
 	t.Helper()
 	list := &corev1.NamespaceList{}
-	if err := env.Client.List(context.Background(), list, client.Limit(1)); err != nil {
+	if err := env().Client.List(context.Background(), list, client.Limit(1)); err != nil {
 		t.Fatalf("reading the current resourceVersion: %v", err)
 	}
 	rv, err := strconv.ParseInt(list.ResourceVersion, 10, 64)
@@ -81,7 +81,7 @@ func (s *simInstance) start() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	killed := &atomic.Bool{}
-	direct, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Client.Scheme()})
+	direct, err := client.NewWithWatch(env().Config, client.Options{Scheme: env().Client.Scheme()})
 	if err != nil {
 		s.t.Fatalf("client for %s: %v", s.id, err)
 	}
@@ -235,7 +235,7 @@ type restartScenario struct {
 func newRestartScenario(t *testing.T, release leaseholder.Release, mutate func(*v1alpha1.ControllerRingSpec), ids ...string) *restartScenario {
 	t.Helper()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	newRing(t, ns, mutate)
 	sc := &restartScenario{ns: ns, instances: map[string]*simInstance{}}
 	for _, id := range ids {
@@ -249,7 +249,7 @@ func newRestartScenario(t *testing.T, release leaseholder.Release, mutate func(*
 				RenewTime: ptr.To(metav1.NewMicroTime(time.Now())),
 			},
 		}
-		g.Expect(env.Client.Create(context.Background(), l)).To(Succeed())
+		g.Expect(env().Client.Create(context.Background(), l)).To(Succeed())
 	}
 	for _, s := range sc.instances {
 		s.start()
@@ -259,7 +259,7 @@ func newRestartScenario(t *testing.T, release leaseholder.Release, mutate func(*
 	// The live instances acknowledge their drains, as pkg/instance does.
 	acknowledger(t, ns, ns, func(id string) bool { s, ok := sc.instances[id]; return ok && s.held() })
 	reg := leasecontroller.NewRegistry()
-	startSharderWith(t, env.Config, reg, assign.Options{}, withLeaseController(reg))
+	startSharderWith(t, env().Config, reg, assign.Options{}, withLeaseController(reg))
 	g.Eventually(sc.settled, timeout, poll).Should(Succeed())
 	g.Eventually(func(g Gomega) { // the sharder has counted the objects
 		g.Expect(getRing(g, ns).Status.Members).To(HaveEach(HaveField("Objects", BeNumerically(">", 0))))

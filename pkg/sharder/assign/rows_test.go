@@ -28,7 +28,7 @@ import (
 func TestGenerateNameObjects(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	ready := []string{"a", "b", "c"}
 	reg := leasecontroller.NewRegistry()
 	reg.Set(ns, members(membership.StateReady, ready...))
@@ -39,7 +39,7 @@ func TestGenerateNameObjects(t *testing.T) {
 	instances := map[string]bool{}
 	for range 12 {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "gen-"}}
-		g.Expect(env.Client.Create(ctx, cm)).To(Succeed())
+		g.Expect(env().Client.Create(ctx, cm)).To(Succeed())
 		g.Expect(cm.Name).NotTo(Equal("gen-"))
 		names = append(names, cm.Name)
 		instances[expected(t, ready, ns, cm.Name)] = true
@@ -68,7 +68,7 @@ func installTenants(t *testing.T) {
 	ctx := context.Background()
 	scheme := runtime.NewScheme()
 	g.Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
-	c, err := client.New(env.Config, client.Options{Scheme: scheme})
+	c, err := client.New(env().Config, client.Options{Scheme: scheme})
 	g.Expect(err).NotTo(HaveOccurred())
 	crd := &apiextensionsv1.CustomResourceDefinition{
 		ObjectMeta: metav1.ObjectMeta{Name: tenants.Resource + "." + tenants.Group},
@@ -98,7 +98,7 @@ func installTenants(t *testing.T) {
 		g.Expect(established).To(BeTrue())
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(tenants.GroupVersion().WithKind("TenantList"))
-		g.Expect(env.Client.List(ctx, list)).To(Succeed())
+		g.Expect(env().Client.List(ctx, list)).To(Succeed())
 	}, timeout, poll).Should(Succeed())
 }
 
@@ -110,7 +110,7 @@ func ptrTo[T any](v T) *T { return &v }
 func TestClusterScopedMainResource(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	installTenants(t)
 	ready := []string{"a", "b", "c"}
 	reg := leasecontroller.NewRegistry()
@@ -128,8 +128,8 @@ func TestClusterScopedMainResource(t *testing.T) {
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(tenants.GroupVersion().WithKind("Tenant"))
 		u.SetName(name)
-		g.Expect(env.Client.Create(ctx, u)).To(Succeed())
-		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), u) })
+		g.Expect(env().Client.Create(ctx, u)).To(Succeed())
+		t.Cleanup(func() { _ = env().Client.Delete(context.Background(), u) })
 		id, err := rg.Lookup(ring.ObjectKey(tenants.Group, "Tenant", "", name))
 		g.Expect(err).NotTo(HaveOccurred())
 		want[name] = id
@@ -147,7 +147,7 @@ func TestClusterScopedMainResource(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		list := &metav1.PartialObjectMetadataList{}
 		list.SetGroupVersionKind(tenants.GroupVersion().WithKind("TenantList"))
-		g.Expect(env.Client.List(ctx, list)).To(Succeed())
+		g.Expect(env().Client.List(ctx, list)).To(Succeed())
 		got := map[string]string{}
 		for _, o := range list.Items {
 			if _, ours := want[o.Name]; ours {
@@ -188,7 +188,7 @@ func buildRing(t testing.TB, algorithm string, ready []string, weights map[strin
 // of objects from that share.
 func TestWeightedInstanceGetsItsShare(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	ready := []string{"a", "b", "c", "heavy"}
 	weights := map[string]int{"heavy": 3 * v1alpha1.DefaultVirtualNodes}
 	ms := members(membership.StateReady, ready...)

@@ -34,7 +34,11 @@ import (
 	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
 )
 
-var env *testenv.Env
+// suite starts the package's control plane for the first test that needs it.
+var suite testenv.Suite
+
+// env returns the control plane, starting it on first use.
+func env() *testenv.Env { return suite.Env() }
 
 func TestMain(m *testing.M) {
 	s := testenv.DefaultScheme()
@@ -42,7 +46,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	ctrl.SetLogger(testLogger())
-	os.Exit(testenv.Run(m, &env, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}, Scheme: s}))
+	os.Exit(testenv.Run(m, &suite, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}, Scheme: s}))
 }
 
 var configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
@@ -51,16 +55,16 @@ var configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmap
 // until the test ends or the returned function is called.
 func startSharder(t testing.TB, registry *leasecontroller.Registry, opts assign.Options) (stop func()) {
 	t.Helper()
-	return startSharderWith(t, env.Config, registry, opts, nil)
+	return startSharderWith(t, env().Config, registry, opts, nil)
 }
 
 // startSharderWith is startSharder; setup, when set, adds more parts to the
 // manager (such as the lease controller).
 func startSharderWith(t testing.TB, cfg *rest.Config, registry *leasecontroller.Registry, opts assign.Options, setup func(ctrl.Manager) error) (stop func()) {
 	t.Helper()
-	mgrOpts := env.ManagerOptions()
+	mgrOpts := env().ManagerOptions()
 	mgrOpts.Cache = cache.Options{ByObject: leasecontroller.CacheByObject()}
-	mgr := env.NewManager(t, cfg, mgrOpts)
+	mgr := env().NewManager(t, cfg, mgrOpts)
 	opts.Registry = registry
 	if opts.EventRecorder == nil {
 		rec, err := eventrecorder.New(mgr, "sharder")
@@ -103,10 +107,10 @@ func newRing(t testing.TB, ns string, mutate func(*v1alpha1.ControllerRingSpec))
 		mutate(&r.Spec)
 	}
 	ctx := context.Background()
-	if err := env.Client.Create(ctx, r); err != nil {
+	if err := env().Client.Create(ctx, r); err != nil {
 		t.Fatalf("creating ring: %v", err)
 	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), r) })
+	t.Cleanup(func() { _ = env().Client.Delete(context.Background(), r) })
 	return r
 }
 
@@ -158,7 +162,7 @@ func createConfigMaps(t testing.TB, ns, prefix string, n int) []string {
 	for i := range n {
 		name := fmt.Sprintf("%s-%d", prefix, i)
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-		if err := env.Client.Create(context.Background(), cm); err != nil {
+		if err := env().Client.Create(context.Background(), cm); err != nil {
 			t.Fatalf("creating ConfigMap: %v", err)
 		}
 		names = append(names, name)
@@ -170,7 +174,7 @@ func createConfigMaps(t testing.TB, ns, prefix string, n int) []string {
 func labelsOf(g Gomega, ns string) map[string]map[string]string {
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
-	g.Expect(env.Client.List(context.Background(), list, client.InNamespace(ns))).To(Succeed())
+	g.Expect(env().Client.List(context.Background(), list, client.InNamespace(ns))).To(Succeed())
 	out := map[string]map[string]string{}
 	for _, o := range list.Items {
 		if o.Name == "kube-root-ca.crt" {
@@ -221,7 +225,7 @@ type history struct {
 
 func watchHistory(t testing.TB, gvr schema.GroupVersionResource, ns, ringName string) *history {
 	t.Helper()
-	mc, err := metadata.NewForConfig(env.Config)
+	mc, err := metadata.NewForConfig(env().Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +315,7 @@ func legacyAcknowledge(ctx context.Context, c client.Client, obj client.Object, 
 func acknowledgerWith(t testing.TB, ns, ringName string, ack func(instance string) bool,
 	acknowledge func(context.Context, client.Client, client.Object, string) error) {
 	t.Helper()
-	mc, err := metadata.NewForConfig(env.Config)
+	mc, err := metadata.NewForConfig(env().Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +331,7 @@ func acknowledgerWith(t testing.TB, ns, ringName string, ack func(instance strin
 		}
 		cp := m.DeepCopy()
 		cp.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
-		err := acknowledge(ctx, env.Client, cp, ringName)
+		err := acknowledge(ctx, env().Client, cp, ringName)
 		if err != nil && !errors.Is(err, drain.ErrNotDraining) && ctx.Err() == nil {
 			t.Logf("acknowledging %s: %v", m.Name, err)
 		}
@@ -341,6 +345,6 @@ func acknowledgerWith(t testing.TB, ns, ringName string, ack func(instance strin
 
 func getRing(g Gomega, name string) *v1alpha1.ControllerRing {
 	r := &v1alpha1.ControllerRing{}
-	g.Expect(env.Client.Get(context.Background(), client.ObjectKey{Name: name}, r)).To(Succeed())
+	g.Expect(env().Client.Get(context.Background(), client.ObjectKey{Name: name}, r)).To(Succeed())
 	return r
 }

@@ -90,7 +90,7 @@ func TestReleasedLeaseIsDeadAtOnce(t *testing.T) {
 	g := NewWithT(t)
 	ring, ns := newRing(t)
 	s := startSharder(t, clock.RealClock{}, ring, ns)
-	holder, err := leaseholder.NewHolder(env.Client, leaseholder.HolderOptions{
+	holder, err := leaseholder.NewHolder(env().Client, leaseholder.HolderOptions{
 		Ring: ring, Namespace: ns, Identity: "leaving", LeaseDuration: 2 * time.Second,
 	})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -127,7 +127,7 @@ func TestInstanceReturns(t *testing.T) {
 
 	start := func(t *testing.T, id string) *leaseholder.Holder {
 		g := NewWithT(t)
-		holder, err := leaseholder.NewHolder(env.Client, leaseholder.HolderOptions{
+		holder, err := leaseholder.NewHolder(env().Client, leaseholder.HolderOptions{
 			Ring: ring, Namespace: ns, Identity: id, LeaseDuration: time.Second, RenewPeriod: 200 * time.Millisecond,
 			OnLost: func() { t.Errorf("instance %s lost its Lease", id) },
 		})
@@ -211,7 +211,7 @@ func TestMalformedLeases(t *testing.T) {
 	fixed, err := getLease(ns, "not-a-number")()
 	g.Expect(err).NotTo(HaveOccurred())
 	fixed.Labels[v1alpha1.LabelVirtualNodes] = "64"
-	g.Expect(env.Client.Update(context.Background(), fixed)).To(Succeed())
+	g.Expect(env().Client.Update(context.Background(), fixed)).To(Succeed())
 	g.Eventually(func() membership.Member { m, _ := s.member(ring, "not-a-number"); return m }).
 		Should(Equal(membership.Member{ID: "not-a-number", VirtualNodes: 64, State: membership.StateReady}))
 }
@@ -250,7 +250,7 @@ func TestLeaseNamespace(t *testing.T) {
 	ctx := context.Background()
 	clk := newFakeClock()
 	ring, ns := newRing(t)
-	elsewhere := env.Namespace(t)
+	elsewhere := env().Namespace(t)
 	s := startSharder(t, clk, ring, ns, elsewhere)
 	createLease(t, ring, ns, "inside", clk.Now(), 60)
 	createLease(t, ring, elsewhere, "outside", clk.Now(), 60)
@@ -261,9 +261,9 @@ func TestLeaseNamespace(t *testing.T) {
 	g.Consistently(getLease(elsewhere, "outside"), time.Second).Should(HaveField("Labels", Not(HaveKey(v1alpha1.LabelState))))
 
 	obj := &v1alpha1.ControllerRing{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Name: ring}, obj)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Name: ring}, obj)).To(Succeed())
 	obj.Spec.LeaseNamespace = elsewhere
-	g.Expect(env.Client.Update(ctx, obj)).To(Succeed())
+	g.Expect(env().Client.Update(ctx, obj)).To(Succeed())
 	// The instance left behind is not proven gone: it is held as vanished
 	// (for twice its 60 s lease duration) while the new namespace's
 	// instance is ready.
@@ -272,7 +272,7 @@ func TestLeaseNamespace(t *testing.T) {
 	g.Eventually(getLease(elsewhere, "outside")).Should(HaveField("Labels", HaveKeyWithValue(v1alpha1.LabelState, "ready")))
 	g.Eventually(getLease(ns, "inside")).Should(HaveField("Labels", Not(HaveKey(v1alpha1.LabelState))))
 
-	g.Expect(env.Client.Delete(ctx, obj)).To(Succeed())
+	g.Expect(env().Client.Delete(ctx, obj)).To(Succeed())
 	g.Eventually(func() []membership.Member { return s.registry.Members(ring) }).Should(BeEmpty())
 	g.Expect(s.registry.Rings()).NotTo(ContainElement(ring))
 }
@@ -328,12 +328,13 @@ func TestLeaseDeletedEventsKeepTheirNotes(t *testing.T) {
 	}
 
 	// Both are taken two durations after their last renewal, and deleted
-	// ten (new) durations after that.
+	// ten (new) durations after that. The dead label is written once the
+	// controller has recorded the takeover: the clock steps on only then.
 	var takenAt time.Time
 	stepTo(g, clk, renewed.Add(2*time.Second), ns, names, func() bool {
 		for _, name := range names {
 			lease, err := getLease(ns, name)()
-			if err != nil || ptr.Deref(lease.Spec.HolderIdentity, "") != sharderIdentity {
+			if err != nil || ptr.Deref(lease.Spec.HolderIdentity, "") != sharderIdentity || lease.Labels[v1alpha1.LabelState] != "dead" {
 				return false
 			}
 			if lease.Spec.RenewTime.After(takenAt) {
@@ -352,7 +353,7 @@ func TestLeaseDeletedEventsKeepTheirNotes(t *testing.T) {
 	})
 	g.Eventually(func() ([]string, error) {
 		list := &eventsv1.EventList{}
-		if err := env.Client.List(context.Background(), list); err != nil {
+		if err := env().Client.List(context.Background(), list); err != nil {
 			return nil, err
 		}
 		var notes []string
@@ -372,7 +373,7 @@ func TestLeaseDeletedEventsKeepTheirNotes(t *testing.T) {
 func eventNotes(namespace, lease string) func() ([]string, error) {
 	return func() ([]string, error) {
 		list := &eventsv1.EventList{}
-		if err := env.Client.List(context.Background(), list, client.InNamespace(namespace)); err != nil {
+		if err := env().Client.List(context.Background(), list, client.InNamespace(namespace)); err != nil {
 			return nil, err
 		}
 		var notes []string
@@ -389,7 +390,7 @@ func eventNotes(namespace, lease string) func() ([]string, error) {
 func eventReasons(namespace, lease string) func() ([]string, error) {
 	return func() ([]string, error) {
 		list := &eventsv1.EventList{}
-		if err := env.Client.List(context.Background(), list, client.InNamespace(namespace)); err != nil {
+		if err := env().Client.List(context.Background(), list, client.InNamespace(namespace)); err != nil {
 			return nil, err
 		}
 		var reasons []string
@@ -463,7 +464,7 @@ func (s *sharder) renewFor(g Gomega, clk *clocktesting.FakeClock, ns, id string,
 				return err
 			}
 			lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(at))
-			return env.Client.Update(context.Background(), lease)
+			return env().Client.Update(context.Background(), lease)
 		}).Should(Succeed())
 		g.Eventually(func() (time.Time, error) {
 			cached := &coordinationv1.Lease{}

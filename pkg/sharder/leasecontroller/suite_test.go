@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/sharder-dev/sharder/internal/fixture"
 	"github.com/sharder-dev/sharder/internal/testenv"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
@@ -31,7 +32,11 @@ import (
 // sharderIdentity is the identity of the lease controllers under test.
 const sharderIdentity = "sharder:test"
 
-var env *testenv.Env
+// suite starts the package's control plane for the first test that needs it.
+var suite testenv.Suite
+
+// env returns the control plane, starting it on first use.
+func env() *testenv.Env { return suite.Env() }
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
@@ -42,7 +47,7 @@ func TestMain(m *testing.M) {
 	SetDefaultEventuallyPollingInterval(20 * time.Millisecond)
 	scheme := testenv.DefaultScheme()
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
-	os.Exit(testenv.Run(m, &env, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}, Scheme: scheme}))
+	os.Exit(testenv.Run(m, &suite, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}, Scheme: scheme}))
 }
 
 // sharder is one test's lease controller, on a manager of its own whose
@@ -65,14 +70,14 @@ func startSharder(t *testing.T, clk clock.WithTicker, ring string, namespaces ..
 // startSharderAs is startSharder with another holder identity.
 func startSharderAs(t *testing.T, identity string, clk clock.WithTicker, ring string, namespaces ...string) *sharder {
 	t.Helper()
-	mgrOpts := env.ManagerOptions()
+	mgrOpts := env().ManagerOptions()
 	byObject := leasecontroller.CacheByObject()
 	byObject[&v1alpha1.ControllerRing{}] = cache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", ring)}
 	mgrOpts.Cache = cache.Options{ByObject: byObject, DefaultNamespaces: map[string]cache.Config{}}
 	for _, ns := range namespaces {
 		mgrOpts.Cache.DefaultNamespaces[ns] = cache.Config{}
 	}
-	mgr := env.NewManager(t, nil, mgrOpts)
+	mgr := env().NewManager(t, nil, mgrOpts)
 	s := &sharder{clock: clk, registry: leasecontroller.NewRegistry(), cache: mgr.GetCache()}
 	s.published = &history{now: clk.Now, registry: s.registry}
 	s.registry.Subscribe(s.published.record)
@@ -112,7 +117,9 @@ func newFakeClock() *clocktesting.FakeClock {
 // it before the step and registered the requeue after it, the requeue waits
 // for a later time that never comes. So, while cond fails, stepTo pokes the
 // Leases named (a change of an annotation, which tells no renewal): each
-// poke makes the controller look at them at the current time.
+// poke makes the controller look at them at the current time. The wait is
+// for the API server and the controller only, so it may be long on a loaded
+// machine; a failure lists the Leases as they are.
 func stepTo(g Gomega, clk *clocktesting.FakeClock, at time.Time, ns string, leases []string, cond func() bool) {
 	clk.SetTime(at)
 	polls := 0
@@ -126,14 +133,31 @@ func stepTo(g Gomega, clk *clocktesting.FakeClock, at time.Time, ns string, leas
 			}
 		}
 		return false
-	}).Should(BeTrue(), "at %v", at)
+	}, 30*time.Second).Should(BeTrue(), func() string { return describe(ns, leases, at) })
+}
+
+// describe tells the holder, renewal, duration and state label of the Leases
+// named, for a failure at at.
+func describe(ns string, leases []string, at time.Time) string {
+	out := fmt.Sprintf("clock at %s:", at.Format(time.RFC3339Nano))
+	for _, name := range leases {
+		lease, err := getLease(ns, name)()
+		if err != nil {
+			out += fmt.Sprintf("\n  %s: %v", name, err)
+			continue
+		}
+		out += fmt.Sprintf("\n  %s: holder %q renewed %s for %ds, state %q, resourceVersion %s", name,
+			ptr.Deref(lease.Spec.HolderIdentity, ""), ptr.Deref(lease.Spec.RenewTime, metav1.MicroTime{}).Format(time.RFC3339Nano),
+			ptr.Deref(lease.Spec.LeaseDurationSeconds, 0), lease.Labels[v1alpha1.LabelState], lease.ResourceVersion)
+	}
+	return out
 }
 
 // poke changes an annotation of a Lease, if it exists.
 func poke(ns, name string, n int) {
 	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{"test.sharder.dev/poke":"%d"}}}`, n)
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-	_ = env.Client.Patch(context.Background(), lease, client.RawPatch(types.MergePatchType, patch))
+	_ = env().Client.Patch(context.Background(), lease, client.RawPatch(types.MergePatchType, patch))
 }
 
 // snapshot is a ring's membership as published at a time.
@@ -226,21 +250,12 @@ var ringCounter struct {
 // end of the test.
 func newRing(t *testing.T) (ring, namespace string) {
 	t.Helper()
-	g := NewWithT(t)
-	namespace = env.Namespace(t)
+	namespace = env().Namespace(t)
 	ringCounter.Lock()
 	ringCounter.n++
 	ring = fmt.Sprintf("ring-%d", ringCounter.n)
 	ringCounter.Unlock()
-	obj := &v1alpha1.ControllerRing{
-		ObjectMeta: metav1.ObjectMeta{Name: ring},
-		Spec: v1alpha1.ControllerRingSpec{
-			LeaseNamespace: namespace,
-			Resources:      []v1alpha1.RingResource{{Resource: "configmaps"}},
-		},
-	}
-	g.Expect(env.Client.Create(context.Background(), obj)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), obj) })
+	fixture.Create(t, env().Client, fixture.Ring(ring, namespace, nil))
 	return ring, namespace
 }
 
@@ -248,27 +263,12 @@ func newRing(t *testing.T) (ring, namespace string) {
 // renew (the instance then stops renewing, as if it crashed).
 func createLease(t *testing.T, ring, namespace, id string, renew time.Time, seconds int32, mutate ...func(*coordinationv1.Lease)) *coordinationv1.Lease {
 	t.Helper()
-	lease := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: namespace, Labels: map[string]string{v1alpha1.LabelRing: ring}},
-		Spec: coordinationv1.LeaseSpec{
-			HolderIdentity:       ptr.To(id),
-			AcquireTime:          ptr.To(metav1.NewMicroTime(renew)),
-			RenewTime:            ptr.To(metav1.NewMicroTime(renew)),
-			LeaseDurationSeconds: ptr.To(seconds),
-		},
-	}
-	for _, m := range mutate {
-		m(lease)
-	}
-	NewWithT(t).Expect(env.Client.Create(context.Background(), lease)).To(Succeed())
+	lease := fixture.InstanceLease(ring, namespace, id, renew, time.Duration(seconds)*time.Second, mutate...)
+	NewWithT(t).Expect(env().Client.Create(context.Background(), lease)).To(Succeed())
 	return lease
 }
 
 // getLease reads a Lease from the API server.
 func getLease(namespace, name string) func() (*coordinationv1.Lease, error) {
-	return func() (*coordinationv1.Lease, error) {
-		lease := &coordinationv1.Lease{}
-		err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, lease)
-		return lease, err
-	}
+	return fixture.GetLease(env().Client, namespace, name)
 }

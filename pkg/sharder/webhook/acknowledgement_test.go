@@ -25,7 +25,7 @@ func clientAsPod(t testing.TB, user, pod string) client.Client {
 	t.Helper()
 	cfg := configAs(t, user)
 	cfg.Impersonate.Extra = map[string][]string{serviceaccount.PodNameKey: {pod}}
-	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	c, err := client.New(cfg, client.Options{Scheme: env().Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func clientAsPod(t testing.TB, user, pod string) client.Client {
 // acknowledges only drains of objects assigned to that pod's instance.
 func TestDrainAcknowledgedOnlyByTheInstancePod(t *testing.T) {
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	// A second instance service account, running in the Lease namespace.
 	nsInstanceUser := serviceaccount.MakeUsername(ns, "instance")
 	binding := &rbacv1.ClusterRoleBinding{
@@ -44,10 +44,10 @@ func TestDrainAcknowledgedOnlyByTheInstancePod(t *testing.T) {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: nsInstanceUser}},
 	}
-	if err := env.Client.Create(ctx, binding); err != nil {
+	if err := env().Client.Create(ctx, binding); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), binding) })
+	t.Cleanup(func() { _ = env().Client.Delete(context.Background(), binding) })
 	r := createRing(t, ns, func(r *v1alpha1.ControllerRing) {
 		r.Spec.InstanceServiceAccounts = append(r.Spec.InstanceServiceAccounts, v1alpha1.ServiceAccountReference{Namespace: ns, Name: "instance"})
 	})

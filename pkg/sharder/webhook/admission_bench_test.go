@@ -37,7 +37,7 @@ const (
 // Run: go test ./pkg/sharder/webhook -run '^$' -bench AdmissionLatency
 func BenchmarkAdmissionLatency(b *testing.B) {
 	ctx := context.Background()
-	ns, outside := env.Namespace(b), env.Namespace(b)
+	ns, outside := env().Namespace(b), env().Namespace(b)
 	r := createRing(b, ns, admissionMode(ns))
 	shard := v1alpha1.ShardLabel(r.Name)
 	for _, id := range []string{"inst-a", "inst-b"} {

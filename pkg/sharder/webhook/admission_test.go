@@ -42,9 +42,9 @@ func admissionMode(ns string) func(*v1alpha1.ControllerRing) {
 // the elected leader would, until the test ends.
 func startAssignment(t testing.TB) {
 	t.Helper()
-	mgrOpts := env.ManagerOptions()
+	mgrOpts := env().ManagerOptions()
 	mgrOpts.Cache = cache.Options{ByObject: leasecontroller.CacheByObject()}
-	mgr := env.NewManager(t, configAs(t, sharderUser), mgrOpts)
+	mgr := env().NewManager(t, configAs(t, sharderUser), mgrOpts)
 	reg := leasecontroller.NewRegistry()
 	c, err := assign.New(assign.Options{Registry: reg, StatusInterval: ptr.To(100 * time.Millisecond), EventRecorder: &record.FakeRecorder{}})
 	if err != nil {
@@ -119,7 +119,7 @@ func waitAssigning(t testing.TB, c client.Client, ring, ns string) {
 func TestAdmissionAssignsAtCreate(t *testing.T) {
 	ctx := context.Background()
 	g := NewWithT(t)
-	ns, outside := env.Namespace(t), env.Namespace(t)
+	ns, outside := env().Namespace(t), env().Namespace(t)
 	r := createRing(t, ns, admissionMode(ns))
 	shard := v1alpha1.ShardLabel(r.Name)
 	sharderClient, alice := clientAs(t, sharderUser), clientAs(t, userAlice)
@@ -166,18 +166,18 @@ func TestAdmissionAssignsAtCreate(t *testing.T) {
 	// counted them all as assigned, none was written again.
 	assignedBefore := testutil.ToFloat64(metrics.AssignmentsTotal.WithLabelValues(r.Name))
 	g.Eventually(func(g Gomega) {
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(r), r)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(r), r)).To(Succeed())
 		g.Expect(r.Status.AvailableInstances).To(BeEquivalentTo(2))
 		g.Expect(r.Status.Objects).To(BeNumerically(">=", n))
 		g.Expect(r.Status.UnassignedObjects).To(BeZero())
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	for name, rv := range created {
 		cm := &corev1.ConfigMap{}
-		g.Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, cm)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, cm)).To(Succeed())
 		g.Expect(cm.ResourceVersion).To(Equal(rv), "ConfigMap %s was written after its create", name)
 	}
 	cur := &corev1.Secret{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(child), cur)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(child), cur)).To(Succeed())
 	g.Expect(cur.ResourceVersion).To(Equal(child.ResourceVersion), "the controlled Secret was written after its create")
 	g.Expect(testutil.ToFloat64(metrics.AssignmentsTotal.WithLabelValues(r.Name))).To(Equal(assignedBefore))
 
@@ -208,7 +208,7 @@ func TestAdmissionAssignsAtCreate(t *testing.T) {
 func TestAdmissionWithoutReadyInstance(t *testing.T) {
 	ctx := context.Background()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	r := createRing(t, ns, admissionMode(ns))
 	shard := v1alpha1.ShardLabel(r.Name)
 	alice := clientAs(t, userAlice)
@@ -241,7 +241,7 @@ func TestAdmissionWithoutReadyInstance(t *testing.T) {
 func TestMutatingConfigurationFollowsRings(t *testing.T) {
 	ctx := context.Background()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	r := createRing(t, ns, func(r *v1alpha1.ControllerRing) {
 		r.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.LabelNamespaceName: ns}}
 	})
@@ -250,7 +250,7 @@ func TestMutatingConfigurationFollowsRings(t *testing.T) {
 	waitProtected(t, r.Name, ns)
 	mutating := func() (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
 		c := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		return c, env.Client.Get(ctx, types.NamespacedName{Name: s.opts.ConfigurationName}, c)
+		return c, env().Client.Get(ctx, types.NamespacedName{Name: s.opts.ConfigurationName}, c)
 	}
 	_, err := mutating()
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "watch mode writes no mutating configuration: %v", err)
@@ -261,11 +261,11 @@ func TestMutatingConfigurationFollowsRings(t *testing.T) {
 
 	set := func(mode string) {
 		g.Eventually(func() error {
-			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(r), r); err != nil {
+			if err := env().Client.Get(ctx, client.ObjectKeyFromObject(r), r); err != nil {
 				return err
 			}
 			r.Spec.Assignment = &v1alpha1.RingAssignment{Mode: mode}
-			return env.Client.Update(ctx, r)
+			return env().Client.Update(ctx, r)
 		}).Should(Succeed())
 	}
 	set(v1alpha1.AssignmentAdmission)
@@ -281,5 +281,5 @@ func TestMutatingConfigurationFollowsRings(t *testing.T) {
 	set(v1alpha1.AssignmentWatch)
 	g.Eventually(func() bool { _, err := mutating(); return apierrors.IsNotFound(err) }).Should(BeTrue())
 	// The validating configuration stays.
-	g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: s.opts.ConfigurationName}, &admissionregistrationv1.ValidatingWebhookConfiguration{})).To(Succeed())
+	g.Expect(env().Client.Get(ctx, types.NamespacedName{Name: s.opts.ConfigurationName}, &admissionregistrationv1.ValidatingWebhookConfiguration{})).To(Succeed())
 }

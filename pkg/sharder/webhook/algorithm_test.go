@@ -23,7 +23,7 @@ import (
 func TestUnknownAlgorithmIsAFault(t *testing.T) {
 	ctx := context.Background()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	const algorithm = "not-built-in"
 	g.Expect(ring.Registered(algorithm)).To(BeFalse())
 	withPolicy := func(p admissionregistrationv1.FailurePolicyType) func(*v1alpha1.ControllerRing) {

@@ -63,7 +63,7 @@ func relabel(c client.Client, obj client.Object, change func(map[string]string),
 
 func TestLabelsProtected(t *testing.T) {
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	r := createRing(t, ns)
 	startSharder(t, webhook.Options{})
 	waitProtected(t, r.Name, ns)
@@ -265,7 +265,7 @@ func TestLabelsProtected(t *testing.T) {
 
 func TestWebhookDownFollowsFailurePolicy(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	ignore := createRing(t, ns)
 	fail := createRing(t, ns, func(r *v1alpha1.ControllerRing) {
 		r.Spec.Webhook = &v1alpha1.RingWebhook{FailurePolicy: ptr.To(admissionregistrationv1.Fail)}
@@ -288,11 +288,11 @@ func TestWebhookDownFollowsFailurePolicy(t *testing.T) {
 func TestConfigurationFollowsRings(t *testing.T) {
 	ctx := context.Background()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	s := startSharder(t, webhook.Options{})
 	get := func() (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
 		c := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-		return c, env.Client.Get(ctx, types.NamespacedName{Name: s.opts.ConfigurationName}, c)
+		return c, env().Client.Get(ctx, types.NamespacedName{Name: s.opts.ConfigurationName}, c)
 	}
 	names := func() []string {
 		c, err := get()
@@ -320,10 +320,10 @@ func TestConfigurationFollowsRings(t *testing.T) {
 	}
 
 	// A changed ring changes its webhooks.
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(r1), r1)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(r1), r1)).To(Succeed())
 	r1.Spec.Resources[0].ControlledResources = append(r1.Spec.Resources[0].ControlledResources, metav1.GroupResource{Group: "apps", Resource: "deployments"})
 	r1.Spec.Webhook = &v1alpha1.RingWebhook{FailurePolicy: ptr.To(admissionregistrationv1.Fail)}
-	g.Expect(env.Client.Update(ctx, r1)).To(Succeed())
+	g.Expect(env().Client.Update(ctx, r1)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		c, err := get()
 		g.Expect(err).NotTo(HaveOccurred())
@@ -337,7 +337,7 @@ func TestConfigurationFollowsRings(t *testing.T) {
 	// A second ring adds its webhooks; deleting it removes them.
 	r2 := createRing(t, ns)
 	g.Eventually(names).Should(HaveLen(4))
-	g.Expect(env.Client.Delete(ctx, r2)).To(Succeed())
+	g.Expect(env().Client.Delete(ctx, r2)).To(Succeed())
 	g.Eventually(names).Should(HaveLen(2))
 
 	// Someone else's edit is undone.
@@ -347,7 +347,7 @@ func TestConfigurationFollowsRings(t *testing.T) {
 			return err
 		}
 		c.Webhooks[0].TimeoutSeconds = ptr.To[int32](30)
-		return env.Client.Update(ctx, c)
+		return env().Client.Update(ctx, c)
 	}).Should(Succeed())
 	g.Eventually(func() int32 {
 		c, err := get()
@@ -358,7 +358,7 @@ func TestConfigurationFollowsRings(t *testing.T) {
 	}).Should(BeEquivalentTo(webhook.DefaultTimeoutSeconds))
 
 	// The configuration goes with the last ring.
-	g.Expect(env.Client.Delete(ctx, r1)).To(Succeed())
+	g.Expect(env().Client.Delete(ctx, r1)).To(Succeed())
 	g.Eventually(func() bool { _, err := get(); return apierrors.IsNotFound(err) }).Should(BeTrue())
 }
 
@@ -372,7 +372,7 @@ func servedCertificate(g Gomega, url string) *x509.Certificate {
 
 func TestCertificateRotatedWithoutRestart(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	r := createRing(t, ns)
 	// A serving certificate renewed ten seconds after it is issued.
 	s := startSharder(t, webhook.Options{
@@ -390,7 +390,7 @@ func TestCertificateRotatedWithoutRestart(t *testing.T) {
 	g.Expect(second.NotAfter.After(first.NotAfter)).To(BeTrue())
 
 	secret := &corev1.Secret{}
-	g.Expect(env.Client.Get(context.Background(), types.NamespacedName{Namespace: sharderNamespace, Name: s.opts.SecretName}, secret)).To(Succeed())
+	g.Expect(env().Client.Get(context.Background(), types.NamespacedName{Namespace: sharderNamespace, Name: s.opts.SecretName}, secret)).To(Succeed())
 	block, _ := pem.Decode(secret.Data[corev1.TLSCertKey])
 	g.Expect(block.Bytes).To(Equal(second.Raw), "the served certificate is the stored one")
 
@@ -412,7 +412,7 @@ func TestReplicasShareTheCertificate(t *testing.T) {
 func TestExternalCertificatesWithInjectedCA(t *testing.T) {
 	ctx := context.Background()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 
 	// What cert-manager would mount: a certificate for 127.0.0.1 and its CA.
 	dir := t.TempDir()
@@ -428,7 +428,7 @@ func TestExternalCertificatesWithInjectedCA(t *testing.T) {
 		func(o *ctrlwebhook.Options) { o.CertDir = dir })
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	g.Eventually(func(g Gomega) {
-		g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: s.opts.ConfigurationName}, cfg)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, types.NamespacedName{Name: s.opts.ConfigurationName}, cfg)).To(Succeed())
 		g.Expect(cfg.Annotations).To(HaveKeyWithValue("cert-manager.io/inject-ca-from", "sharder-system/sharder-webhook"))
 		g.Expect(cfg.Webhooks).To(HaveLen(2))
 	}).Should(Succeed())
@@ -440,13 +440,13 @@ func TestExternalCertificatesWithInjectedCA(t *testing.T) {
 	for i := range cfg.Webhooks {
 		cfg.Webhooks[i].ClientConfig.CABundle = res.Data[pki.KeyCABundle]
 	}
-	g.Expect(env.Client.Update(ctx, cfg)).To(Succeed())
+	g.Expect(env().Client.Update(ctx, cfg)).To(Succeed())
 	waitProtected(t, r.Name, ns)
 
 	// A new ring's webhooks get the injected bundle too.
 	r2 := createRing(t, ns)
 	g.Eventually(func(g Gomega) {
-		g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: s.opts.ConfigurationName}, cfg)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, types.NamespacedName{Name: s.opts.ConfigurationName}, cfg)).To(Succeed())
 		g.Expect(cfg.Webhooks).To(HaveLen(4))
 		for _, w := range cfg.Webhooks {
 			g.Expect(w.ClientConfig.CABundle).To(Equal(res.Data[pki.KeyCABundle]))
@@ -460,7 +460,7 @@ func TestExternalCertificatesWithInjectedCA(t *testing.T) {
 
 func TestExternalCertificatesWithCAFile(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	dir := t.TempDir()
 	res, err := pki.Reconcile(nil, pki.Config{Hosts: []string{"127.0.0.1"}, CAValidity: 24 * time.Hour, CARenewBefore: 2 * time.Hour,
 		CertValidity: time.Hour, CertRenewBefore: 10 * time.Minute}, time.Now())
@@ -498,13 +498,13 @@ func (w *warnings) all() []string {
 func TestFaultsFollowFailurePolicy(t *testing.T) {
 	ctx := context.Background()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	r := createRing(t, ns)
 	s := startSharder(t, webhook.Options{})
 	waitProtected(t, r.Name, ns)
 
 	secret := &corev1.Secret{}
-	g.Expect(env.Client.Get(ctx, types.NamespacedName{Namespace: sharderNamespace, Name: s.opts.SecretName}, secret)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, types.NamespacedName{Namespace: sharderNamespace, Name: s.opts.SecretName}, secret)).To(Succeed())
 	ghost := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "ghost-rings-" + ns}}
 	for _, policy := range []admissionregistrationv1.FailurePolicyType{admissionregistrationv1.Ignore, admissionregistrationv1.Fail} {
 		ring := "ghost-" + strings.ToLower(string(policy))
@@ -526,8 +526,8 @@ func TestFaultsFollowFailurePolicy(t *testing.T) {
 			AdmissionReviewVersions: []string{"v1"},
 		})
 	}
-	g.Expect(env.Client.Create(ctx, ghost)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ghost) })
+	g.Expect(env().Client.Create(ctx, ghost)).To(Succeed())
+	t.Cleanup(func() { _ = env().Client.Delete(context.Background(), ghost) })
 
 	cfg := configAs(t, userAlice)
 	collected := &warnings{}

@@ -42,7 +42,7 @@ const (
 // Run: go test ./pkg/sharder/webhook -run '^$' -bench WebhookLatency
 func BenchmarkWebhookLatency(b *testing.B) {
 	ctx := context.Background()
-	ns := env.Namespace(b)
+	ns := env().Namespace(b)
 	r := createRing(b, ns)
 	startSharder(b, webhook.Options{})
 	probe := waitProtected(b, r.Name, ns)

@@ -24,28 +24,28 @@ import (
 func TestConfigurationOwnedByClusterRole(t *testing.T) {
 	ctx := context.Background()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	owner := "sharder-owner-" + rand.String(5)
 	s := startSharder(t, webhook.Options{OwnerClusterRole: owner})
 	createRing(t, ns, admissionMode(ns)) // so that there is a mutating configuration too
 
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	get := func(g Gomega) {
-		g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: s.opts.ConfigurationName}, cfg)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, types.NamespacedName{Name: s.opts.ConfigurationName}, cfg)).To(Succeed())
 	}
 	g.Eventually(get).Should(Succeed())
 	g.Expect(cfg.OwnerReferences).To(BeEmpty(), "no owner while the ClusterRole does not exist")
 
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: owner}}
-	g.Expect(env.Client.Create(ctx, role)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), role) })
+	g.Expect(env().Client.Create(ctx, role)).To(Succeed())
+	t.Cleanup(func() { _ = env().Client.Delete(context.Background(), role) })
 	g.Eventually(func(g Gomega) {
 		get(g)
 		g.Expect(cfg.OwnerReferences).To(Equal([]metav1.OwnerReference{{
 			APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: owner, UID: role.UID,
 		}}))
 		mutating := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		g.Expect(env.Client.Get(ctx, types.NamespacedName{Name: s.opts.ConfigurationName}, mutating)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, types.NamespacedName{Name: s.opts.ConfigurationName}, mutating)).To(Succeed())
 		g.Expect(mutating.OwnerReferences).To(Equal(cfg.OwnerReferences))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 }

@@ -74,7 +74,7 @@ func relabelStatus(c client.Client, obj client.Object, change func(map[string]st
 func TestStatusSubresourceCannotChangeLabels(t *testing.T) {
 	ctx := context.Background()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	r := createRing(t, ns, func(r *v1alpha1.ControllerRing) {
 		r.Spec.Resources = []v1alpha1.RingResource{{
 			Group: "webhook-test.sharder.dev", Resource: "widgets",

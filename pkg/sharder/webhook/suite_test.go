@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,19 +23,23 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/sharder-dev/sharder/internal/fixture"
 	"github.com/sharder-dev/sharder/internal/testenv"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 	"github.com/sharder-dev/sharder/pkg/sharder/webhook"
 )
 
-var env *testenv.Env
+// suite starts the package's control plane for the first test that needs it.
+var suite testenv.Suite
+
+// env returns the control plane, starting it on first use.
+func env() *testenv.Env { return suite.Env() }
 
 func TestMain(m *testing.M) {
 	// Each manager logs through its own logger (Options.Logger); the
@@ -44,7 +47,7 @@ func TestMain(m *testing.M) {
 	logf.SetLogger(logr.Discard())
 	scheme := testenv.DefaultScheme()
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
-	os.Exit(testenv.Run(m, &env, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases", "pkg/sharder/webhook/testdata/crds"}, Scheme: scheme}))
+	os.Exit(testenv.Run(m, &suite, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases", "pkg/sharder/webhook/testdata/crds"}, Scheme: scheme}))
 }
 
 // Identities of the tests. Each is bound to cluster-admin, so RBAC never
@@ -72,7 +75,7 @@ var setupUsers = sync.OnceValue(func() error {
 			},
 		},
 	} {
-		if err := env.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := env().Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}
@@ -85,7 +88,7 @@ func configAs(t testing.TB, user string) *rest.Config {
 	if err := setupUsers(); err != nil {
 		t.Fatalf("creating test users: %v", err)
 	}
-	cfg := rest.CopyConfig(env.Config)
+	cfg := rest.CopyConfig(env().Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	if user != userAlice {
 		cfg.Impersonate.Groups = []string{"system:serviceaccounts", "system:authenticated"}
@@ -95,7 +98,7 @@ func configAs(t testing.TB, user string) *rest.Config {
 
 func clientAs(t testing.TB, user string) client.Client {
 	t.Helper()
-	c, err := client.New(configAs(t, user), client.Options{Scheme: env.Scheme})
+	c, err := client.New(configAs(t, user), client.Options{Scheme: env().Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,10 +163,10 @@ func startSharder(t testing.TB, opts webhook.Options, serverOpts ...func(*ctrlwe
 	for _, f := range serverOpts {
 		f(&so)
 	}
-	mgrOpts := env.ManagerOptions()
+	mgrOpts := env().ManagerOptions()
 	mgrOpts.Logger = zap.New(zap.UseDevMode(true), zap.WriteTo(testWriter{t}))
 	mgrOpts.WebhookServer = ctrlwebhook.NewServer(so)
-	mgr := env.NewManager(t, configAs(t, sharderUser), mgrOpts)
+	mgr := env().NewManager(t, configAs(t, sharderUser), mgrOpts)
 	if err := webhook.Setup(mgr, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -172,12 +175,12 @@ func startSharder(t testing.TB, opts webhook.Options, serverOpts ...func(*ctrlwe
 	go func() { s.done <- mgr.Start(ctx) }()
 	t.Cleanup(func() {
 		s.stop(t)
-		err := env.Client.Delete(context.Background(), &admissionregistrationv1.ValidatingWebhookConfiguration{
+		err := env().Client.Delete(context.Background(), &admissionregistrationv1.ValidatingWebhookConfiguration{
 			ObjectMeta: metav1.ObjectMeta{Name: opts.ConfigurationName}})
 		if err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("deleting the webhook configuration: %v", err)
 		}
-		err = env.Client.Delete(context.Background(), &admissionregistrationv1.MutatingWebhookConfiguration{
+		err = env().Client.Delete(context.Background(), &admissionregistrationv1.MutatingWebhookConfiguration{
 			ObjectMeta: metav1.ObjectMeta{Name: opts.ConfigurationName}})
 		if err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("deleting the mutating webhook configuration: %v", err)
@@ -213,11 +216,11 @@ func createRing(t testing.TB, leaseNS string, mutate ...func(*v1alpha1.Controlle
 	for _, m := range mutate {
 		m(r)
 	}
-	if err := env.Client.Create(context.Background(), r); err != nil {
+	if err := env().Client.Create(context.Background(), r); err != nil {
 		t.Fatalf("creating ControllerRing: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := env.Client.Delete(context.Background(), r); err != nil && !apierrors.IsNotFound(err) {
+		if err := env().Client.Delete(context.Background(), r); err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("deleting ControllerRing %s: %v", r.Name, err)
 		}
 	})
@@ -227,16 +230,7 @@ func createRing(t testing.TB, leaseNS string, mutate ...func(*v1alpha1.Controlle
 // createLease creates an instance Lease of ring renewed at renewed, for d.
 func createLease(t testing.TB, c client.Client, ns, ring, name string, renewed time.Time, d time.Duration) {
 	t.Helper()
-	lease := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{v1alpha1.LabelRing: ring}},
-		Spec: coordinationv1.LeaseSpec{
-			HolderIdentity:       ptr.To(name),
-			LeaseDurationSeconds: ptr.To(int32(d.Seconds())),
-			AcquireTime:          &metav1.MicroTime{Time: renewed},
-			RenewTime:            &metav1.MicroTime{Time: renewed},
-		},
-	}
-	if err := c.Create(context.Background(), lease); err != nil {
+	if err := c.Create(context.Background(), fixture.InstanceLease(ring, ns, name, renewed, d)); err != nil {
 		t.Fatalf("creating Lease %s: %v", name, err)
 	}
 }

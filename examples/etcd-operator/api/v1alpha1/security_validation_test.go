@@ -20,8 +20,8 @@ func withAuth(s *etcdv1alpha1.EtcdClusterSpec) {
 
 func TestSecurityDefaults(t *testing.T) {
 	ctx := context.Background()
-	c := newCluster(env.Namespace(t), "tls", withTLS)
-	if err := env.Client.Create(ctx, c); err != nil {
+	c := newCluster(env().Namespace(t), "tls", withTLS)
+	if err := env().Client.Create(ctx, c); err != nil {
 		t.Fatalf("creating: %v", err)
 	}
 	tls := c.Spec.Security.TLS
@@ -34,7 +34,7 @@ func TestSecurityDefaults(t *testing.T) {
 }
 
 func TestSecurityCreateValidation(t *testing.T) {
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	tests := []struct {
 		name string
 		spec func(*etcdv1alpha1.EtcdClusterSpec)
@@ -73,7 +73,7 @@ func TestSecurityCreateValidation(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := env.Client.Create(context.Background(), newCluster(ns, "s"+string(rune('a'+i)), tt.spec))
+			err := env().Client.Create(context.Background(), newCluster(ns, "s"+string(rune('a'+i)), tt.spec))
 			if tt.want == "" {
 				if err != nil {
 					t.Fatalf("rejected: %v", err)
@@ -86,7 +86,7 @@ func TestSecurityCreateValidation(t *testing.T) {
 }
 
 func TestSecurityUpdateValidation(t *testing.T) {
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	tests := []struct {
 		name           string
 		create, update func(*etcdv1alpha1.EtcdClusterSpec)
@@ -111,11 +111,11 @@ func TestSecurityUpdateValidation(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			c := newCluster(ns, "v"+string(rune('a'+i)), tt.create)
-			if err := env.Client.Create(ctx, c); err != nil {
+			if err := env().Client.Create(ctx, c); err != nil {
 				t.Fatalf("creating: %v", err)
 			}
 			tt.update(&c.Spec)
-			err := env.Client.Update(ctx, c)
+			err := env().Client.Update(ctx, c)
 			if tt.want == "" {
 				if err != nil {
 					t.Fatalf("update rejected: %v", err)

@@ -17,12 +17,16 @@ import (
 	"github.com/sharder-dev/sharder/internal/testenv"
 )
 
-var env *testenv.Env
+// suite starts the package's control plane for the first test that needs it.
+var suite testenv.Suite
+
+// env returns the control plane, starting it on first use.
+func env() *testenv.Env { return suite.Env() }
 
 func TestMain(m *testing.M) {
 	scheme := testenv.DefaultScheme()
 	utilruntime.Must(etcdv1alpha1.AddToScheme(scheme))
-	os.Exit(testenv.Run(m, &env, testenv.Options{
+	os.Exit(testenv.Run(m, &suite, testenv.Options{
 		CRDDirectoryPaths: []string{"examples/etcd-operator/config/crd"},
 		Scheme:            scheme,
 	}))
@@ -52,9 +56,9 @@ func expectInvalid(t *testing.T, err error, want string) {
 
 func TestDefaults(t *testing.T) {
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	c := newCluster(ns, "defaults", nil)
-	if err := env.Client.Create(ctx, c); err != nil {
+	if err := env().Client.Create(ctx, c); err != nil {
 		t.Fatalf("creating: %v", err)
 	}
 	s := c.Spec
@@ -70,7 +74,7 @@ func TestDefaults(t *testing.T) {
 }
 
 func TestCreateValidation(t *testing.T) {
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	tests := []struct {
 		name   string
 		object string
@@ -106,7 +110,7 @@ func TestCreateValidation(t *testing.T) {
 			if name == "" {
 				name = "c" + string(rune('a'+i))
 			}
-			err := env.Client.Create(context.Background(), newCluster(ns, name, tt.spec))
+			err := env().Client.Create(context.Background(), newCluster(ns, name, tt.spec))
 			if tt.want == "" {
 				if err != nil {
 					t.Fatalf("rejected: %v", err)
@@ -119,7 +123,7 @@ func TestCreateValidation(t *testing.T) {
 }
 
 func TestUpdateValidation(t *testing.T) {
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	tests := []struct {
 		name   string
 		create func(*etcdv1alpha1.EtcdClusterSpec)
@@ -160,11 +164,11 @@ func TestUpdateValidation(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			c := newCluster(ns, "u"+string(rune('a'+i)), tt.create)
-			if err := env.Client.Create(ctx, c); err != nil {
+			if err := env().Client.Create(ctx, c); err != nil {
 				t.Fatalf("creating: %v", err)
 			}
 			tt.update(&c.Spec)
-			err := env.Client.Update(ctx, c)
+			err := env().Client.Update(ctx, c)
 			if tt.want == "" {
 				if err != nil {
 					t.Fatalf("update rejected: %v", err)

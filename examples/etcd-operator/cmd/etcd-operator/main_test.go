@@ -28,12 +28,16 @@ import (
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
 
-var env *testenv.Env
+// suite starts the package's control plane for the first test that needs it.
+var suite testenv.Suite
+
+// env returns the control plane, starting it on first use.
+func env() *testenv.Env { return suite.Env() }
 
 func TestMain(m *testing.M) {
 	scheme := testenv.DefaultScheme()
 	utilruntime.Must(etcdv1alpha1.AddToScheme(scheme))
-	os.Exit(testenv.Run(m, &env, testenv.Options{
+	os.Exit(testenv.Run(m, &suite, testenv.Options{
 		CRDDirectoryPaths: []string{"examples/etcd-operator/config/crd"},
 		Scheme:            scheme,
 	}))
@@ -126,10 +130,10 @@ func TestOwnerPod(t *testing.T) {
 func TestRun(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	g.Expect(env.WriteKubeConfig(kubeconfig)).To(Succeed())
+	g.Expect(env().WriteKubeConfig(kubeconfig)).To(Succeed())
 	logPath := filepath.Join(dir, "reconcile.jsonl")
 	o, err := parseFlags([]string{"--kubeconfig=" + kubeconfig, "--ring=etcd", "--lease-namespace=" + ns, "--instance=op-0",
 		"--metrics-bind-address=0", "--health-probe-bind-address=0", "--reconcile-log=" + logPath, "--lease-duration=5s"},
@@ -149,7 +153,7 @@ func TestRun(t *testing.T) {
 			StopTrying(fmt.Sprintf("the operator stopped before holding its Lease: run returned %v", err)).Now()
 		default:
 		}
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "op-0"}, lease)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "op-0"}, lease)).To(Succeed())
 		g.Expect(lease.Labels).To(HaveKeyWithValue(sharderv1alpha1.LabelRing, "etcd"))
 		g.Expect(lease.Spec.HolderIdentity).To(HaveValue(Equal("op-0")))
 	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
@@ -157,30 +161,30 @@ func TestRun(t *testing.T) {
 	shard := sharderv1alpha1.ShardLabel("etcd")
 	mine := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mine", Labels: map[string]string{shard: "op-0"}}}
 	theirs := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "theirs", Labels: map[string]string{shard: "op-1"}}}
-	g.Expect(env.Client.Create(ctx, mine)).To(Succeed())
-	g.Expect(env.Client.Create(ctx, theirs)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, mine)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, theirs)).To(Succeed())
 
 	g.Eventually(func(g Gomega) {
 		got := &etcdv1alpha1.EtcdCluster{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(mine), got)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(mine), got)).To(Succeed())
 		g.Expect(got.Finalizers).To(ContainElement(controller.Finalizer))
 		g.Expect(got.Status.Phase).To(Equal(etcdv1alpha1.EtcdClusterPhaseCreating))
 		cm := &corev1.ConfigMap{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mine-config"}, cm)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mine-config"}, cm)).To(Succeed())
 		g.Expect(cm.Labels).To(HaveKeyWithValue(shard, "op-0"))
 		svc := &corev1.Service{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mine-client"}, svc)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mine-client"}, svc)).To(Succeed())
 		g.Expect(svc.Labels).To(HaveKeyWithValue(shard, "op-0"))
 	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 	g.Consistently(func(g Gomega) []string {
 		got := &etcdv1alpha1.EtcdCluster{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(theirs), got)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(theirs), got)).To(Succeed())
 		return got.Finalizers
 	}, time.Second, 100*time.Millisecond).Should(BeEmpty(), "a cluster of another instance was reconciled")
 
 	cancel()
 	g.Eventually(done, 45*time.Second).Should(Receive(BeNil()))
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "op-0"}, lease)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "op-0"}, lease)).To(Succeed())
 	g.Expect(lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "").To(BeTrue(), "the Lease was not released")
 
 	f, err := os.Open(logPath)
@@ -227,7 +231,7 @@ func TestRingCoversCache(t *testing.T) {
 	for _, obj := range cachedObjects() {
 		gvk, err := apiutil.GVKForObject(obj, newScheme())
 		g.Expect(err).NotTo(HaveOccurred())
-		mapping, err := env.Client.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+		mapping, err := env().Client.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(inRing).To(HaveKey(mapping.Resource.GroupResource()), "the ring does not assign %s", gvk.Kind)
 	}

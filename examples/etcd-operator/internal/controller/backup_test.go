@@ -43,7 +43,7 @@ type backupEnv struct {
 func startBackups(t *testing.T, endpoints func(*etcdv1alpha1.EtcdCluster, []corev1.Pod) []string, clusters bool) backupEnv {
 	t.Helper()
 	ctx := context.Background()
-	be := backupEnv{ns: env.Namespace(t), store: s3test.Start(t)}
+	be := backupEnv{ns: env().Namespace(t), store: s3test.Start(t)}
 	be.store.MakeBucket(t, "backups")
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: be.ns, Name: "s3"},
@@ -52,13 +52,13 @@ func startBackups(t *testing.T, endpoints func(*etcdv1alpha1.EtcdCluster, []core
 			controller.SecretKeySecretAccessKey: []byte(be.store.SecretAccessKey),
 		},
 	}
-	if err := env.Client.Create(ctx, secret); err != nil {
+	if err := env().Client.Create(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
 
-	opts := env.ManagerOptions()
+	opts := env().ManagerOptions()
 	opts.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{be.ns: {}}}
-	mgr := env.NewManager(t, nil, opts)
+	mgr := env().NewManager(t, nil, opts)
 	recorder := mgr.GetEventRecorder("etcd-operator")
 	if clusters {
 		r := controller.NewReconciler(mgr.GetClient(), mgr.GetScheme(), recorder, controller.Options{
@@ -101,7 +101,7 @@ func (be backupEnv) backup(name, cluster string) *etcdv1alpha1.EtcdBackup {
 func getBackup(ctx context.Context, b *etcdv1alpha1.EtcdBackup) func(Gomega) *etcdv1alpha1.EtcdBackup {
 	return func(g Gomega) *etcdv1alpha1.EtcdBackup {
 		out := &etcdv1alpha1.EtcdBackup{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), out)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(b), out)).To(Succeed())
 		return out
 	}
 }
@@ -119,7 +119,7 @@ func succeeded(conds []metav1.Condition) string {
 func eventsAbout(ctx context.Context, ns, kind, name string) func(Gomega) []string {
 	return func(g Gomega) []string {
 		list := &eventsv1.EventList{}
-		g.Expect(env.Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		g.Expect(env().Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
 		var out []string
 		for _, e := range list.Items {
 			if e.Regarding.Kind == kind && e.Regarding.Name == name {
@@ -155,12 +155,12 @@ func TestOneShotBackupRestores(t *testing.T) {
 	local := etcdtest.Start(t, "source-0")
 	be := startBackups(t, func(*etcdv1alpha1.EtcdCluster, []corev1.Pod) []string { return local.ClientURLs() }, false)
 	putKey(t, local.ClientURLs(), "/greeting", "hello")
-	g.Expect(env.Client.Create(ctx, newCluster(be.ns, "source", 1))).To(Succeed())
+	g.Expect(env().Client.Create(ctx, newCluster(be.ns, "source", 1))).To(Succeed())
 
 	for _, compressed := range []bool{false, true} {
 		b := be.backup(fmt.Sprintf("once-%t", compressed), "source")
 		b.Spec.Compression = compressed
-		g.Expect(env.Client.Create(ctx, b)).To(Succeed())
+		g.Expect(env().Client.Create(ctx, b)).To(Succeed())
 		var got *etcdv1alpha1.EtcdBackup
 		g.Eventually(func(g Gomega) {
 			got = getBackup(ctx, b)(g)
@@ -274,11 +274,11 @@ func TestScheduledBackupKeepsNewest(t *testing.T) {
 	ctx := context.Background()
 	local := etcdtest.Start(t, "sched-0")
 	be := startBackups(t, func(*etcdv1alpha1.EtcdCluster, []corev1.Pod) []string { return local.ClientURLs() }, false)
-	g.Expect(env.Client.Create(ctx, newCluster(be.ns, "sched", 1))).To(Succeed())
+	g.Expect(env().Client.Create(ctx, newCluster(be.ns, "sched", 1))).To(Succeed())
 	b := be.backup("every-2s", "sched")
 	b.Spec.Schedule = "*/2 * * * * *"
 	b.Spec.RetentionPolicy.MaxBackups = 2
-	g.Expect(env.Client.Create(ctx, b)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, b)).To(Succeed())
 
 	// Each completion is stamped differently; count them until four.
 	seen := map[string]bool{}
@@ -308,7 +308,7 @@ func TestBackupBadInput(t *testing.T) {
 	ctx := context.Background()
 	local := etcdtest.Start(t, "bad-0")
 	be := startBackups(t, func(*etcdv1alpha1.EtcdCluster, []corev1.Pod) []string { return local.ClientURLs() }, false)
-	g.Expect(env.Client.Create(ctx, newCluster(be.ns, "bad", 1))).To(Succeed())
+	g.Expect(env().Client.Create(ctx, newCluster(be.ns, "bad", 1))).To(Succeed())
 
 	cases := []struct {
 		name   string
@@ -327,7 +327,7 @@ func TestBackupBadInput(t *testing.T) {
 	for _, tc := range cases {
 		b := be.backup(tc.name, "bad")
 		tc.change(b)
-		g.Expect(env.Client.Create(ctx, b)).To(Succeed(), tc.name)
+		g.Expect(env().Client.Create(ctx, b)).To(Succeed(), tc.name)
 	}
 	for _, tc := range cases {
 		b := be.backup(tc.name, "bad")
@@ -344,9 +344,9 @@ func TestBackupBadInput(t *testing.T) {
 
 	// Fixed input is taken up on the next retry: the Secret appears.
 	secret := &corev1.Secret{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: be.ns, Name: "s3"}, secret)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: be.ns, Name: "s3"}, secret)).To(Succeed())
 	secret.ObjectMeta = metav1.ObjectMeta{Namespace: be.ns, Name: "missing"}
-	g.Expect(env.Client.Create(ctx, secret)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, secret)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		g.Expect(getBackup(ctx, be.backup("no-secret", "bad"))(g).Status.Phase).To(Equal(etcdv1alpha1.EtcdBackupPhaseCompleted))
 	}, timeout, interval).Should(Succeed())

@@ -28,9 +28,9 @@ func TestLifecycle(t *testing.T) {
 	g := NewWithT(t)
 	plainManager(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	c := newCluster(ns, "lifecycle", 3)
-	g.Expect(env.Client.Create(ctx, c)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, c)).To(Succeed())
 
 	// Creating: finalizer, children with controller references, status.
 	g.Eventually(getCluster(ctx, c), timeout, interval).Should(And(
@@ -61,7 +61,7 @@ func TestLifecycle(t *testing.T) {
 	g.Expect(got.Status.ClientEndpoints).To(Equal([]string{"http://lifecycle-client." + ns + ".svc:2379"}))
 
 	for _, obj := range objectsOf(got) {
-		g.Eventually(func() error { return env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj) }, timeout, interval).Should(Succeed())
+		g.Eventually(func() error { return env().Client.Get(ctx, client.ObjectKeyFromObject(obj), obj) }, timeout, interval).Should(Succeed())
 		ref := metav1.GetControllerOf(obj)
 		g.Expect(ref).NotTo(BeNil(), "%T %s has no controller", obj, obj.GetName())
 		g.Expect(ref.UID).To(Equal(got.UID))
@@ -70,7 +70,7 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	sts := &appsv1.StatefulSet{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "lifecycle"}, sts)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "lifecycle"}, sts)).To(Succeed())
 	g.Expect(*sts.Spec.Replicas).To(BeEquivalentTo(3))
 	g.Expect(sts.Spec.ServiceName).To(Equal("lifecycle-peer"))
 	g.Expect(sts.Spec.PodManagementPolicy).To(Equal(appsv1.ParallelPodManagement))
@@ -78,7 +78,7 @@ func TestLifecycle(t *testing.T) {
 	g.Expect(sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests.Storage().String()).To(Equal("10Gi"))
 
 	peer := &corev1.Service{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "lifecycle-peer"}, peer)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "lifecycle-peer"}, peer)).To(Succeed())
 	g.Expect(peer.Spec.ClusterIP).To(Equal(corev1.ClusterIPNone))
 	g.Expect(peer.Spec.PublishNotReadyAddresses).To(BeTrue())
 
@@ -87,11 +87,11 @@ func TestLifecycle(t *testing.T) {
 	g.Expect(sts.Spec.UpdateStrategy.Type).To(Equal(appsv1.OnDeleteStatefulSetStrategyType))
 	g.Expect(sts.Spec.Template.Spec.SchedulingGates).To(ConsistOf(corev1.PodSchedulingGate{Name: "etcd.example.sharder.dev/membership"}))
 	cm := &corev1.ConfigMap{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "lifecycle-config"}, cm)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "lifecycle-config"}, cm)).To(Succeed())
 	g.Expect(cm.Data).NotTo(HaveKey("ETCD_INITIAL_CLUSTER"), "the initial cluster is written on each member's pod")
 
 	pdb := &policyv1.PodDisruptionBudget{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "lifecycle"}, pdb)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "lifecycle"}, pdb)).To(Succeed())
 	g.Expect(*pdb.Spec.MinAvailable).To(Equal(intstr.FromInt32(2)))
 
 	// No kubelet runs: without ready replicas the cluster stays Creating.
@@ -117,9 +117,9 @@ func TestQuorumLossAndRecovery(t *testing.T) {
 	g := NewWithT(t)
 	plainManager(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	c := newCluster(ns, "quorum", 3)
-	g.Expect(env.Client.Create(ctx, c)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, c)).To(Succeed())
 	g.Eventually(getCluster(ctx, c), timeout, interval).Should(havePhase(etcdv1alpha1.EtcdClusterPhaseCreating))
 
 	setReadyReplicas(ctx, g, ns, "quorum", 3)
@@ -151,16 +151,16 @@ func TestConflictFailsAndRecovers(t *testing.T) {
 	g := NewWithT(t)
 	plainManager(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 
 	// Someone else's ConfigMap holds the name the cluster needs.
 	foreign := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "conflict-config"},
 		Data:       map[string]string{"owner": "someone else"},
 	}
-	g.Expect(env.Client.Create(ctx, foreign)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, foreign)).To(Succeed())
 	c := newCluster(ns, "conflict", 1)
-	g.Expect(env.Client.Create(ctx, c)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, c)).To(Succeed())
 
 	g.Eventually(getCluster(ctx, c), timeout, interval).Should(And(
 		havePhase(etcdv1alpha1.EtcdClusterPhaseFailed),
@@ -170,12 +170,12 @@ func TestConflictFailsAndRecovers(t *testing.T) {
 	got := getCluster(ctx, c)(g)
 	g.Expect(got.Status.Conditions).To(ContainElement(HaveField("Message", ContainSubstring("ConfigMap "+ns+"/conflict-config already exists"))))
 	// The foreign object is left alone.
-	g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(foreign), foreign)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(foreign), foreign)).To(Succeed())
 	g.Expect(foreign.Data).To(HaveKeyWithValue("owner", "someone else"))
 	g.Expect(metav1.GetControllerOf(foreign)).To(BeNil())
 
 	// Once it is gone, the operator recovers on its own.
-	g.Expect(env.Client.Delete(ctx, foreign)).To(Succeed())
+	g.Expect(env().Client.Delete(ctx, foreign)).To(Succeed())
 	g.Eventually(getCluster(ctx, c), timeout, interval).Should(And(
 		havePhase(etcdv1alpha1.EtcdClusterPhaseCreating),
 		haveCondition(etcdv1alpha1.ConditionResourcesReady, metav1.ConditionTrue, etcdv1alpha1.ReasonReconciled),
@@ -189,25 +189,25 @@ func TestDeletion(t *testing.T) {
 	g := NewWithT(t)
 	plainManager(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	c := newCluster(ns, "deletion", 3)
-	g.Expect(env.Client.Create(ctx, c)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, c)).To(Succeed())
 	setReadyReplicas(ctx, g, ns, "deletion", 3)
 	g.Eventually(getCluster(ctx, c), timeout, interval).Should(havePhase(etcdv1alpha1.EtcdClusterPhaseRunning))
 	children := objectsOf(c)
 	for _, obj := range children {
-		g.Eventually(func() error { return env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj) }, timeout, interval).Should(Succeed())
+		g.Eventually(func() error { return env().Client.Get(ctx, client.ObjectKeyFromObject(obj), obj) }, timeout, interval).Should(Succeed())
 	}
 
 	// Hold the StatefulSet with a finalizer of the test's so the deletion
 	// can be watched halfway.
 	const hold = "test.example/hold"
 	sts := &appsv1.StatefulSet{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "deletion"}, sts)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "deletion"}, sts)).To(Succeed())
 	sts.Finalizers = append(sts.Finalizers, hold)
-	g.Expect(env.Client.Update(ctx, sts)).To(Succeed())
+	g.Expect(env().Client.Update(ctx, sts)).To(Succeed())
 
-	g.Expect(env.Client.Delete(ctx, c)).To(Succeed())
+	g.Expect(env().Client.Delete(ctx, c)).To(Succeed())
 	g.Eventually(getCluster(ctx, c), timeout, interval).Should(And(
 		havePhase(etcdv1alpha1.EtcdClusterPhaseDeleting),
 		haveCondition(etcdv1alpha1.ConditionReady, metav1.ConditionFalse, etcdv1alpha1.ReasonDeleting),
@@ -225,10 +225,10 @@ func TestDeletion(t *testing.T) {
 		WithTransform(func(c *etcdv1alpha1.EtcdCluster) []string { return c.Finalizers }, ContainElement(controller.Finalizer)))
 
 	g.Eventually(func(g Gomega) {
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(sts), sts)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(sts), sts)).To(Succeed())
 		g.Expect(sts.DeletionTimestamp).NotTo(BeNil())
 		sts.Finalizers = nil
-		g.Expect(env.Client.Update(ctx, sts)).To(Succeed())
+		g.Expect(env().Client.Update(ctx, sts)).To(Succeed())
 	}, timeout, interval).Should(Succeed())
 	expectGone(ctx, g, sts)
 	expectGone(ctx, g, &etcdv1alpha1.EtcdCluster{ObjectMeta: c.ObjectMeta})
@@ -238,17 +238,17 @@ func TestSpecChangesAndDrift(t *testing.T) {
 	g := NewWithT(t)
 	plainManager(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	c := newCluster(ns, "changes", 3)
 	c.Spec.Version = "3.5.21"
-	g.Expect(env.Client.Create(ctx, c)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, c)).To(Succeed())
 	setReadyReplicas(ctx, g, ns, "changes", 3)
 	g.Eventually(getCluster(ctx, c), timeout, interval).Should(havePhase(etcdv1alpha1.EtcdClusterPhaseRunning))
 
 	// Steady state: a reconcile (forced by an annotation) writes nothing.
 	before := map[string]string{}
 	for _, obj := range objectsOf(c) {
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
 		before[obj.GetName()+kind(obj)] = obj.GetResourceVersion()
 	}
 	// The operator writes the cluster's status meanwhile: each edit reads
@@ -257,18 +257,18 @@ func TestSpecChangesAndDrift(t *testing.T) {
 	// The status carries no resource version of its own; wait for the
 	// reconcile through a drift we introduce after the touch.
 	sts := &appsv1.StatefulSet{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "changes"}, sts)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "changes"}, sts)).To(Succeed())
 	sts.Spec.Replicas = ptrInt32(7)
-	g.Expect(env.Client.Update(ctx, sts)).To(Succeed())
+	g.Expect(env().Client.Update(ctx, sts)).To(Succeed())
 	g.Eventually(func(g Gomega) int32 {
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(sts), sts)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(sts), sts)).To(Succeed())
 		return *sts.Spec.Replicas
 	}, timeout, interval).Should(BeEquivalentTo(3), "drift of the StatefulSet is undone")
 	for _, obj := range objectsOf(c) {
 		if kind(obj) == "StatefulSet" {
 			continue
 		}
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
 		g.Expect(obj.GetResourceVersion()).To(Equal(before[obj.GetName()+kind(obj)]), "%s %s was rewritten", kind(obj), obj.GetName())
 	}
 
@@ -281,15 +281,15 @@ func TestSpecChangesAndDrift(t *testing.T) {
 	// One member at a time: etcd gets member 3 as a learner, then the
 	// StatefulSet grows by one; no pod starts here, so it stays there.
 	g.Eventually(func(g Gomega) {
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(sts), sts)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(sts), sts)).To(Succeed())
 		g.Expect(*sts.Spec.Replicas).To(BeEquivalentTo(4))
 		g.Expect(sts.Spec.Template.Spec.Containers[0].Image).To(HaveSuffix(":v3.6.8"))
 		pdb := &policyv1.PodDisruptionBudget{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "changes"}, pdb)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "changes"}, pdb)).To(Succeed())
 		g.Expect(*pdb.Spec.MinAvailable).To(Equal(intstr.FromInt32(3)))
 		g.Expect(sts.Spec.Template.Annotations).To(HaveKey("etcd.example.sharder.dev/config-hash"))
 		svc := &corev1.Service{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "changes-client"}, svc)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "changes-client"}, svc)).To(Succeed())
 		g.Expect(svc.Spec.Type).To(Equal(corev1.ServiceTypeNodePort))
 		g.Expect(svc.Spec.Ports[0].NodePort).NotTo(BeZero())
 	}, timeout, interval).Should(Succeed())
@@ -308,11 +308,11 @@ func TestSpecChangesAndDrift(t *testing.T) {
 
 	// The node port the API server allocated survives later reconciles.
 	svc := &corev1.Service{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "changes-client"}, svc)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "changes-client"}, svc)).To(Succeed())
 	rv := svc.ResourceVersion
 	editCluster(ctx, g, c, func(c *etcdv1alpha1.EtcdCluster) { c.Annotations = map[string]string{"touch": "2"} })
 	g.Consistently(func(g Gomega) string {
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(svc), svc)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(svc), svc)).To(Succeed())
 		return svc.ResourceVersion
 	}, time.Second, 100*time.Millisecond).Should(Equal(rv))
 }
@@ -321,9 +321,9 @@ func TestMembersFollowPods(t *testing.T) {
 	g := NewWithT(t)
 	plainManager(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	c := newCluster(ns, "members", 3)
-	g.Expect(env.Client.Create(ctx, c)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, c)).To(Succeed())
 	g.Eventually(getCluster(ctx, c), timeout, interval).Should(havePhase(etcdv1alpha1.EtcdClusterPhaseCreating))
 
 	// Play the StatefulSet controller and kubelet for member 1.
@@ -333,9 +333,9 @@ func TestMembersFollowPods(t *testing.T) {
 		}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "etcd", Image: etcdv1alpha1.DefaultRepository + ":v" + etcdv1alpha1.DefaultVersion}}},
 	}
-	g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, pod)).To(Succeed())
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-	g.Expect(env.Client.Status().Update(ctx, pod)).To(Succeed())
+	g.Expect(env().Client.Status().Update(ctx, pod)).To(Succeed())
 
 	readyMembers := func(got *etcdv1alpha1.EtcdCluster) []string {
 		var out []string
@@ -349,7 +349,7 @@ func TestMembersFollowPods(t *testing.T) {
 	g.Eventually(getCluster(ctx, c), timeout, interval).Should(WithTransform(readyMembers, Equal([]string{"members-1"})))
 
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
-	g.Expect(env.Client.Status().Update(ctx, pod)).To(Succeed())
+	g.Expect(env().Client.Status().Update(ctx, pod)).To(Succeed())
 	g.Eventually(getCluster(ctx, c), timeout, interval).Should(WithTransform(readyMembers, BeEmpty()))
 }
 
@@ -374,10 +374,10 @@ func ptrInt32(v int32) *int32 { return &v }
 // the operator's.
 func editCluster(ctx context.Context, g Gomega, c *etcdv1alpha1.EtcdCluster, edit func(*etcdv1alpha1.EtcdCluster)) {
 	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+		if err := env().Client.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
 			return err
 		}
 		edit(c)
-		return env.Client.Update(ctx, c)
+		return env().Client.Update(ctx, c)
 	})).To(Succeed())
 }

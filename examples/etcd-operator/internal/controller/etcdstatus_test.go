@@ -26,9 +26,9 @@ func TestRunningFollowsEtcd(t *testing.T) {
 		Endpoints: func(*etcdv1alpha1.EtcdCluster, []corev1.Pod) []string { return local.ClientURLs() },
 	}, ctrl.Options{})
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	c := newCluster(ns, "answer", 3)
-	g.Expect(env.Client.Create(ctx, c)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, c)).To(Succeed())
 	setReadyReplicas(ctx, g, ns, "answer", 3)
 
 	healthy := func(got *etcdv1alpha1.EtcdCluster) map[string]bool {

@@ -171,11 +171,11 @@ func (p *memberPods) pause(paused bool) {
 
 func (p *memberPods) sync(ctx context.Context) error {
 	sts := &appsv1.StatefulSet{}
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: p.ns, Name: p.name}, sts); err != nil {
+	if err := env().Client.Get(ctx, client.ObjectKey{Namespace: p.ns, Name: p.name}, sts); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	list := &corev1.PodList{}
-	if err := env.Client.List(ctx, list, client.InNamespace(p.ns), client.MatchingLabels{controller.LabelCluster: p.name}); err != nil {
+	if err := env().Client.List(ctx, list, client.InNamespace(p.ns), client.MatchingLabels{controller.LabelCluster: p.name}); err != nil {
 		return err
 	}
 	pods := map[string]*corev1.Pod{}
@@ -212,7 +212,7 @@ func (p *memberPods) sync(ctx context.Context) error {
 	// The StatefulSet controller.
 	for name, pod := range pods {
 		if ord, _ := strconv.Atoi(strings.TrimPrefix(name, p.name+"-")); ord >= replicas {
-			if err := env.Client.Delete(ctx, pod); client.IgnoreNotFound(err) != nil {
+			if err := env().Client.Delete(ctx, pod); client.IgnoreNotFound(err) != nil {
 				return err
 			}
 			delete(pods, name)
@@ -240,7 +240,7 @@ func (p *memberPods) sync(ctx context.Context) error {
 				Name: claim.Name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
 			})
 		}
-		if err := env.Client.Create(ctx, pod); err != nil {
+		if err := env().Client.Create(ctx, pod); err != nil {
 			return err
 		}
 		pods[name] = pod
@@ -285,7 +285,7 @@ func (p *memberPods) sync(ctx context.Context) error {
 				status = corev1.ConditionTrue
 			}
 			pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}
-			if err := env.Client.Status().Update(ctx, pod); err != nil {
+			if err := env().Client.Status().Update(ctx, pod); err != nil {
 				return err
 			}
 		}
@@ -295,7 +295,7 @@ func (p *memberPods) sync(ctx context.Context) error {
 		sts.Status.ReadyReplicas = ready
 		sts.Status.AvailableReplicas = ready
 		sts.Status.ObservedGeneration = sts.Generation
-		return env.Client.Status().Update(ctx, sts)
+		return env().Client.Status().Update(ctx, sts)
 	}
 	return nil
 }
@@ -474,22 +474,22 @@ func runningWith(n int32) OmegaMatcher {
 func formCluster(t *testing.T, name string, size int32, ephemeral bool, version string) (*etcdv1alpha1.EtcdCluster, *memberPods, func()) {
 	t.Helper()
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	pods := newMemberPods(t, ns, name, ephemeral)
 	stop := pods.startManager(t)
 	c := newCluster(ns, name, size)
 	c.Spec.Storage.Ephemeral = ephemeral
 	c.Spec.Version = version
-	g.Expect(env.Client.Create(context.Background(), c)).To(Succeed())
+	g.Expect(env().Client.Create(context.Background(), c)).To(Succeed())
 	g.Eventually(getCluster(context.Background(), c), timeout, interval).Should(runningWith(size))
 	return c, pods, stop
 }
 
 func setSize(ctx context.Context, g Gomega, c *etcdv1alpha1.EtcdCluster, size int32) {
 	g.Eventually(func(g Gomega) {
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(c), c)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(c), c)).To(Succeed())
 		c.Spec.Size = size
-		g.Expect(env.Client.Update(ctx, c)).To(Succeed())
+		g.Expect(env().Client.Update(ctx, c)).To(Succeed())
 	}, timeout, interval).Should(Succeed())
 }
 
@@ -594,7 +594,7 @@ func TestScaleUpAndDown(t *testing.T) {
 	}
 	g.Expect(pods.get(ctx, "k1")).To(Equal("v1"))
 	sts := &appsv1.StatefulSet{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name}, sts)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name}, sts)).To(Succeed())
 	g.Expect(*sts.Spec.Replicas).To(BeEquivalentTo(3))
 }
 
@@ -640,7 +640,7 @@ func TestScaleUpResumesOnAnotherManager(t *testing.T) {
 	g.Eventually(pods.membership).WithContext(ctx).Should(ContainElement("?:learner"))
 	sts := &appsv1.StatefulSet{}
 	g.Eventually(func(g Gomega) int32 {
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name}, sts)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name}, sts)).To(Succeed())
 		return *sts.Spec.Replicas
 	}, timeout, interval).Should(BeEquivalentTo(4))
 	stop()
@@ -667,8 +667,8 @@ func TestMemberRecovery(t *testing.T) {
 	seen := pods.watchMembership(t)
 
 	pod := &corev1.Pod{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: "recover-1"}, pod)).To(Succeed())
-	g.Expect(env.Client.Delete(ctx, pod)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: "recover-1"}, pod)).To(Succeed())
+	g.Expect(env().Client.Delete(ctx, pod)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		got := getCluster(ctx, c)(g)
 		g.Expect(got).To(runningWith(3))
@@ -702,14 +702,14 @@ func TestUpgradeOneAtATime(t *testing.T) {
 	}
 	before := ids(getCluster(ctx, c)(g))
 	g.Eventually(func(g Gomega) {
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(c), c)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(c), c)).To(Succeed())
 		c.Spec.Version = "3.6.8"
-		g.Expect(env.Client.Update(ctx, c)).To(Succeed())
+		g.Expect(env().Client.Update(ctx, c)).To(Succeed())
 	}, timeout, interval).Should(Succeed())
 	g.Eventually(getCluster(ctx, c), timeout, interval).Should(havePhase(etcdv1alpha1.EtcdClusterPhaseUpgrading))
 	g.Eventually(func(g Gomega) {
 		list := &corev1.PodList{}
-		g.Expect(env.Client.List(ctx, list, client.InNamespace(c.Namespace))).To(Succeed())
+		g.Expect(env().Client.List(ctx, list, client.InNamespace(c.Namespace))).To(Succeed())
 		g.Expect(list.Items).To(HaveLen(3))
 		for _, p := range list.Items {
 			g.Expect(p.Spec.Containers[0].Image).To(HaveSuffix(":v3.6.8"), p.Name)
@@ -741,7 +741,7 @@ func TestLeftoverLearnerRemoved(t *testing.T) {
 	g.Eventually(pods.membership).WithContext(ctx).Should(Equal([]string{"undo-0:voter", "undo-1:voter", "undo-2:voter"}))
 	g.Eventually(func(g Gomega) int32 {
 		sts := &appsv1.StatefulSet{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name}, sts)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name}, sts)).To(Succeed())
 		return *sts.Spec.Replicas
 	}, timeout, interval).Should(BeEquivalentTo(3))
 	g.Eventually(getCluster(ctx, c), timeout, interval).Should(runningWith(3))

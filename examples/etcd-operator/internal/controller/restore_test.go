@@ -19,7 +19,7 @@ import (
 func getRestore(ctx context.Context, r *etcdv1alpha1.EtcdRestore) func(Gomega) *etcdv1alpha1.EtcdRestore {
 	return func(g Gomega) *etcdv1alpha1.EtcdRestore {
 		out := &etcdv1alpha1.EtcdRestore{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(r), out)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(r), out)).To(Succeed())
 		return out
 	}
 }
@@ -51,9 +51,9 @@ func TestRestoreCreatesCluster(t *testing.T) {
 		}
 		return local.ClientURLs()
 	}, true)
-	g.Expect(env.Client.Create(ctx, newCluster(be.ns, "orig", 1))).To(Succeed())
+	g.Expect(env().Client.Create(ctx, newCluster(be.ns, "orig", 1))).To(Succeed())
 	b := be.backup("orig-backup", "orig")
-	g.Expect(env.Client.Create(ctx, b)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, b)).To(Succeed())
 	var backup *etcdv1alpha1.EtcdBackup
 	g.Eventually(func(g Gomega) {
 		backup = getBackup(ctx, b)(g)
@@ -61,7 +61,7 @@ func TestRestoreCreatesCluster(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 
 	rs := newRestore(be.ns, "bring-back", b.Name, "copy")
-	g.Expect(env.Client.Create(ctx, rs)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, rs)).To(Succeed())
 	c := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: be.ns, Name: "copy"}}
 	got := getCluster(ctx, c)
 	g.Eventually(got, timeout, interval).Should(WithTransform(func(c *etcdv1alpha1.EtcdCluster) int32 { return c.Spec.Size }, BeEquivalentTo(3)))
@@ -81,7 +81,7 @@ func TestRestoreCreatesCluster(t *testing.T) {
 	// The members restore before etcd starts.
 	sts := &appsv1.StatefulSet{}
 	g.Eventually(func() error {
-		return env.Client.Get(ctx, client.ObjectKey{Namespace: be.ns, Name: "copy"}, sts)
+		return env().Client.Get(ctx, client.ObjectKey{Namespace: be.ns, Name: "copy"}, sts)
 	}, timeout, interval).Should(Succeed())
 	pod := sts.Spec.Template.Spec
 	g.Expect(pod.InitContainers).To(HaveLen(1))
@@ -118,7 +118,7 @@ func TestRestoreCreatesCluster(t *testing.T) {
 	replace := newRestore(be.ns, "replace", b.Name, "orig")
 	replace.Spec.RestoreType = etcdv1alpha1.RestoreTypeReplace
 	for _, r := range []*etcdv1alpha1.EtcdRestore{taken, missing, replace} {
-		g.Expect(env.Client.Create(ctx, r)).To(Succeed())
+		g.Expect(env().Client.Create(ctx, r)).To(Succeed())
 	}
 	for r, reason := range map[*etcdv1alpha1.EtcdRestore]string{
 		taken: controller.ReasonClusterExists, missing: controller.ReasonBackupNotFound, replace: controller.ReasonRestoreTypeNotSupported,
@@ -132,5 +132,5 @@ func TestRestoreCreatesCluster(t *testing.T) {
 	}
 	orig := getCluster(ctx, &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: be.ns, Name: "orig"}})(g)
 	g.Expect(orig.Annotations).NotTo(HaveKey(controller.AnnotationRestoreSource))
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: be.ns, Name: "other"}, &etcdv1alpha1.EtcdCluster{})).NotTo(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: be.ns, Name: "other"}, &etcdv1alpha1.EtcdCluster{})).NotTo(Succeed())
 }

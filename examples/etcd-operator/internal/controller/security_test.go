@@ -100,7 +100,7 @@ func startTLSEtcd(ctx context.Context, t *testing.T, ns, name string) *tlsEtcd {
 	syncAll := func() error {
 		for vol, secret := range map[*secretVolume]string{e.server: name + "-server-tls", e.peer: name + "-peer-tls"} {
 			s := &corev1.Secret{}
-			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: secret}, s); err != nil {
+			if err := env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: secret}, s); err != nil {
 				return err
 			}
 			if err := vol.sync(s); err != nil {
@@ -155,7 +155,7 @@ func (e *tlsEtcd) endpoints(*etcdv1alpha1.EtcdCluster, []corev1.Pod) []string {
 
 func secretData(ctx context.Context, g Gomega, ns, name string) map[string][]byte {
 	s := &corev1.Secret{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s)).To(Succeed())
 	return s.Data
 }
 
@@ -178,7 +178,7 @@ func parseCert(g Gomega, pemData []byte) *x509.Certificate {
 func TestIssuedCertificatesAndAuth(t *testing.T) {
 	g := NewWithT(t)
 	ctx := t.Context()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	const name = "sec"
 	local := startTLSEtcd(ctx, t, ns, name)
 	startManager(t, controller.Options{Endpoints: local.endpoints}, ctrl.Options{})
@@ -193,7 +193,7 @@ func TestIssuedCertificatesAndAuth(t *testing.T) {
 		},
 		Auth: &etcdv1alpha1.EtcdAuthSpec{Enabled: true},
 	}
-	g.Expect(env.Client.Create(ctx, c)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, c)).To(Succeed())
 	setReadyReplicas(ctx, g, ns, name, 3)
 
 	t.Log("Running, with certificates and auth reported")
@@ -212,7 +212,7 @@ func TestIssuedCertificatesAndAuth(t *testing.T) {
 	t.Log("the Secrets belong to the cluster; members are named by the server certificate, clients carry no names")
 	for _, s := range []string{"-ca", "-server-tls", "-peer-tls", "-client-tls", "-root"} {
 		secret := &corev1.Secret{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + s}, secret)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + s}, secret)).To(Succeed())
 		ref := metav1.GetControllerOf(secret)
 		g.Expect(ref).NotTo(BeNil(), s)
 		g.Expect(ref.UID).To(Equal(got.UID), s)
@@ -308,13 +308,13 @@ func TestIssuedCertificatesAndAuth(t *testing.T) {
 func TestUserProvidedCertificates(t *testing.T) {
 	g := NewWithT(t)
 	ctx := t.Context()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	startManager(t, controller.Options{Endpoints: func(*etcdv1alpha1.EtcdCluster, []corev1.Pod) []string { return nil }}, ctrl.Options{})
 
 	// Certificates from a CA: those the operator issued for another cluster.
 	source := newCluster(ns, "issuer", 1)
 	source.Spec.Security.TLS = &etcdv1alpha1.EtcdTLSSpec{Client: true, Peer: true}
-	g.Expect(env.Client.Create(ctx, source)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, source)).To(Succeed())
 	issued := map[string]map[string][]byte{}
 	g.Eventually(func(g Gomega) {
 		for _, role := range []string{"server", "peer", "client"} {
@@ -325,7 +325,7 @@ func TestUserProvidedCertificates(t *testing.T) {
 	c := newCluster(ns, "mine", 1)
 	c.Spec.Security.TLS = &etcdv1alpha1.EtcdTLSSpec{Client: true, Peer: true, Source: etcdv1alpha1.CertificateSourceSecrets,
 		Secrets: &etcdv1alpha1.EtcdTLSSecrets{Server: "my-server", Peer: "my-peer", Client: "my-client"}}
-	g.Expect(env.Client.Create(ctx, c)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, c)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		got := getCluster(ctx, c)(g)
 		g.Expect(got).To(haveCondition(etcdv1alpha1.ConditionCertificatesReady, metav1.ConditionFalse, etcdv1alpha1.ReasonSecretInvalid))
@@ -333,7 +333,7 @@ func TestUserProvidedCertificates(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 
 	for role, name := range map[string]string{"server": "my-server", "peer": "my-peer", "client": "my-client"} {
-		g.Expect(env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		g.Expect(env().Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Type: corev1.SecretTypeTLS, Data: issued[role]})).To(Succeed())
 	}
 	g.Eventually(func(g Gomega) {
@@ -342,13 +342,13 @@ func TestUserProvidedCertificates(t *testing.T) {
 		g.Expect(got.Status.CertificatesNotAfter).NotTo(BeNil())
 	}, timeout, interval).Should(Succeed())
 	sts := &appsv1.StatefulSet{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mine"}, sts)).To(Succeed())
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mine"}, sts)).To(Succeed())
 	g.Expect(sts.Spec.Template.Spec.Volumes).To(ContainElements(
 		HaveField("VolumeSource.Secret.SecretName", "my-server"),
 		HaveField("VolumeSource.Secret.SecretName", "my-peer"),
 	))
 	for _, suffix := range []string{"-ca", "-server-tls", "-peer-tls", "-client-tls"} {
-		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mine" + suffix}, &corev1.Secret{})
+		err := env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mine" + suffix}, &corev1.Secret{})
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "mine%s: %v", suffix, err)
 	}
 }

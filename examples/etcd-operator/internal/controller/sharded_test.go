@@ -32,9 +32,9 @@ import (
 // `sharder run` does on its leader.
 func startSharder(t *testing.T) {
 	t.Helper()
-	mgrOpts := env.ManagerOptions()
+	mgrOpts := env().ManagerOptions()
 	mgrOpts.Cache = cache.Options{ByObject: leasecontroller.CacheByObject()}
-	mgr := env.NewManager(t, nil, mgrOpts)
+	mgr := env().NewManager(t, nil, mgrOpts)
 	registry := leasecontroller.NewRegistry()
 	lc, err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: registry})
 	if err != nil {
@@ -61,9 +61,9 @@ func startInstance(t *testing.T, ring, ns, id string, endpoints func(*etcdv1alph
 		&etcdv1alpha1.EtcdCluster{}, &corev1.ConfigMap{}, &corev1.Service{},
 		&appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &corev1.Pod{})
 	cacheOpts.DefaultNamespaces = map[string]cache.Config{ns: {}}
-	mgrOpts := env.ManagerOptions()
+	mgrOpts := env().ManagerOptions()
 	mgrOpts.Cache = cacheOpts
-	mgr := env.NewManager(t, nil, mgrOpts)
+	mgr := env().NewManager(t, nil, mgrOpts)
 	inst, err := instance.Setup(mgr, instance.Options{
 		Ring:           ring,
 		LeaseNamespace: ns,
@@ -116,8 +116,8 @@ func newEtcdRing(t *testing.T, ns string) string {
 		},
 	}
 	g := NewWithT(t)
-	g.Expect(env.Client.Create(context.Background(), ring)).To(Succeed())
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ring) })
+	g.Expect(env().Client.Create(context.Background(), ring)).To(Succeed())
+	t.Cleanup(func() { _ = env().Client.Delete(context.Background(), ring) })
 	return ring.Name
 }
 
@@ -130,16 +130,16 @@ func expectColocated(ctx context.Context, g Gomega, ns, ring string, ids []strin
 	g.Eventually(func(g Gomega) {
 		for _, c := range clusters {
 			got := &etcdv1alpha1.EtcdCluster{}
-			g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(c), got)).To(Succeed())
+			g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(c), got)).To(Succeed())
 			owner := got.Labels[shard]
 			g.Expect(ids).To(ContainElement(owner), "cluster %s is not assigned", c.Name)
 			g.Expect(got.Finalizers).To(ContainElement(controller.Finalizer), "cluster %s was not reconciled", c.Name)
 			for _, obj := range objectsOf(got) {
-				g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+				g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
 				g.Expect(obj.GetLabels()).To(HaveKeyWithValue(shard, owner), "%T %s is not with its cluster", obj, obj.GetName())
 			}
 			pods := &corev1.PodList{}
-			g.Expect(env.Client.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{controller.LabelCluster: c.Name})).To(Succeed())
+			g.Expect(env().Client.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{controller.LabelCluster: c.Name})).To(Succeed())
 			for _, p := range pods.Items {
 				g.Expect(p.Labels).To(HaveKeyWithValue(shard, owner), "pod %s is not with its cluster", p.Name)
 			}
@@ -154,7 +154,7 @@ func expectColocated(ctx context.Context, g Gomega, ns, ring string, ids []strin
 func createMemberPod(ctx context.Context, g Gomega, c *etcdv1alpha1.EtcdCluster, ordinal int) {
 	sts := &appsv1.StatefulSet{}
 	g.Eventually(func() error {
-		return env.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name}, sts)
+		return env().Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name}, sts)
 	}, timeout, interval).Should(Succeed())
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -172,12 +172,12 @@ func createMemberPod(ctx context.Context, g Gomega, c *etcdv1alpha1.EtcdCluster,
 			Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
 		}}},
 	}
-	g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, pod)).To(Succeed())
 	// The sharder may label the pod meanwhile: retry on conflicts.
 	g.Eventually(func(g Gomega) {
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-		g.Expect(env.Client.Status().Update(ctx, pod)).To(Succeed())
+		g.Expect(env().Client.Status().Update(ctx, pod)).To(Succeed())
 	}, timeout, interval).Should(Succeed())
 }
 
@@ -190,7 +190,7 @@ func createMemberPod(ctx context.Context, g Gomega, c *etcdv1alpha1.EtcdCluster,
 func TestShardedColocation(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	ring := newEtcdRing(t, ns)
 	startSharder(t)
 	endpoints := localEtcd(t)
@@ -202,7 +202,7 @@ func TestShardedColocation(t *testing.T) {
 	var clusters []*etcdv1alpha1.EtcdCluster
 	for _, name := range spreadNames(t, ns, []string{"etcd-a", "etcd-b"}, 4) {
 		c := newCluster(ns, name, 3)
-		g.Expect(env.Client.Create(ctx, c)).To(Succeed())
+		g.Expect(env().Client.Create(ctx, c)).To(Succeed())
 		clusters = append(clusters, c)
 	}
 	for _, c := range clusters[:2] {
@@ -280,20 +280,20 @@ func spreadNames(t *testing.T, ns string, ids []string, perID int) []string {
 func TestChildOutsideTheCacheIsRelabelled(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	const ringName, id = "etcd-relabel", "etcd-a"
 	shard := sharderv1alpha1.ShardLabel(ringName)
 
 	c := newCluster(ns, "hidden", 1)
 	c.Labels = map[string]string{shard: id}
-	g.Expect(env.Client.Create(ctx, c)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, c)).To(Succeed())
 	stale := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hidden-config", Labels: map[string]string{shard: "etcd-gone"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: etcdv1alpha1.GroupVersion.String(), Kind: "EtcdCluster",
 				Name: c.Name, UID: c.UID, Controller: ptr.To(true)}}},
 		Data: map[string]string{"stale": "true"},
 	}
-	g.Expect(env.Client.Create(ctx, stale)).To(Succeed())
+	g.Expect(env().Client.Create(ctx, stale)).To(Succeed())
 
 	cacheOpts := instance.CacheOptions(ringName, id,
 		&etcdv1alpha1.EtcdCluster{}, &corev1.ConfigMap{}, &corev1.Service{},
@@ -304,7 +304,7 @@ func TestChildOutsideTheCacheIsRelabelled(t *testing.T) {
 	}, ctrl.Options{Cache: cacheOpts})
 
 	g.Eventually(func(g Gomega) {
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(stale), stale)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(stale), stale)).To(Succeed())
 		g.Expect(stale.Labels).To(HaveKeyWithValue(shard, id))
 		g.Expect(stale.Data).To(HaveKey("ETCD_INITIAL_CLUSTER_TOKEN"))
 		g.Expect(stale.Data).NotTo(HaveKey("stale"))

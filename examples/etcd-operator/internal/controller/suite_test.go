@@ -30,14 +30,18 @@ import (
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
 
-var env *testenv.Env
+// suite starts the package's control plane for the first test that needs it.
+var suite testenv.Suite
+
+// env returns the control plane, starting it on first use.
+func env() *testenv.Env { return suite.Env() }
 
 func TestMain(m *testing.M) {
 	scheme := testenv.DefaultScheme()
 	utilruntime.Must(etcdv1alpha1.AddToScheme(scheme))
 	utilruntime.Must(sharderv1alpha1.AddToScheme(scheme))
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
-	os.Exit(testenv.Run(m, &env, testenv.Options{
+	os.Exit(testenv.Run(m, &suite, testenv.Options{
 		CRDDirectoryPaths: []string{"examples/etcd-operator/config/crd", "config/crd/bases"},
 		Scheme:            scheme,
 	}))
@@ -57,9 +61,9 @@ const (
 // until stop is called.
 func startManager(t *testing.T, opts controller.Options, mgrOpts ctrl.Options) (_ ctrl.Manager, stop func()) {
 	t.Helper()
-	testOpts := env.ManagerOptions()
+	testOpts := env().ManagerOptions()
 	mgrOpts.Scheme, mgrOpts.Metrics, mgrOpts.Controller = testOpts.Scheme, testOpts.Metrics, testOpts.Controller
-	mgr := env.NewManager(t, nil, mgrOpts)
+	mgr := env().NewManager(t, nil, mgrOpts)
 	if opts.APIReader == nil {
 		opts.APIReader = mgr.GetAPIReader()
 	}
@@ -153,7 +157,7 @@ func newCluster(ns, name string, size int32) *etcdv1alpha1.EtcdCluster {
 func getCluster(ctx context.Context, c *etcdv1alpha1.EtcdCluster) func(Gomega) *etcdv1alpha1.EtcdCluster {
 	return func(g Gomega) *etcdv1alpha1.EtcdCluster {
 		out := &etcdv1alpha1.EtcdCluster{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(c), out)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(c), out)).To(Succeed())
 		return out
 	}
 }
@@ -163,12 +167,12 @@ func getCluster(ctx context.Context, c *etcdv1alpha1.EtcdCluster) func(Gomega) *
 func setReadyReplicas(ctx context.Context, g Gomega, ns, name string, ready int32) {
 	g.Eventually(func(g Gomega) {
 		sts := &appsv1.StatefulSet{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sts)).To(Succeed())
+		g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sts)).To(Succeed())
 		sts.Status.Replicas = *sts.Spec.Replicas
 		sts.Status.ReadyReplicas = ready
 		sts.Status.AvailableReplicas = ready
 		sts.Status.ObservedGeneration = sts.Generation
-		g.Expect(env.Client.Status().Update(ctx, sts)).To(Succeed())
+		g.Expect(env().Client.Status().Update(ctx, sts)).To(Succeed())
 	}, timeout, interval).Should(Succeed())
 }
 
@@ -190,7 +194,7 @@ func haveCondition(typ string, status metav1.ConditionStatus, reason string) Ome
 func eventReasons(ctx context.Context, c *etcdv1alpha1.EtcdCluster) func(Gomega) []string {
 	return func(g Gomega) []string {
 		list := &eventsv1.EventList{}
-		g.Expect(env.Client.List(ctx, list, client.InNamespace(c.Namespace))).To(Succeed())
+		g.Expect(env().Client.List(ctx, list, client.InNamespace(c.Namespace))).To(Succeed())
 		var out []string
 		for _, e := range list.Items {
 			if e.Regarding.Name == c.Name && e.Regarding.Kind == "EtcdCluster" {
@@ -204,7 +208,7 @@ func eventReasons(ctx context.Context, c *etcdv1alpha1.EtcdCluster) func(Gomega)
 // expectGone asserts obj does not exist (eventually).
 func expectGone(ctx context.Context, g Gomega, obj client.Object) {
 	g.Eventually(func() bool {
-		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj))
+		return apierrors.IsNotFound(env().Client.Get(ctx, client.ObjectKeyFromObject(obj), obj))
 	}, timeout, interval).Should(BeTrue(), "%T %s still exists", obj, obj.GetName())
 }
 

@@ -24,17 +24,21 @@ import (
 
 var configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 
-var env *testenv.Env
+// suite starts the package's control plane for the first test that needs it.
+var suite testenv.Suite
+
+// env returns the control plane, starting it on first use.
+func env() *testenv.Env { return suite.Env() }
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Run(m, &env, testenv.Options{}))
+	os.Exit(testenv.Run(m, &suite, testenv.Options{}))
 }
 
 // startCache runs a cache of ConfigMaps against the test API server until
 // the test ends.
 func startCache(t *testing.T, opts Options) *Cache {
 	t.Helper()
-	client, err := metadata.NewForConfig(env.Config)
+	client, err := metadata.NewForConfig(env().Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +60,7 @@ func createConfigMap(t *testing.T, ns, name string, owner *corev1.ConfigMap) typ
 	if owner != nil {
 		cm.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}
 	}
-	if err := env.Client.Create(context.Background(), cm); err != nil {
+	if err := env().Client.Create(context.Background(), cm); err != nil {
 		t.Fatal(err)
 	}
 	return cm.UID
@@ -76,9 +80,9 @@ func names(seq iter.Seq[*Object], ns string) []string {
 
 func TestCacheGetListAndByController(t *testing.T) {
 	g := NewWithT(t)
-	ns := env.Namespace(t)
+	ns := env().Namespace(t)
 	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "owner"}}
-	g.Expect(env.Client.Create(context.Background(), owner)).To(Succeed())
+	g.Expect(env().Client.Create(context.Background(), owner)).To(Succeed())
 	a := createConfigMap(t, ns, "a", owner)
 	createConfigMap(t, ns, "b", owner)
 	createConfigMap(t, ns, "c", nil)
