@@ -204,7 +204,9 @@ func (s *simInstance) kill() {
 	killed.Store(true)
 	s.closeSpan(currentRevision(s.t))
 	cancel()
-	_ = <-done // a killed instance's last error tells nothing
+	if err := <-done; err != nil {
+		s.t.Logf("killed instance stopped with: %v", err) // whatever it was, it writes nothing more
+	}
 	s.mu.Lock()
 	s.stopped, s.cancel = true, nil
 	s.mu.Unlock()
