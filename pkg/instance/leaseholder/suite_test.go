@@ -19,10 +19,8 @@ import (
 // sharder would.
 const sharderIdentity = "sharder:test"
 
-// suite starts the package's control plane for the first test that needs it.
-var suite testenv.Suite
+var suite testenv.Suite // the control plane, started for the first test that calls env
 
-// env returns the control plane, starting it on first use.
 func env() *testenv.Env { return suite.Env() }
 
 func TestMain(m *testing.M) {
