@@ -187,6 +187,11 @@ func testInstall(t *testing.T) {
 			return err
 		}
 	}).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+
+	By(t, "helm test: the webhook answers through its Service and sharder status reads the ring")
+	out, err := helm(ctx, "test", release, "--namespace", sharderNamespace, "--logs", "--timeout", "3m")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(out).To(ContainSubstring(ring), "sharder status in the test Pod lists the ring")
 }
 
 // testLeaseCollectedWithPod: the garbage collector deletes a Lease owned by
