@@ -164,6 +164,7 @@ rings:
 `
 
 func TestLint(t *testing.T) {
+	t.Parallel()
 	for name, values := range map[string]string{"defaults": "", "all features": allFeatures} {
 		t.Run(name, func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "values.yaml")
@@ -179,6 +180,7 @@ func TestLint(t *testing.T) {
 }
 
 func TestRenderDefaults(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	_, objs := render(t, "")
 
@@ -235,6 +237,7 @@ func TestRenderDefaults(t *testing.T) {
 }
 
 func TestRenderCertManager(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	_, objs := render(t, "webhook:\n  certificates:\n    mode: cert-manager\n")
 	cfg := sharderConfig(t, objs)
@@ -268,6 +271,7 @@ func TestRenderCertManager(t *testing.T) {
 }
 
 func TestRenderServiceMonitor(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	_, objs := render(t, "metrics:\n  certSecret: sharder-metrics-tls\n  serviceMonitor:\n    enabled: true\n    labels: {release: prometheus}\n")
 	sm := find(objs, "ServiceMonitor")["sharder"]
@@ -347,6 +351,7 @@ metrics:
 var metricNamesRE = regexp.MustCompile(`Name:\s+"(sharder_[a-z_]+)"`)
 
 func TestRenderDashboard(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	_, objs := render(t, "dashboards:\n  enabled: true\n  namespace: monitoring\n")
 	cm := as[corev1.ConfigMap](t, find(objs, "ConfigMap")["sharder-dashboard"])
@@ -393,6 +398,7 @@ func TestRenderDashboard(t *testing.T) {
 }
 
 func TestRenderRings(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	_, objs := render(t, `
 rings:
@@ -441,6 +447,7 @@ rings:
 }
 
 func TestRenderRejectsBadValues(t *testing.T) {
+	t.Parallel()
 	for name, tc := range map[string]struct{ values, want string }{
 		"ring without name":          {"rings:\n- spec: {leaseNamespace: x}\n", "every entry needs a name"},
 		"ring without spec":          {"rings:\n- name: r\n", "rings[r]: spec is required"},
@@ -465,6 +472,7 @@ func TestRenderRejectsBadValues(t *testing.T) {
 // TestClusterRoleMatchesGenerated keeps the chart's ClusterRole in line
 // with config/rbac/role.yaml, generated from the code's RBAC markers.
 func TestClusterRoleMatchesGenerated(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	data, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "rbac", "role.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -500,6 +508,7 @@ func permissions(rules []rbacv1.PolicyRule) []string {
 }
 
 func TestCRDsMatchConfig(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	root := repoRoot(t)
 	sources, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
@@ -521,6 +530,7 @@ func TestCRDsMatchConfig(t *testing.T) {
 // local API server)
 // with a server-side dry-run: the API server validates every object.
 func TestDryRun(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	err := env().Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})
 	if err != nil && !apierrors.IsAlreadyExists(err) {

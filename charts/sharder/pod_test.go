@@ -23,6 +23,7 @@ func sharderContainer(t *testing.T, values string) (corev1.PodSpec, corev1.Conta
 }
 
 func TestRenderPodDefaults(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	pod, c := sharderContainer(t, "")
 	g.Expect(pod.HostNetwork).To(BeFalse())
@@ -43,6 +44,7 @@ func TestRenderPodDefaults(t *testing.T) {
 }
 
 func TestRenderPodOptions(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	pod, c := sharderContainer(t, `
 env:
@@ -92,6 +94,7 @@ startupProbe:
 // TestRenderHostNetwork: on the node's network the pod resolves cluster
 // names, and listens on the ports the values name.
 func TestRenderHostNetwork(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	_, objs := render(t, `
 hostNetwork: true
@@ -120,6 +123,7 @@ metrics:
 }
 
 func TestRenderAggregatedClusterRoles(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	_, objs := render(t, "")
 	roles := find(objs, "ClusterRole")
@@ -153,6 +157,7 @@ func TestRenderAggregatedClusterRoles(t *testing.T) {
 // chart's image and ServiceAccount under the same restrictions as the
 // sharder, and is none of the sharder's pods.
 func TestRenderHelmTest(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	_, objs := render(t, "")
 	test := as[corev1.Pod](t, find(objs, "Pod")["sharder-test-status"])

@@ -153,6 +153,7 @@ func valuesTable(t *testing.T) string {
 // TestReadmeValues keeps the values table of README.md in line with
 // values.yaml: every documented value, its default and its comment.
 func TestReadmeValues(t *testing.T) {
+	t.Parallel()
 	data, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -179,6 +180,7 @@ func TestReadmeValues(t *testing.T) {
 // TestValuesDocumented: the table leaves out no value of the schema's top
 // level, so that a value is documented where users look.
 func TestValuesDocumented(t *testing.T) {
+	t.Parallel()
 	text, _ := readValues(t)
 	docs, _ := documentedValues(text)
 	seen := map[string]bool{}

@@ -94,6 +94,7 @@ func schemaTypes(node map[string]any) []string {
 // values.yaml does not set (but those of schemaOnly, which values.yaml
 // names in its comments). The two cannot drift apart.
 func TestSchemaMatchesValues(t *testing.T) {
+	t.Parallel()
 	text, values := readValues(t)
 	schema := readSchema(t)
 
@@ -143,6 +144,7 @@ func TestSchemaMatchesValues(t *testing.T) {
 // TestSchemaRejectsMistakes: a misspelt or mistyped value stops helm lint and
 // helm template (and so helm install) with a message naming it.
 func TestSchemaRejectsMistakes(t *testing.T) {
+	t.Parallel()
 	for name, tc := range map[string]struct{ values, want string }{
 		"misspelt top-level key":   {"replicas: 3\n", "additional properties 'replicas' not allowed"},
 		"misspelt nested key":      {"webhook:\n  prot: 9443\n", "at '/webhook': additional properties 'prot' not allowed"},

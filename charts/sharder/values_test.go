@@ -72,6 +72,7 @@ func withRing() map[string]any {
 // as `sharder run` loads it, so that no switch leaves the pods
 // crash-looping on their configuration.
 func TestRenderEveryBoolean(t *testing.T) {
+	t.Parallel()
 	// Values a flipped boolean needs to be usable at all.
 	needs := map[string]map[string]any{
 		"serviceAccount.create":          {"serviceAccount.name": "existing"},
