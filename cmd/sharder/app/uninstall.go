@@ -31,6 +31,8 @@ type uninstallOptions struct {
 	configurationName string
 	resources         []string
 	timeout           time.Duration
+	// dryRun reads what uninstall would remove and changes nothing.
+	dryRun bool
 }
 
 // NewUninstallCommand returns `sharder uninstall`.
@@ -56,8 +58,12 @@ func NewUninstallCommand() *cobra.Command {
 The ring's resources are read from the ControllerRing, or, when it is gone
 already, from its webhook entries, or else from --resource. Instances select
 their objects by the shard label: once it is removed they see none, so stop
-them first. Running it again finishes what an interrupted run left.`,
+them first. Running it again finishes what an interrupted run left.
+
+With --dry-run it reads the same and prints what it would remove, counting
+the labelled objects, and changes nothing.`,
 		Example: `  sharder uninstall etcd-operator
+  sharder uninstall etcd-operator --dry-run
   sharder uninstall etcd-operator --resource etcdclusters.etcd.example.sharder.dev --resource statefulsets.apps`,
 		Args: cobra.ExactArgs(1),
 		PreRunE: func(_ *cobra.Command, args []string) error {
@@ -78,6 +84,7 @@ them first. Running it again finishes what an interrupted run left.`,
 	cmd.Flags().StringSliceVar(&o.resources, "resource", nil,
 		"A resource of the ring (RESOURCE.GROUP, or RESOURCE for the core group), when neither the ControllerRing nor its webhooks are left to name them. Repeatable.")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 10*time.Minute, "Give up after this long.")
+	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "Print what would be removed (the ring, its webhook entries, the number of labelled objects per resource) and change nothing.")
 	return cmd
 }
 
@@ -117,7 +124,15 @@ func (o *uninstallOptions) run(ctx context.Context, out io.Writer, ringName stri
 			"so nothing tells which resources carry its labels: name them with --resource", ringName, o.configurationName)
 	}
 	resources = unique(resources)
-	return removeLabels(ctx, out, c, m, ringName, resources)
+	return o.removeLabels(ctx, out, c, m, ringName, resources)
+}
+
+// would returns what a dry run prints instead of done.
+func (o *uninstallOptions) would(done, wouldBe string) string {
+	if o.dryRun {
+		return wouldBe
+	}
+	return done
 }
 
 // deleteRing deletes the ControllerRing and waits until it is gone. It
@@ -132,6 +147,10 @@ func (o *uninstallOptions) deleteRing(ctx context.Context, out io.Writer, c clie
 		return nil, fmt.Errorf("reading ControllerRing %s: %w", ringName, err)
 	}
 	resources := append(ring.Spec.MainResources(), ring.Spec.ControlledResources()...)
+	if o.dryRun {
+		fmt.Fprintf(out, "ControllerRing %s: would be deleted\n", ringName)
+		return unique(resources), nil
+	}
 	if err := c.Delete(ctx, ring); err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("deleting ControllerRing %s: %w", ringName, err)
 	}
@@ -184,23 +203,27 @@ func (o *uninstallOptions) removeWebhooks(ctx context.Context, out io.Writer, c 
 		fmt.Fprintf(out, "ValidatingWebhookConfiguration %s: no webhooks of ring %s\n", o.configurationName, ringName)
 		return nil, nil
 	case len(kept) == 0:
-		if err := c.Delete(ctx, cfg, client.Preconditions{UID: &cfg.UID, ResourceVersion: &cfg.ResourceVersion}); err != nil && !apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("deleting ValidatingWebhookConfiguration %s: %w", o.configurationName, err)
+		if !o.dryRun {
+			if err := c.Delete(ctx, cfg, client.Preconditions{UID: &cfg.UID, ResourceVersion: &cfg.ResourceVersion}); err != nil && !apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("deleting ValidatingWebhookConfiguration %s: %w", o.configurationName, err)
+			}
 		}
-		fmt.Fprintf(out, "ValidatingWebhookConfiguration %s: deleted (no other ring)\n", o.configurationName)
+		fmt.Fprintf(out, "ValidatingWebhookConfiguration %s: %s (no other ring)\n", o.configurationName, o.would("deleted", "would be deleted"))
 	default:
 		cfg.Webhooks = kept
-		if err := c.Update(ctx, cfg); err != nil {
-			return nil, fmt.Errorf("removing the webhooks of ring %s from ValidatingWebhookConfiguration %s: %w", ringName, o.configurationName, err)
+		if !o.dryRun {
+			if err := c.Update(ctx, cfg); err != nil {
+				return nil, fmt.Errorf("removing the webhooks of ring %s from ValidatingWebhookConfiguration %s: %w", ringName, o.configurationName, err)
+			}
 		}
-		fmt.Fprintf(out, "ValidatingWebhookConfiguration %s: webhooks of ring %s removed\n", o.configurationName, ringName)
+		fmt.Fprintf(out, "ValidatingWebhookConfiguration %s: webhooks of ring %s %s\n", o.configurationName, ringName, o.would("removed", "would be removed"))
 	}
 	return unique(resources), nil
 }
 
 // removeLabels removes the ring's shard and drain labels from every object
 // of resources that carries either.
-func removeLabels(ctx context.Context, out io.Writer, c client.Client, m metadata.Interface, ringName string, resources []schema.GroupResource) error {
+func (o *uninstallOptions) removeLabels(ctx context.Context, out io.Writer, c client.Client, m metadata.Interface, ringName string, resources []schema.GroupResource) error {
 	shard, drain := v1alpha1.ShardLabel(ringName), v1alpha1.DrainLabel(ringName)
 	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:null,%q:null}}}`, shard, drain)
 	for _, gr := range resources {
@@ -209,9 +232,18 @@ func removeLabels(ctx context.Context, out io.Writer, c client.Client, m metadat
 			return fmt.Errorf("resource %s: not served by the API server: %w", gr, err)
 		}
 		removed := 0
+		labelled := map[types.NamespacedName]bool{} // a dry run counts an object with both labels once
 		for _, label := range []string{shard, drain} {
 			var errs []error
 			err := eachObject(ctx, c.RESTMapper(), m, gr, label, func(obj *metav1.PartialObjectMetadata) {
+				if o.dryRun {
+					key := types.NamespacedName{Namespace: obj.Namespace, Name: obj.Name}
+					if !labelled[key] {
+						labelled[key] = true
+						removed++
+					}
+					return
+				}
 				// The API server loads the changed webhook configuration
 				// asynchronously: a webhook just removed may still be called.
 				err := retry.OnError(webhookGoneBackoff, isWebhookCallFailure, func() error {
@@ -229,7 +261,7 @@ func removeLabels(ctx context.Context, out io.Writer, c client.Client, m metadat
 				return err
 			}
 		}
-		fmt.Fprintf(out, "%s: labels of ring %s removed from %d objects\n", gr, ringName, removed)
+		fmt.Fprintf(out, "%s: labels of ring %s %s %d objects\n", gr, ringName, o.would("removed from", "would be removed from"), removed)
 	}
 	return nil
 }

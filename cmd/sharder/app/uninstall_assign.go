@@ -37,16 +37,20 @@ func (o *uninstallOptions) removeAssignWebhook(ctx context.Context, out io.Write
 	case len(kept) == len(cfg.Webhooks):
 		fmt.Fprintf(out, "%s %s: no webhook of ring %s\n", kind, o.configurationName, ringName)
 	case len(kept) == 0:
-		if err := c.Delete(ctx, cfg, client.Preconditions{UID: &cfg.UID, ResourceVersion: &cfg.ResourceVersion}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting %s %s: %w", kind, o.configurationName, err)
+		if !o.dryRun {
+			if err := c.Delete(ctx, cfg, client.Preconditions{UID: &cfg.UID, ResourceVersion: &cfg.ResourceVersion}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("deleting %s %s: %w", kind, o.configurationName, err)
+			}
 		}
-		fmt.Fprintf(out, "%s %s: deleted (no other ring in admission mode)\n", kind, o.configurationName)
+		fmt.Fprintf(out, "%s %s: %s (no other ring in admission mode)\n", kind, o.configurationName, o.would("deleted", "would be deleted"))
 	default:
 		cfg.Webhooks = kept
-		if err := c.Update(ctx, cfg); err != nil {
-			return fmt.Errorf("removing the webhook of ring %s from %s %s: %w", ringName, kind, o.configurationName, err)
+		if !o.dryRun {
+			if err := c.Update(ctx, cfg); err != nil {
+				return fmt.Errorf("removing the webhook of ring %s from %s %s: %w", ringName, kind, o.configurationName, err)
+			}
 		}
-		fmt.Fprintf(out, "%s %s: webhook of ring %s removed\n", kind, o.configurationName, ringName)
+		fmt.Fprintf(out, "%s %s: webhook of ring %s %s\n", kind, o.configurationName, ringName, o.would("removed", "would be removed"))
 	}
 	return nil
 }

@@ -126,7 +126,28 @@ func TestUninstallRemovesARing(t *testing.T) {
 		return "allowed"
 	}).Should(ContainSubstring("failed calling webhook"))
 
-	out, err := runUninstall(t, ring, "--webhook-configuration-name", vwc.Name)
+	// A dry run says what it would remove and changes nothing.
+	out, err := runUninstall(t, ring, "--webhook-configuration-name", vwc.Name, "--dry-run")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(out).To(And(
+		ContainSubstring("ControllerRing "+ring+": would be deleted"),
+		ContainSubstring("MutatingWebhookConfiguration "+vwc.Name+": webhook of ring "+ring+" would be removed"),
+		ContainSubstring("ValidatingWebhookConfiguration "+vwc.Name+": webhooks of ring "+ring+" would be removed"),
+		ContainSubstring("configmaps: labels of ring "+ring+" would be removed from 3 objects"),
+		ContainSubstring("secrets: labels of ring "+ring+" would be removed from 1 objects"),
+	))
+	g.Expect(env().Client.Get(ctx, types.NamespacedName{Name: ring}, &v1alpha1.ControllerRing{})).To(Succeed(), "a dry run deletes no ring")
+	g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(vwc), vwc)).To(Succeed())
+	g.Expect(vwc.Webhooks).To(HaveLen(3), "a dry run removes no validating webhook")
+	g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(mwc), mwc)).To(Succeed())
+	g.Expect(mwc.Webhooks).To(HaveLen(2), "a dry run removes no assigning webhook")
+	for _, o := range objects {
+		got := o.DeepCopyObject().(client.Object)
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(o), got)).To(Succeed())
+		g.Expect(got.GetLabels()).To(Equal(o.GetLabels()), "a dry run leaves the labels of %s", o.GetName())
+	}
+
+	out, err = runUninstall(t, ring, "--webhook-configuration-name", vwc.Name)
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(out).To(ContainSubstring("configmaps: labels of ring " + ring + " removed from 3 objects"))
 	g.Expect(out).To(ContainSubstring("secrets: labels of ring " + ring + " removed from 1 objects"))
