@@ -37,13 +37,13 @@ var (
 // instanceAccount is the ServiceAccount the operator's instances run as.
 const instanceAccount = "etcd-operator"
 
-// instanceRestart restarts an instance process that exits on its own (one
-// that lost its Lease exits on purpose), as the kubelet restarts the
-// containers of a StatefulSet's pod: every instance process, the plain
-// controller and its agent included, runs under it; the sharder replicas do
-// not (a replica that lost its leadership stays gone, see
-// localrun.IsLeader). A scenario ends an instance for good with
-// stopInstance or killInstance; a run ended by Signal is restarted.
+// instanceRestart restarts a process that exits on its own (an instance
+// that lost its Lease, or a sharder replica that lost its leadership, exits
+// on purpose), as the kubelet restarts the containers of their pods: every
+// instance process, the plain controller and its agent included, and every
+// sharder replica runs under it (localrun.IsLeader reads the current run).
+// A scenario ends a process for good with Stop or Kill (stopInstance,
+// killInstance); a run ended by Signal is restarted.
 var instanceRestart = &localrun.RestartPolicy{}
 
 // ringOptions shape one scenario's ring.
@@ -192,7 +192,7 @@ func (e *ringEnv) startSharders() {
 
 func (e *ringEnv) startSharder(name string) *localrun.Sharder {
 	e.t.Helper()
-	s, err := cluster.StartSharder(e.ctx, localrun.SharderOptions{Name: name, Namespace: e.sharderNamespace})
+	s, err := cluster.StartSharder(e.ctx, localrun.SharderOptions{Name: name, Namespace: e.sharderNamespace, Restart: instanceRestart})
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
 	e.procs.Add(s.Process)
 	e.mu.Lock()

@@ -169,6 +169,10 @@ type SharderOptions struct {
 	Args []string
 	// Env is added to the process's environment (e.g. GOGC). Default: none.
 	Env []string
+	// Restart restarts the replica when it exits on its own (one that lost
+	// its leadership exits on purpose), as the kubelet restarts the
+	// sharder's container. Default: none, an exit is final.
+	Restart *RestartPolicy
 }
 
 // Sharder is a running sharder replica.
@@ -189,7 +193,7 @@ func (c *Cluster) StartSharder(ctx context.Context, opts SharderOptions) (*Shard
 	if err != nil {
 		return nil, err
 	}
-	p, err := c.Start(ProcessOptions{Name: opts.Name, Path: c.Binaries.Sharder, Args: cmd.Args, Env: cmd.Env})
+	p, err := c.Start(ProcessOptions{Name: opts.Name, Path: c.Binaries.Sharder, Args: cmd.Args, Env: cmd.Env, Restart: opts.Restart})
 	if err != nil {
 		return nil, err
 	}
@@ -258,9 +262,9 @@ func (c *Cluster) PrepareSharder(ctx context.Context, opts SharderOptions) (*Sha
 // leads.
 const leaderMessage = "successfully acquired lease"
 
-// IsLeader reports whether the replica runs and has become the leader. A
-// replica that loses its leadership exits, so a running replica that once
-// acquired the lease still leads.
+// IsLeader reports whether the replica runs and its current run has become
+// the leader. A replica that loses its leadership exits (and may be
+// restarted), so a run that once acquired the lease still leads.
 func IsLeader(s *Sharder) bool {
-	return !s.Exited() && strings.Contains(strings.ToLower(s.Logs()), leaderMessage)
+	return s.Running() && strings.Contains(strings.ToLower(s.CurrentLogs()), leaderMessage)
 }

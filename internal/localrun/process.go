@@ -383,6 +383,21 @@ func (p *Process) Logs() string {
 	return string(data)
 }
 
+// CurrentLogs returns the log of the latest run: from the line that
+// announced its start.
+func (p *Process) CurrentLogs() string {
+	logs := p.Logs()
+	lines := strings.SplitAfter(logs, "\n")
+	offset := len(logs)
+	for i := len(lines) - 1; i >= 0; i-- {
+		offset -= len(lines[i])
+		if strings.HasPrefix(lines[i], "=== ") && strings.Contains(lines[i], ": "+p.opts.Path) {
+			return logs[offset:]
+		}
+	}
+	return logs
+}
+
 // Memory is a process's resident memory from /proc/<pid>/status.
 type Memory struct {
 	// RSS is the current resident set size (VmRSS) in bytes.

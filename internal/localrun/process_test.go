@@ -131,6 +131,17 @@ func TestProcessRestartsWithBackoff(t *testing.T) {
 		g.Expect(pids[i]).To(gomega.Equal(strconv.Itoa(exit.Pid)), "run %d", i)
 	}
 	g.Expect(pids[0]).NotTo(gomega.Equal(pids[1]))
+	// CurrentLogs starts at the latest run's start line: it holds one pid,
+	// the last one the whole log holds.
+	current := p.CurrentLogs()
+	g.Expect(current).To(gomega.HavePrefix("=== "))
+	g.Expect(current).To(gomega.ContainSubstring(": /bin/sh -c"))
+	currentPids := regexp.MustCompile(`(?m)^run-(\d+)$`).FindAllStringSubmatch(current, -1)
+	allPids := regexp.MustCompile(`(?m)^run-(\d+)$`).FindAllStringSubmatch(p.Logs(), -1)
+	g.Expect(len(currentPids)).To(gomega.BeNumerically("<=", 1), current)
+	if len(currentPids) == 1 {
+		g.Expect(currentPids[0][1]).To(gomega.Equal(allPids[len(allPids)-1][1]))
+	}
 
 	// Killed on purpose: it ends for good.
 	g.Expect(p.Kill()).To(gomega.Succeed())
