@@ -68,10 +68,12 @@ func startInstance(t *testing.T, ring, ns, id string, endpoints func(*etcdv1alph
 		Ring:           ring,
 		LeaseNamespace: ns,
 		Identity:       id,
-		LeaseDuration:  5 * time.Second,
-		RenewPeriod:    time.Second,
-		RetryPeriod:    100 * time.Millisecond,
-		OnLost:         func() { t.Errorf("instance %s lost its Lease", id) },
+		// Long enough that a loaded machine does not cost an instance its
+		// Lease: instances here stop only gracefully, releasing it.
+		LeaseDuration: 15 * time.Second,
+		RenewPeriod:   time.Second,
+		RetryPeriod:   100 * time.Millisecond,
+		OnLost:        func() { t.Errorf("instance %s lost its Lease", id) },
 	})
 	if err != nil {
 		t.Fatalf("setting up instance %s: %v", id, err)
