@@ -45,6 +45,26 @@ const MaxVirtualNodes = 10000
 // an integer in [1, MaxVirtualNodes].
 var ErrInvalidVirtualNodes = errors.New("invalid " + v1alpha1.LabelVirtualNodes + " label")
 
+// ErrInvalidMaxWatchLag is wrapped by MaxWatchLagOf for an annotation that is
+// not a positive Go duration of at most MaxLeaseDuration.
+var ErrInvalidMaxWatchLag = errors.New("invalid " + v1alpha1.AnnotationMaxWatchLag + " annotation")
+
+// MaxWatchLagOf returns the watch lag an instance promises with its Lease's
+// sharder.dev/max-watch-lag annotation: 0 and no error when it is absent (no
+// promise); 0 and an error wrapping ErrInvalidMaxWatchLag when the value is
+// not a positive Go duration of at most MaxLeaseDuration.
+func MaxWatchLagOf(lease *coordinationv1.Lease) (time.Duration, error) {
+	value, ok := lease.Annotations[v1alpha1.AnnotationMaxWatchLag]
+	if !ok {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(value)
+	if err != nil || d <= 0 || d > MaxLeaseDuration {
+		return 0, fmt.Errorf("%w: %q is not a positive duration of at most %v", ErrInvalidMaxWatchLag, value, MaxLeaseDuration)
+	}
+	return d, nil
+}
+
 // StateOf returns the state of an instance Lease at now and the time of its
 // next transition by the passage of time alone (zero when there is none:
 // uncertain and orphaned Leases change only by a write).
@@ -136,15 +156,20 @@ func VirtualNodesOf(lease *coordinationv1.Lease) (int, error) {
 
 // MemberOf returns the Lease as a ring member at now. A malformed weight
 // label gives VirtualNodes 0 (the ring's default): the instance keeps its
-// place in the ring with the default weight; the lease controller reports
-// the malformed label in an event.
+// place in the ring with the default weight; a malformed
+// sharder.dev/max-watch-lag annotation gives MaxWatchLag 0 (no promise);
+// the lease controller reports either in an event.
 func MemberOf(lease *coordinationv1.Lease, now time.Time) Member {
 	state, _ := StateOf(lease, now)
 	weight, err := VirtualNodesOf(lease)
 	if err != nil {
 		weight = 0
 	}
-	return Member{ID: lease.Name, VirtualNodes: weight, State: state}
+	lag, err := MaxWatchLagOf(lease)
+	if err != nil {
+		lag = 0
+	}
+	return Member{ID: lease.Name, VirtualNodes: weight, State: state, MaxWatchLag: lag}
 }
 
 // ReferenceTime returns t: renewTime, else acquireTime, else creation time.

@@ -277,3 +277,49 @@ func TestNextTransition(t *testing.T) {
 		}
 	}
 }
+
+func TestMaxWatchLagOf(t *testing.T) {
+	for _, tc := range []struct {
+		annotation *string
+		want       time.Duration
+		wantErr    bool
+	}{
+		{annotation: nil, want: 0},
+		{annotation: ptr.To("10s"), want: 10 * time.Second},
+		{annotation: ptr.To("1m30s"), want: 90 * time.Second},
+		{annotation: ptr.To("24h"), want: MaxLeaseDuration},
+		{annotation: ptr.To("25h"), wantErr: true},
+		{annotation: ptr.To("0s"), wantErr: true},
+		{annotation: ptr.To("-1s"), wantErr: true},
+		{annotation: ptr.To("10"), wantErr: true},
+		{annotation: ptr.To(""), wantErr: true},
+		{annotation: ptr.To("soon"), wantErr: true},
+	} {
+		name := "absent"
+		if tc.annotation != nil {
+			name = "annotation=" + *tc.annotation
+		}
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			lease := instanceLease("a", "a", epoch, 2)
+			if tc.annotation != nil {
+				lease.Annotations = map[string]string{v1alpha1.AnnotationMaxWatchLag: *tc.annotation}
+			}
+			d, err := MaxWatchLagOf(lease)
+			var tracker Tracker
+			observed, _ := tracker.Observe("ring", 0, lease, epoch)
+			if tc.wantErr {
+				g.Expect(errors.Is(err, ErrInvalidMaxWatchLag)).To(BeTrue(), "error %v", err)
+				g.Expect(d).To(BeZero())
+				// A malformed promise is no promise; the member is unchanged otherwise.
+				g.Expect(MemberOf(lease, epoch)).To(Equal(Member{ID: "a", State: StateReady}))
+				g.Expect(observed).To(Equal(Member{ID: "a", State: StateReady}))
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(d).To(Equal(tc.want))
+			g.Expect(MemberOf(lease, epoch)).To(Equal(Member{ID: "a", State: StateReady, MaxWatchLag: tc.want}))
+			g.Expect(observed).To(Equal(Member{ID: "a", State: StateReady, MaxWatchLag: tc.want}))
+		})
+	}
+}

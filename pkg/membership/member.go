@@ -1,5 +1,7 @@
 package membership
 
+import "time"
+
 // State is the state of an instance as the sharder computes it from its
 // Lease (docs/design.md §3).
 type State string
@@ -68,4 +70,11 @@ type Member struct {
 	// that is not movable stay where they are until the sharder holds its
 	// Lease (docs/design.md §3). Always false for an instance not gone.
 	Movable bool
+	// MaxWatchLag is the lag of its watches the instance promises with its
+	// Lease's sharder.dev/max-watch-lag annotation: it reconciles nothing
+	// on a view of the API server older than this. 0: no promise (the
+	// annotation is absent or malformed). The sharder waits this much
+	// longer before assigning an object it released from the instance by a
+	// forced move (docs/design.md §5).
+	MaxWatchLag time.Duration
 }

@@ -65,6 +65,7 @@ type observation struct {
 	restarting bool
 	since      time.Time // when the tracker first saw this holder, written and d
 	weight     int
+	lag        time.Duration // the promised max watch lag (MaxWatchLagOf)
 	state      State
 	// heldAt is when the sharder's last write holding the Lease started
 	// (Hold), zero when it does not hold it; heldFor is the duration that
@@ -120,6 +121,11 @@ func (t *Tracker) observe(ring string, restartHold time.Duration, lease *coordin
 		weight = 0 // the ring's default; the lease controller reports the label
 	}
 	o.weight = weight
+	lag, err := MaxWatchLagOf(lease)
+	if err != nil {
+		lag = 0 // no promise; the lease controller reports the annotation
+	}
+	o.lag = lag
 	var state State
 	var next time.Time
 	if end := o.since.Add(restartHold); o.restarting && restartHold > 0 && now.Before(end) && InvalidID(lease.Name) == nil {
@@ -132,7 +138,7 @@ func (t *Tracker) observe(ring string, restartHold time.Duration, lease *coordin
 	if movable && !until.IsZero() && (next.IsZero() || until.Before(next)) {
 		next = until
 	}
-	return Member{ID: lease.Name, VirtualNodes: weight, State: state, Movable: movable}, next
+	return Member{ID: lease.Name, VirtualNodes: weight, State: state, Movable: movable, MaxWatchLag: lag}, next
 }
 
 // movable reports whether the objects of the instance may move now (see
@@ -234,7 +240,7 @@ func (t *Tracker) Members(ring string, restartHold time.Duration, leases []coord
 			o.state = StateVanished
 			next(gone)
 		}
-		members = append(members, Member{ID: id, VirtualNodes: o.weight, State: o.state, Movable: o.state.Gone()})
+		members = append(members, Member{ID: id, VirtualNodes: o.weight, State: o.state, Movable: o.state.Gone(), MaxWatchLag: o.lag})
 	}
 	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
 	return members, earliest

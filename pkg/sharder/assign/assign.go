@@ -78,10 +78,17 @@ func (r *ringAssigner) situation(view *ringView, cfg *ringConfig, gk schema.Grou
 	}
 	if s.current != "" {
 		s.state, s.movable, s.heldUntil = view.stateOf(s.current, s.now)
+		s.currentLag = view.states[s.current].MaxWatchLag
 	}
 	if s.draining {
 		s.drainStarted, _ = r.drains.Started(obj.UID)
 		s.drainTarget, _ = drain.Target(obj, r.name)
+		if s.current == "" {
+			// Released by a forced move: which instance it left is not on
+			// the object; unless the sharder recorded it, every member's
+			// promise counts.
+			s.releasedAt, s.releaseGrace = r.drains.Released(obj.UID, ForceGrace+view.maxWatchLag)
+		}
 	}
 	return s, nil
 }
@@ -155,7 +162,9 @@ func (r *ringAssigner) record(obj *metacache.Object, s situation, d decision) {
 	case actionWait, actionRetarget:
 		r.drains.Begin(obj.UID)
 	case actionForce:
-		r.logger.V(1).Info("Drain not acknowledged in time: released the object from its instance", "object", klog.KObj(obj), "from", s.current)
+		grace := ForceGrace + s.currentLag
+		r.drains.Release(obj.UID, grace)
+		r.logger.V(1).Info("Drain not acknowledged in time: released the object from its instance", "object", klog.KObj(obj), "from", s.current, "assignAfter", grace)
 	case actionAssignForced:
 		if took, ok := r.drains.End(obj.UID); ok {
 			metrics.DrainDuration.WithLabelValues(r.name, metrics.DrainForced).Observe(took.Seconds())
@@ -183,21 +192,23 @@ const childWrites = 8
 // labelChildren gives every controlled object the shard label instance and
 // no drain label, writing up to childWrites of them at once, and returns
 // once all are written (they are relabelled before their main object).
-// Controlled objects follow their main object, so these patches carry no
-// lock.
+// Each patch is locked on the controlled object's cached resourceVersion,
+// as the main object's are: a decision taken on a stale cache, or by a
+// sharder that stopped leading while the write waited (a frozen process),
+// fails with a conflict on an object someone changed meanwhile instead of
+// pulling it away from its owner's instance. A conflict fails the whole
+// move before its main object is written; the object is decided again.
 func (r *ringAssigner) labelChildren(ctx context.Context, children []child, instance string) error {
-	var patch []byte
+	labels := map[string]*string{r.shardLabel: &instance, r.drainLabel: nil}
 	var g errgroup.Group
 	g.SetLimit(childWrites)
 	for _, c := range children {
 		if c.obj.Labels[r.shardLabel] == instance && !drain.Requested(c.obj, r.name) {
 			continue
 		}
-		if patch == nil {
-			patch = drain.LabelPatch("", map[string]*string{r.shardLabel: &instance, r.drainLabel: nil})
-		}
 		g.Go(func() error {
-			if _, err := r.patchBytes(ctx, c.w, c.obj, patch); err != nil && !apierrors.IsNotFound(err) {
+			_, err := r.patchBytes(ctx, c.w, c.obj, drain.LabelPatch(c.obj.ResourceVersion, labels))
+			if err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("labelling controlled %s %s/%s: %w", c.w.res.gk.Kind, c.obj.Namespace, c.obj.Name, err)
 			}
 			return nil
@@ -242,7 +253,8 @@ func (r *ringAssigner) requestDrain(ctx context.Context, w *resourceCache, obj *
 // patchBytes sends a JSON merge patch and records a Forbidden answer as a
 // problem of the resource.
 func (r *ringAssigner) patchBytes(ctx context.Context, w *resourceCache, obj *metacache.Object, data []byte) (*metav1.PartialObjectMetadata, error) {
-	out, err := r.c.meta.Resource(w.res.gvr).Namespace(obj.Namespace).Patch(ctx, obj.Name, types.MergePatchType, data, metav1.PatchOptions{})
+	out, err := r.c.meta.Resource(w.res.gvr).Namespace(obj.Namespace).Patch(ctx, obj.Name, types.MergePatchType, data,
+		metav1.PatchOptions{FieldManager: r.c.opts.FieldManager})
 	if w.cache.NotePatch(err) {
 		r.triggerStatus()
 	}

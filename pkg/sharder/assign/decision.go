@@ -35,7 +35,8 @@ const (
 	// vanished) or no instance is ready: nothing moves.
 	actionHold
 	// actionAssignForced: the object was released by a forced move at
-	// least ForceGrace ago: label it for the target.
+	// least its release grace ago (ForceGrace plus its old instance's
+	// promised watch lag): label it for the target.
 	actionAssignForced
 	// actionRetarget: a drain in flight names an instance that is no longer
 	// the target: make it name the target, so that the acknowledgement
@@ -46,10 +47,14 @@ const (
 
 // ForceGrace is how long a forced move leaves an object with no instance
 // between releasing it from the instance that did not acknowledge its drain
-// and assigning it to the next one. The released instance sees the object
-// leave its cache and cancels its reconciles of it meanwhile, so they end
-// before the next instance starts on it (as long as its watch is not
-// further behind than this).
+// (counted from when the sharder saw its release written) and assigning it
+// to the next one, besides the watch lag the instance promises on its Lease
+// (membership.Member.MaxWatchLag). The released instance sees the object
+// leave its cache within that lag, or has stopped reconciling because its
+// watch fell further behind (pkg/instance), and cancels its reconciles of
+// it meanwhile, so they end before the next instance starts on it. An
+// instance that promises nothing (sharder agent) gets ForceGrace only: its
+// controller's watch must not be further behind than that.
 const ForceGrace = 2 * time.Second
 
 var actionNames = [...]string{"keep", "assign", "relabel-gone", "request-drain", "wait", "force", "withdraw", "hold", "assign-forced", "retarget"}
@@ -68,6 +73,9 @@ type situation struct {
 	// target is the instance the ring maps the object to; empty when no
 	// instance is ready.
 	target string
+	// currentLag is the watch lag current promises
+	// (membership.Member.MaxWatchLag).
+	currentLag time.Duration
 	// state is current's state. An instance the sharder does not know is
 	// passed as vanished while the hold for unknown instances lasts
 	// (heldUntil), and as dead after it.
@@ -86,6 +94,11 @@ type situation struct {
 	// drainStarted is when the sharder saw the drain begin; zero when it did
 	// not (a drain requested before it started).
 	drainStarted time.Time
+	// releasedAt, for an object released by a forced move (no shard label,
+	// a drain label), is when the sharder saw the release written, and
+	// releaseGrace how long after that it is assigned.
+	releasedAt   time.Time
+	releaseGrace time.Duration
 	drainTimeout time.Duration
 	now          time.Time
 }
@@ -106,14 +119,11 @@ func decide(s situation) decision {
 	case s.target == "":
 		return decision{action: actionHold} // no ready instance: nothing is assigned, nothing moves
 	case s.current == "" && s.draining:
-		// Released by a forced move: assigned once its old instance had
-		// ForceGrace to let go. Without a recorded start (a sharder that
-		// started since), the drain timeout and the grace count from now.
-		started := s.drainStarted
-		if started.IsZero() {
-			started = s.now
-		}
-		if at := started.Add(s.drainTimeout + ForceGrace); s.now.Before(at) {
+		// Released by a forced move: assigned once its old instance had the
+		// release grace to let go, counted from the release as the sharder
+		// saw it land, not from the drain's deadline: a release retried
+		// through errors may land late.
+		if at := s.releasedAt.Add(s.releaseGrace); s.now.Before(at) {
 			return decision{action: actionWait, at: at}
 		}
 		return decision{action: actionAssignForced}

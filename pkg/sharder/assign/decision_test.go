@@ -37,11 +37,21 @@ func TestDecide(t *testing.T) {
 		{"drain timed out", situation{current: "a", target: "b", state: membership.StateReady, draining: true,
 			drainStarted: now.Add(-timeout), drainTimeout: timeout, now: now}, decision{action: actionForce}},
 		{"released by a forced move, within the grace", situation{target: "b", draining: true,
-			drainStarted: now.Add(-timeout), drainTimeout: timeout, now: now}, decision{action: actionWait, at: now.Add(ForceGrace)}},
+			drainStarted: now.Add(-timeout), releasedAt: now, releaseGrace: ForceGrace, drainTimeout: timeout, now: now},
+			decision{action: actionWait, at: now.Add(ForceGrace)}},
 		{"released by a forced move, after the grace", situation{target: "b", draining: true,
-			drainStarted: now.Add(-timeout - ForceGrace), drainTimeout: timeout, now: now}, decision{action: actionAssignForced}},
-		{"released by a forced move before a restart", situation{target: "b", draining: true,
-			drainTimeout: timeout, now: now}, decision{action: actionWait, at: now.Add(timeout + ForceGrace)}},
+			drainStarted: now.Add(-timeout - ForceGrace), releasedAt: now.Add(-ForceGrace), releaseGrace: ForceGrace, drainTimeout: timeout, now: now},
+			decision{action: actionAssignForced}},
+		// A release retried through errors landed long after the drain's
+		// deadline: the grace counts from the release, not the deadline.
+		{"released late by a forced move, within the grace", situation{target: "b", draining: true,
+			drainStarted: now.Add(-timeout - ForceGrace), releasedAt: now.Add(-time.Second), releaseGrace: ForceGrace, drainTimeout: timeout, now: now},
+			decision{action: actionWait, at: now.Add(ForceGrace - time.Second)}},
+		// The old instance promised a watch lag: it may act on a view that
+		// old, so the grace is longer by that much.
+		{"released by a forced move from an instance promising a watch lag", situation{target: "b", draining: true,
+			drainStarted: now.Add(-timeout - ForceGrace), releasedAt: now.Add(-ForceGrace), releaseGrace: ForceGrace + 10*time.Second,
+			drainTimeout: timeout, now: now}, decision{action: actionWait, at: now.Add(10 * time.Second)}},
 		{"released by a forced move, no ready instance", situation{draining: true, drainTimeout: timeout, now: now}, decision{action: actionHold}},
 		{"from an expired instance", situation{current: "a", target: "b", state: membership.StateExpired}, decision{action: actionHold}},
 		{"from an uncertain instance while draining", situation{current: "a", target: "b", state: membership.StateUncertain, draining: true}, decision{action: actionHold}},
@@ -61,7 +71,8 @@ func TestDecide(t *testing.T) {
 		{"back in place while a drain names another instance", situation{current: "a", target: "a", state: membership.StateReady,
 			draining: true, drainTarget: "c"}, decision{action: actionWithdraw}},
 		{"released by a forced move, its drain naming an instance that is no longer the target", situation{target: "b", draining: true,
-			drainTarget: "c", drainStarted: now.Add(-timeout - ForceGrace), drainTimeout: timeout, now: now}, decision{action: actionAssignForced}},
+			drainTarget: "c", drainStarted: now.Add(-timeout - ForceGrace), releasedAt: now.Add(-ForceGrace), releaseGrace: ForceGrace,
+			drainTimeout: timeout, now: now}, decision{action: actionAssignForced}},
 		// The acknowledgement hands the object over to the instance the drain
 		// names; the sharder takes it from there like any other object.
 		{"handed over to its target", situation{current: "c", target: "c", state: membership.StateReady, drainTimeout: timeout, now: now},

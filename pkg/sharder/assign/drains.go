@@ -8,13 +8,23 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// drainTimes remembers when the drain of each object started, keyed by UID. It
-// is safe for concurrent use. It is the sharder's bookkeeping, in memory only: after a restart,
-// Deadline starts a fresh timeout for a drain it has not seen begin.
+// drainTimes remembers when the drain of each object started, and when a
+// forced move released it, keyed by UID. It is safe for concurrent use. It
+// is the sharder's bookkeeping, in memory only: after a restart, Deadline
+// starts a fresh timeout for a drain it has not seen begin, and Released
+// counts a release it has not seen written from when it first sees it.
 type drainTimes struct {
-	clock   clock.PassiveClock
-	mu      sync.Mutex
-	started map[types.UID]time.Time
+	clock    clock.PassiveClock
+	mu       sync.Mutex
+	started  map[types.UID]time.Time
+	released map[types.UID]release
+}
+
+// release is a forced release as the sharder observed it: when, and how
+// long the object waits before it is assigned.
+type release struct {
+	at    time.Time
+	grace time.Duration
 }
 
 // newDrainTimes returns an empty drainTimes reading time from c (nil: the real clock).
@@ -22,7 +32,7 @@ func newDrainTimes(c clock.PassiveClock) *drainTimes {
 	if c == nil {
 		c = clock.RealClock{}
 	}
-	return &drainTimes{clock: c, started: map[types.UID]time.Time{}}
+	return &drainTimes{clock: c, started: map[types.UID]time.Time{}, released: map[types.UID]release{}}
 }
 
 // Begin records that the drain of uid starts now, unless one is already
@@ -54,11 +64,36 @@ func (t *drainTimes) Started(uid types.UID) (time.Time, bool) {
 	return start, ok
 }
 
-// End forgets the drain of uid and returns how long it lasted; false when no
-// drain of uid was recorded.
+// Release records that the sharder's write releasing uid by a forced move
+// returned now (the write landed at the latest then), and that the object
+// is assigned grace after that.
+func (t *drainTimes) Release(uid types.UID, grace time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.released[uid] = release{at: t.clock.Now(), grace: grace}
+}
+
+// Released returns when the release of uid was recorded and its grace. A
+// release with no record (written by a previous leader, or by a write whose
+// reply was lost) is recorded as observed now, with grace: it landed before
+// the sharder saw it.
+func (t *drainTimes) Released(uid types.UID, grace time.Duration) (time.Time, time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.released[uid]
+	if !ok {
+		r = release{at: t.clock.Now(), grace: grace}
+		t.released[uid] = r
+	}
+	return r.at, r.grace
+}
+
+// End forgets the drain of uid, and its release, and returns how long the
+// drain lasted; false when no drain of uid was recorded.
 func (t *drainTimes) End(uid types.UID) (time.Duration, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	delete(t.released, uid)
 	start, ok := t.started[uid]
 	if !ok {
 		return 0, false

@@ -40,3 +40,30 @@ func TestDrainTimes(t *testing.T) {
 		t.Errorf("Len = %d, want 1", tr.Len())
 	}
 }
+
+func TestReleaseTimes(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakePassiveClock(now)
+	tr := newDrainTimes(clk)
+
+	// The sharder's own release counts from when its write returned, with
+	// the grace it chose then.
+	tr.Release("a", 7*time.Second)
+	clk.SetTime(now.Add(time.Second))
+	if at, grace := tr.Released("a", time.Second); !at.Equal(now) || grace != 7*time.Second {
+		t.Errorf("Released(a) = %v, %v; want %v, 7s", at, grace, now)
+	}
+	// A release this sharder did not write counts from its first sight.
+	if at, grace := tr.Released("b", 3*time.Second); !at.Equal(now.Add(time.Second)) || grace != 3*time.Second {
+		t.Errorf("Released(b) = %v, %v; want %v, 3s", at, grace, now.Add(time.Second))
+	}
+	clk.SetTime(now.Add(2 * time.Second))
+	if at, _ := tr.Released("b", 3*time.Second); !at.Equal(now.Add(time.Second)) {
+		t.Errorf("Released(b) moved to %v", at)
+	}
+	// The end of the drain forgets the release.
+	tr.End("a")
+	if at, _ := tr.Released("a", time.Second); !at.Equal(now.Add(2 * time.Second)) {
+		t.Errorf("Released(a) after End = %v, want a fresh record at %v", at, now.Add(2*time.Second))
+	}
+}

@@ -26,6 +26,9 @@ type ringView struct {
 	// unknownUntil is when the hold of instances the sharder does not know
 	// ends (see stateOf).
 	unknownUntil time.Time
+	// maxWatchLag is the largest watch lag a member promises
+	// (membership.Member.MaxWatchLag).
+	maxWatchLag time.Duration
 }
 
 // stateOf returns the state of instance id, whether its objects may move
@@ -52,6 +55,7 @@ func buildView(rings *membership.Rings, cfg *ringConfig, members []membership.Me
 	v := &ringView{members: members, states: make(map[string]membership.Member, len(members)), unknownUntil: unknownUntil}
 	for _, m := range members {
 		v.states[m.ID] = m
+		v.maxWatchLag = max(v.maxWatchLag, m.MaxWatchLag)
 	}
 	rg, rebuilt, err := rings.Build(cfg.name, cfg.algorithm, cfg.virtualNodes, members)
 	if err != nil {

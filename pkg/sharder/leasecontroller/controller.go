@@ -67,6 +67,9 @@ type Controller struct {
 	// reported holds, per Lease, the malformed virtual-nodes value last
 	// reported in an event, so that each value is reported once.
 	reported sync.Map
+	// reportedLag holds, per Lease, the malformed max-watch-lag value last
+	// reported in an event.
+	reportedLag sync.Map
 	// invalid holds the Leases reported as having an invalid instance ID.
 	invalid sync.Map
 
@@ -159,6 +162,7 @@ func (c *Controller) reconcileLease(ctx context.Context, req reconcile.Request) 
 		return reconcile.Result{}, err
 	}
 	c.reportVirtualNodes(ctx, ring, lease)
+	c.reportMaxWatchLag(ctx, ring, lease)
 
 	restartHold := ring.Spec.EffectiveRestartHold()
 	now := c.opts.Clock.Now()

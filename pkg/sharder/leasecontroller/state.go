@@ -79,6 +79,27 @@ func (c *Controller) reportVirtualNodes(ctx context.Context, ring *v1alpha1.Cont
 		"Instance %s keeps ring %s's default weight: %v", lease.Name, ring.Name, err)
 }
 
+// reportMaxWatchLag reports a malformed sharder.dev/max-watch-lag annotation
+// once per value: the sharder takes it as no promise, so objects released
+// from the instance by a forced move get the force grace only.
+func (c *Controller) reportMaxWatchLag(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease) {
+	key := client.ObjectKeyFromObject(lease)
+	_, err := membership.MaxWatchLagOf(lease)
+	if err == nil {
+		c.reportedLag.Delete(key)
+		return
+	}
+	value := lease.Annotations[v1alpha1.AnnotationMaxWatchLag]
+	if last, ok := c.reportedLag.Load(key); ok && last == value {
+		return
+	}
+	c.reportedLag.Store(key, value)
+	ctrl.LoggerFrom(ctx).Info("Ignoring a malformed max-watch-lag annotation: the instance promises nothing about its watches",
+		"object", klog.KObj(lease), "ring", ring.Name, "error", err.Error())
+	c.recorder.Eventf(lease, corev1.EventTypeWarning, "InvalidMaxWatchLag",
+		"Instance %s of ring %s promises nothing about its watches: %v", lease.Name, ring.Name, err)
+}
+
 // reportInvalid reports a Lease whose name cannot be an instance ID, once.
 // The instance never receives objects.
 func (c *Controller) reportInvalid(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease) {

@@ -20,6 +20,14 @@ const (
 	// sharder keeps its objects where they are for the ring's restartHold.
 	// The value is not read; the instance writes "true".
 	AnnotationRestarting = "sharder.dev/restarting"
+	// AnnotationMaxWatchLag on a held instance Lease is the instance's
+	// promise about its watches, a Go duration ("10s"): it stops reconciling
+	// whenever its own last Lease renewal seen back through its watch was
+	// written longer ago than this, so it acts on no view of the API server
+	// older than this. The sharder waits this much longer (besides its force
+	// grace) after releasing an object the instance did not let go of before
+	// assigning it to another instance. Absent: no promise (sharder agent).
+	AnnotationMaxWatchLag = "sharder.dev/max-watch-lag"
 
 	// ShardLabelPrefix + ring name is the label holding an object's instance.
 	ShardLabelPrefix = "shard.sharder.dev/"
