@@ -61,11 +61,21 @@ func TestDefaultOverlayDryRun(t *testing.T) {
 	g.Expect(kinds).To(HaveKeyWithValue("PodDisruptionBudget", 1))
 	g.Expect(kinds).To(HaveKeyWithValue("Service", 2))
 	g.Expect(kinds).To(HaveKey("ClusterRole"))
+	// API priority and fairness: cluster-scoped, though kustomize does not
+	// know it (config/default/cluster_scoped.yaml).
+	g.Expect(kinds).To(HaveKeyWithValue("FlowSchema", 2))
+	g.Expect(kinds).To(HaveKeyWithValue("PriorityLevelConfiguration", 1))
+	for _, o := range objs {
+		if o.GetObjectKind().GroupVersionKind().Group == "flowcontrol.apiserver.k8s.io" {
+			g.Expect(o.GetNamespace()).To(BeEmpty(), "%s %s", o.GetKind(), o.GetName())
+		}
+	}
 
 	// Objects in a namespace need it to exist even for a dry-run.
 	ensureNamespace(t, "sharder-system")
 	out := kubectl(t, manifests, "apply", "--server-side", "--dry-run=server", "--field-manager=test", "-f", "-")
 	g.Expect(string(out)).To(ContainSubstring("deployment.apps/sharder serverside-applied (server dry run)"))
+	g.Expect(string(out)).To(ContainSubstring("flowschema.flowcontrol.apiserver.k8s.io/sharder-leases serverside-applied (server dry run)"))
 }
 
 func TestDefaultOverlayDeployment(t *testing.T) {

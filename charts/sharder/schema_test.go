@@ -146,15 +146,17 @@ func TestSchemaMatchesValues(t *testing.T) {
 func TestSchemaRejectsMistakes(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct{ values, want string }{
-		"misspelt top-level key":   {"replicas: 3\n", "additional properties 'replicas' not allowed"},
-		"misspelt nested key":      {"webhook:\n  prot: 9443\n", "at '/webhook': additional properties 'prot' not allowed"},
-		"misspelt probe setting":   {"livenessProbe:\n  periodSecond: 5\n", "additional properties 'periodSecond' not allowed"},
-		"misspelt ring field":      {"rings:\n- name: r\n  rabc: false\n  spec: {}\n", "additional properties 'rabc' not allowed"},
-		"port as a string":         {"webhook:\n  port: \"9443\"\n", "/webhook/port"},
-		"port out of range":        {"health:\n  port: 70000\n", "/health/port"},
-		"boolean as a string":      {"hostNetwork: \"true\"\n", "/hostNetwork"},
-		"unknown certificate mode": {"webhook:\n  certificates:\n    mode: vault\n", "value must be one of 'self-managed', 'cert-manager'"},
-		"duration without unit":    {"leaderElection:\n  leaseDuration: 15\n", "/leaderElection/leaseDuration"},
+		"misspelt top-level key":    {"replicas: 3\n", "additional properties 'replicas' not allowed"},
+		"misspelt nested key":       {"webhook:\n  prot: 9443\n", "at '/webhook': additional properties 'prot' not allowed"},
+		"misspelt probe setting":    {"livenessProbe:\n  periodSecond: 5\n", "additional properties 'periodSecond' not allowed"},
+		"misspelt ring field":       {"rings:\n- name: r\n  rabc: false\n  spec: {}\n", "additional properties 'rabc' not allowed"},
+		"port as a string":          {"webhook:\n  port: \"9443\"\n", "/webhook/port"},
+		"port out of range":         {"health:\n  port: 70000\n", "/health/port"},
+		"boolean as a string":       {"hostNetwork: \"true\"\n", "/hostNetwork"},
+		"unknown certificate mode":  {"webhook:\n  certificates:\n    mode: vault\n", "value must be one of 'self-managed', 'cert-manager'"},
+		"duration without unit":     {"leaderElection:\n  leaseDuration: 15\n", "/leaderElection/leaseDuration"},
+		"lendable over 100 percent": {"flowControl:\n  writes:\n    lendablePercent: 150\n", "/flowControl/writes/lendablePercent"},
+		"instance account unnamed":  {"flowControl:\n  instanceServiceAccounts:\n  - {namespace: a}\n", "missing property 'name'"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "values.yaml")

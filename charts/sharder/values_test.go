@@ -100,6 +100,10 @@ func TestRenderEveryBoolean(t *testing.T) {
 		"leaderElection.enabled": func(g Gomega, _ []*unstructured.Unstructured, cfg *config.Config) {
 			g.Expect(cfg.LeaderElection.Enabled).To(BeFalse())
 		},
+		"flowControl.enabled": func(g Gomega, objs []*unstructured.Unstructured, _ *config.Config) {
+			g.Expect(find(objs, "FlowSchema")).To(BeEmpty())
+			g.Expect(find(objs, "PriorityLevelConfiguration")).To(BeEmpty())
+		},
 	}
 
 	bools := boolValues(t)
