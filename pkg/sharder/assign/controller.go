@@ -217,5 +217,5 @@ func (c *Controller) writeNotReadyStatus(ctx context.Context, ring *v1alpha1.Con
 		Message:            message,
 		ObservedGeneration: ring.Generation,
 	})
-	return patchStatus(ctx, c.client, ring, status)
+	return patchStatus(ctx, c.client, ring, status, c.opts.FieldManager)
 }

@@ -53,6 +53,10 @@ type Options struct {
 	QPS   float32
 	Burst int
 
+	// FieldManager names the sharder in its label and status writes.
+	// Default: "" (the API server derives a manager from the user agent).
+	FieldManager string
+
 	// Clock is used for drain timeouts, latencies and periodic work.
 	// Default: the real clock.
 	Clock clock.WithTicker

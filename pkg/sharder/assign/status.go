@@ -43,7 +43,11 @@ func (r *ringAssigner) statusLoop(ctx context.Context) {
 		}
 		last = clk.Now()
 		if err := r.writeStatus(ctx); err != nil && ctx.Err() == nil {
-			r.logger.Error(err, "Cannot write ring status")
+			if apierrors.IsConflict(err) {
+				r.logger.V(1).Info("Ring changed meanwhile, computing its status again")
+			} else {
+				r.logger.Error(err, "Cannot write ring status")
+			}
 			r.triggerStatus() // retried after the interval
 		}
 	}
@@ -63,7 +67,7 @@ func (r *ringAssigner) writeStatus(ctx context.Context) error {
 	if ring.UID != cfg.uid {
 		return nil // a newer ring of the same name; its own ring assigner reports
 	}
-	return patchStatus(ctx, r.c.client, ring, r.computeStatus(ring, cfg))
+	return patchStatus(ctx, r.c.client, ring, r.computeStatus(ring, cfg), r.c.opts.FieldManager)
 }
 
 // computeStatus builds the status and updates the ring's gauges.
@@ -180,14 +184,22 @@ func (r *ringAssigner) updateGauges(byState map[membership.State]int, counts map
 }
 
 // patchStatus writes status to ring with a merge patch of the status
-// subresource, only when it differs from ring's.
-func patchStatus(ctx context.Context, c client.Client, ring *v1alpha1.ControllerRing, status *v1alpha1.ControllerRingStatus) error {
+// subresource, only when it differs from ring's. The patch is locked on
+// ring's resourceVersion: a status computed from a ring someone changed
+// since (a newer leader's status, written while this sharder was frozen
+// after it read the ring) fails with a conflict instead of replacing the
+// newer one; the caller computes it again.
+func patchStatus(ctx context.Context, c client.Client, ring *v1alpha1.ControllerRing, status *v1alpha1.ControllerRingStatus, fieldManager string) error {
 	if equality.Semantic.DeepEqual(&ring.Status, status) {
 		return nil
 	}
 	updated := ring.DeepCopy()
 	updated.Status = *status
-	if err := c.Status().Patch(ctx, updated, client.MergeFrom(ring)); err != nil {
+	opts := []client.SubResourcePatchOption{}
+	if fieldManager != "" {
+		opts = append(opts, client.FieldOwner(fieldManager))
+	}
+	if err := c.Status().Patch(ctx, updated, client.MergeFromWithOptions(ring, client.MergeFromWithOptimisticLock{}), opts...); err != nil {
 		return fmt.Errorf("patching ring status: %w", err)
 	}
 	return nil
