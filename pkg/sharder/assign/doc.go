@@ -46,8 +46,10 @@
 //
 // A ring naming a resource that the API server does not serve, or that the
 // sharder may not list, watch or patch, is reported as Ready=False with
-// reason ResourceNotServed or ResourceForbidden; the ring's other resources
-// and other rings keep working. The sharder needs get, list, watch and patch
+// reason ResourceNotServed or ResourceForbidden, and so is one that stops
+// being served or permitted after the ring started (with an event); the
+// ring's other resources and other rings keep working, and the ring is
+// Ready again on its own once the resource can be listed and watched. The sharder needs get, list, watch and patch
 // on every resource of every ring: the ring's owner grants it (see
 // docs/assignment.md).
 package assign

@@ -1,6 +1,7 @@
 package assign
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
@@ -15,4 +16,27 @@ func (r *ringAssigner) event(eventType, reason, note string, args ...any) {
 		ObjectMeta: metav1.ObjectMeta{Name: r.name, UID: cfg.uid},
 	}
 	r.c.recorder.Eventf(ref, eventType, reason, note, args...)
+}
+
+// eventReadyChange records an event when a resource of the ring can no
+// longer be used (or another problem replaces it), and when every resource
+// can be used again: a ring that loses a resource after it started, to a
+// deleted CustomResourceDefinition or a revoked permission, deserves more
+// than a condition.
+func (r *ringAssigner) eventReadyChange(old, cur *metav1.Condition) {
+	switch {
+	case cur == nil:
+	case resourceProblem(cur.Reason):
+		if old == nil || old.Reason != cur.Reason || old.Message != cur.Message {
+			r.event(corev1.EventTypeWarning, cur.Reason, "%s", cur.Message)
+		}
+	case old != nil && resourceProblem(old.Reason):
+		r.event(corev1.EventTypeNormal, "ResourcesAvailable", "Every resource of the ring is listed and watched again.")
+	}
+}
+
+// resourceProblem reports whether reason says that a resource of the ring
+// cannot be used.
+func resourceProblem(reason string) bool {
+	return reason == v1alpha1.ReasonResourceNotServed || reason == v1alpha1.ReasonResourceForbidden
 }

@@ -113,7 +113,7 @@ func newRingAssigner(c *Controller, cfg *ringConfig) *ringAssigner {
 			r.controlled = append(r.controlled, w)
 		}
 	}
-	r.namespaces = metacache.NewNamespaces(c.meta, r.watchFailed)
+	r.namespaces = metacache.NewNamespaces(c.meta, r.watchChanged)
 	r.namespaces.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { r.namespaceChanged(nil, obj) },
 		UpdateFunc: r.namespaceChanged,
@@ -151,7 +151,7 @@ func (r *ringAssigner) newResourceCache(res resource) *resourceCache {
 	w := &resourceCache{res: res}
 	w.cache = metacache.NewObjects(r.c.meta, res.gvr, r.transform, metacache.Options{
 		IndexByController: !res.main,
-		OnWatchError:      r.watchFailed,
+		OnWatchChange:     r.watchChanged,
 	})
 	if res.main {
 		w.cache.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
@@ -168,10 +168,14 @@ func (r *ringAssigner) newResourceCache(res resource) *resourceCache {
 	return w
 }
 
-// watchFailed answers a failed list or watch of a cache of the ring.
-func (r *ringAssigner) watchFailed(gvr schema.GroupVersionResource, err error) {
+// watchChanged answers a failed list or watch of a cache of the ring, and
+// the first one accepted after a failure (err nil).
+func (r *ringAssigner) watchChanged(gvr schema.GroupVersionResource, err error) {
 	r.triggerStatus()
-	if !errors.Is(err, context.Canceled) {
+	switch {
+	case err == nil:
+		r.logger.Info("Resource is listed and watched again", "resource", gvr.String())
+	case !errors.Is(err, context.Canceled):
 		r.logger.Info("Cannot list or watch resource", "resource", gvr.String(), "error", err.Error())
 	}
 }

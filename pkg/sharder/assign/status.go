@@ -67,7 +67,13 @@ func (r *ringAssigner) writeStatus(ctx context.Context) error {
 	if ring.UID != cfg.uid {
 		return nil // a newer ring of the same name; its own ring assigner reports
 	}
-	return patchStatus(ctx, r.c.client, ring, r.computeStatus(ring, cfg), r.c.opts.FieldManager)
+	status := r.computeStatus(ring, cfg)
+	if err := patchStatus(ctx, r.c.client, ring, status, r.c.opts.FieldManager); err != nil {
+		return err
+	}
+	r.eventReadyChange(meta.FindStatusCondition(ring.Status.Conditions, v1alpha1.ConditionReady),
+		meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady))
+	return nil
 }
 
 // computeStatus builds the status and updates the ring's gauges.

@@ -8,10 +8,11 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
@@ -29,7 +30,7 @@ type Cache struct {
 	informer toolscache.SharedIndexInformer
 
 	mu       sync.Mutex
-	watchErr error // last list or watch error; a resource that never synced reports it
+	watchErr error // last list or watch error; cleared by a list or watch the API server accepts
 	patchErr error // last Forbidden answer to a patch; cleared by a successful patch
 }
 
@@ -40,10 +41,11 @@ type Options struct {
 	// controlled resources of a ring need it. Default: false.
 	IndexByController bool
 
-	// OnWatchError is called with the resource and the error after the
-	// Cache recorded a failed list or watch, from the informer's goroutine.
-	// Default: nothing.
-	OnWatchError func(schema.GroupVersionResource, error)
+	// OnWatchChange is called with the resource and the error after the
+	// Cache recorded a failed list or watch, and with a nil error after the
+	// first list or watch the API server accepts again, from the informer's
+	// goroutine. Default: nothing.
+	OnWatchChange func(schema.GroupVersionResource, error)
 }
 
 // NewObjects returns the cache of resource gvr, keeping Objects made by
@@ -54,31 +56,54 @@ func NewObjects(client metadata.Interface, gvr schema.GroupVersionResource, tran
 	if opts.IndexByController {
 		indexers[indexController] = indexByController
 	}
-	return newCache(client, gvr, indexers, transform.Transform, opts.OnWatchError)
+	return newCache(client, gvr, indexers, transform.Transform, opts.OnWatchChange)
 }
 
 // NewNamespaces returns the cache of Namespaces, keeping their names and
 // labels for a ring's namespaceSelector (see GetNamespace). It watches
 // nothing until Run.
-func NewNamespaces(client metadata.Interface, onWatchError func(schema.GroupVersionResource, error)) *Cache {
+func NewNamespaces(client metadata.Interface, onWatchChange func(schema.GroupVersionResource, error)) *Cache {
 	gvr := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
-	return newCache(client, gvr, toolscache.Indexers{}, transformNamespace, onWatchError)
+	return newCache(client, gvr, toolscache.Indexers{}, transformNamespace, onWatchChange)
 }
 
 func newCache(client metadata.Interface, gvr schema.GroupVersionResource, indexers toolscache.Indexers,
-	transform toolscache.TransformFunc, onWatchError func(schema.GroupVersionResource, error)) *Cache {
-	inf := metadatainformer.NewFilteredMetadataInformer(client, gvr, metav1.NamespaceAll, 0, indexers, nil).Informer()
-	c := &Cache{resource: gvr.GroupResource(), informer: inf}
-	// Errors only come from calls made after the informer started; none is made yet.
-	_ = inf.SetTransform(transform)
-	_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *toolscache.Reflector, err error) {
+	transform toolscache.TransformFunc, onWatchChange func(schema.GroupVersionResource, error)) *Cache {
+	c := &Cache{resource: gvr.GroupResource()}
+	note := func(err error) {
 		c.mu.Lock()
+		changed := c.watchErr != nil || err != nil
 		c.watchErr = err
 		c.mu.Unlock()
-		if onWatchError != nil {
-			onWatchError(gvr, err)
+		if changed && onWatchChange != nil {
+			onWatchChange(gvr, err)
 		}
-	})
+	}
+	// The informer of metadatainformer, with a list and watch that report
+	// their success: the reflector reports only failures, and a resource
+	// that fails after its first sync must be reported until it recovers.
+	resources := client.Resource(gvr).Namespace(metav1.NamespaceAll)
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			list, err := resources.List(ctx, opts)
+			if err == nil {
+				note(nil)
+			}
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			w, err := resources.Watch(ctx, opts)
+			if err == nil {
+				note(nil)
+			}
+			return w, err
+		},
+	}
+	c.informer = toolscache.NewSharedIndexInformer(toolscache.ToListWatcherWithWatchListSemantics(lw, client),
+		&metav1.PartialObjectMetadata{}, 0, indexers)
+	// Errors only come from calls made after the informer started; none is made yet.
+	_ = c.informer.SetTransform(transform)
+	_ = c.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *toolscache.Reflector, err error) { note(err) })
 	return c
 }
 
@@ -182,7 +207,9 @@ func NotServed(gr schema.GroupResource, err error) *Problem {
 }
 
 // Problem returns what keeps the sharder from using the resource, nil when
-// nothing does.
+// nothing does. A list or watch refused after the first sync is a problem
+// as well: the cache keeps the objects it had but misses every change until
+// the API server accepts a list or watch again.
 func (c *Cache) Problem() *Problem {
 	c.mu.Lock()
 	watchErr, patchErr := c.watchErr, c.patchErr
@@ -192,7 +219,7 @@ func (c *Cache) Problem() *Problem {
 	case patchErr != nil:
 		return &Problem{Resource: gr, Reason: v1alpha1.ReasonResourceForbidden, Message: fmt.Sprintf(
 			"the sharder may not patch %q (%v): grant its ServiceAccount patch on this resource", gr.String(), patchErr)}
-	case watchErr == nil || c.informer.HasSynced():
+	case watchErr == nil:
 		return nil
 	case apierrors.IsForbidden(watchErr):
 		return &Problem{Resource: gr, Reason: v1alpha1.ReasonResourceForbidden, Message: fmt.Sprintf(
