@@ -116,16 +116,7 @@ func TestForcedMoveCancelsBeforeTheNextInstanceStarts(t *testing.T) {
 	createRing(t, ns, 2*time.Second)
 
 	// An object that i2 takes over from i1 when it joins.
-	both, err := ringpkg.New(ringpkg.ConsistentHash, []ringpkg.Member{
-		{ID: "i1", VirtualNodes: v1alpha1.DefaultVirtualNodes}, {ID: "i2", VirtualNodes: v1alpha1.DefaultVirtualNodes}})
-	g.Expect(err).NotTo(HaveOccurred())
-	name := ""
-	for i := 0; name == ""; i++ {
-		candidate := fmt.Sprintf("long-%d", i)
-		if id, _ := both.Lookup(ringpkg.ObjectKey("", "ConfigMap", ns, candidate)); id == "i2" {
-			name = candidate
-		}
-	}
+	name := nameMovingTo(t, ns, "i2", "i1", "i2")
 
 	rec := newRecorder()
 	c := newCancellation(name)
@@ -149,4 +140,24 @@ func TestForcedMoveCancelsBeforeTheNextInstanceStarts(t *testing.T) {
 	g.Expect(c.at.Load().Before(first)).To(BeTrue(),
 		"i1's reconcile was cancelled at %v, after i2 started at %v", c.at.Load().Format(time.StampMicro), first.Format(time.StampMicro))
 	g.Expect(rec.overlaps()).To(BeEmpty())
+}
+
+// nameMovingTo returns the name of a ConfigMap of ns that a ring of ids (the
+// default weight each) assigns to the instance to.
+func nameMovingTo(t *testing.T, ns, to string, ids ...string) string {
+	t.Helper()
+	members := make([]ringpkg.Member, 0, len(ids))
+	for _, id := range ids {
+		members = append(members, ringpkg.Member{ID: id, VirtualNodes: v1alpha1.DefaultVirtualNodes})
+	}
+	rg, err := ringpkg.New(ringpkg.ConsistentHash, members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		candidate := fmt.Sprintf("long-%d", i)
+		if id, _ := rg.Lookup(ringpkg.ObjectKey("", "ConfigMap", ns, candidate)); id == to {
+			return candidate
+		}
+	}
 }

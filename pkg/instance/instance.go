@@ -39,6 +39,10 @@ var ErrMoved = errors.New("the object was assigned to another instance")
 // reconciles running when the instance lost its Lease.
 var ErrLeaseLost = leaseholder.ErrLeaseLost
 
+// ErrStaleWatch is the cause of the contexts of reconciles cancelled because
+// the instance's watch fell further behind than Options.MaxWatchLag.
+var ErrStaleWatch = errors.New("the instance's watch fell behind the API server")
+
 // moveCheckTimeout bounds the read that tells a moved object from a deleted
 // one when it leaves the cache while a reconcile of it runs.
 const moveCheckTimeout = 10 * time.Second
@@ -137,6 +141,7 @@ func Setup(mgr manager.Manager, opts Options) (*Instance, error) {
 		OnLost:          i.lost,
 		Release:         opts.Release,
 		BeforeRelease:   i.beforeRelease,
+		MaxWatchLag:     max(opts.MaxWatchLag, 0),
 		Clock:           opts.Clock,
 		ShutdownTimeout: opts.ShutdownTimeout,
 	})
@@ -223,8 +228,53 @@ func (i *Instance) Start(ctx context.Context) error {
 	}
 	i.reconciles.Open()
 	i.log.Info("Instance holds its Lease, reconciling")
+	i.checkWatchLag(ctx)
 	<-ctx.Done()
 	return nil
+}
+
+// checksWatchLag reports whether the instance keeps its promise on the lag
+// of its watches (Options.MaxWatchLag).
+func (i *Instance) checksWatchLag() bool {
+	return i.opts.MaxWatchLag > 0 && i.holder.Watching()
+}
+
+// watchCurrent reports whether the instance's watch is proven no further
+// behind than Options.MaxWatchLag (always true when it makes no promise).
+func (i *Instance) watchCurrent() bool {
+	return !i.checksWatchLag() || i.opts.Clock.Since(i.holder.WatchedAt()) <= i.opts.MaxWatchLag
+}
+
+// checkWatchLag cancels the reconciles in flight whenever the watch falls
+// further behind than Options.MaxWatchLag, until ctx ends. New reconciles
+// ask watchCurrent themselves; this catches those that started before. It
+// looks every eighth of the lag (at most every 250ms), which the sharder's
+// force grace covers.
+func (i *Instance) checkWatchLag(ctx context.Context) {
+	if !i.checksWatchLag() {
+		return
+	}
+	every := min(max(i.opts.MaxWatchLag/8, 10*time.Millisecond), 250*time.Millisecond)
+	behind := false
+	for {
+		switch current := i.watchCurrent(); {
+		case !current && !behind:
+			behind = true
+			i.reconciles.CancelAll(ErrStaleWatch)
+			i.log.Info("The instance's watch fell behind: no reconciles until it catches up",
+				"lastRenewalSeen", i.holder.WatchedAt(), "maxWatchLag", i.opts.MaxWatchLag)
+		case current && behind:
+			behind = false
+			i.log.Info("The instance's watch caught up: reconciling again")
+		}
+		t := i.opts.Clock.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
 }
 
 func (i *Instance) readyz(_ *http.Request) error {

@@ -87,9 +87,28 @@ type Options struct {
 	ShutdownTimeout time.Duration
 
 	// RetryPeriod is how soon a request that arrives before the instance holds
-	// its Lease is tried again.
+	// its Lease, or while its watch is behind (MaxWatchLag), is tried again.
 	// Default: 1s.
 	RetryPeriod time.Duration
+
+	// MaxWatchLag is how far behind the API server the instance lets its
+	// watches fall before it stops reconciling. The instance proves its
+	// watch current with its own Lease renewals: while the newest renewal
+	// that came back through its watch on the Lease was sent longer ago
+	// than MaxWatchLag, it admits no reconcile (requests are retried after
+	// RetryPeriod) and cancels those in flight (cause ErrStaleWatch); it
+	// resumes when the watch catches up. It promises this on its Lease
+	// (sharder.dev/max-watch-lag), and the sharder waits that much longer
+	// after a forced move before another instance gets the object, so that
+	// an instance whose watch stalled while its writes still pass cannot
+	// work on an object alongside its next instance. It must be longer than
+	// RenewPeriod. The proof covers the instance's connection to the API
+	// server, which the Lease watch shares with the cache's watches (one
+	// HTTP client), not a delay of one resource's watch inside the API
+	// server.
+	// Default: RenewDeadline (10s for the default Lease duration); negative:
+	// no check and no promise.
+	MaxWatchLag time.Duration
 
 	// Clock tells the time: the Lease holder's renewals and deadlines, and
 	// how long the instance remembers the objects it handed over. Tests pass
@@ -126,6 +145,17 @@ func (o *Options) setDefaults() error {
 	}
 	if o.RetryPeriod == 0 {
 		o.RetryPeriod = DefaultRetryPeriod
+	}
+	if o.MaxWatchLag == 0 {
+		// The Lease holder's default renew deadline, unless one is set.
+		o.MaxWatchLag = o.RenewDeadline
+		if o.MaxWatchLag == 0 {
+			d := o.LeaseDuration
+			if d == 0 {
+				d = leaseholder.DefaultLeaseDuration
+			}
+			o.MaxWatchLag = d * 2 / 3
+		}
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}

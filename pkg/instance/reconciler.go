@@ -40,6 +40,10 @@ const acknowledgeAttempts = 3
 //     calls next so that it can finish its deletion handling, otherwise (it
 //     moved away) drops the request.
 //
+// No request is handled while the instance's watch is further behind than
+// Options.MaxWatchLag (it is retried after Options.RetryPeriod), and the
+// contexts of those in flight are cancelled then, their cause ErrStaleWatch.
+//
 // The context passed to next is cancelled, its cause ErrMoved, as soon as
 // the instance sees the object assigned elsewhere (a move the instance did
 // not acknowledge: a forced move after the ring's drainTimeout, or a move
@@ -95,6 +99,12 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	defer end()
+	if !r.inst.watchCurrent() {
+		// Admitted first, so that a watch falling behind from now on
+		// cancels this reconcile (checkWatchLag) rather than miss it.
+		log.V(1).Info("Request deferred: the instance's watch is behind the API server")
+		return reconcile.Result{RequeueAfter: r.inst.opts.RetryPeriod}, nil
+	}
 
 	obj, ok := r.proto.DeepCopyObject().(client.Object)
 	if !ok {

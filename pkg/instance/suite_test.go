@@ -185,6 +185,9 @@ type instanceConfig struct {
 	// work is how long each reconcile of controller "a" works; controller
 	// "b" works a tenth of it.
 	work time.Duration
+	// requeueAfter, when set, is what the user reconcilers ask for after
+	// each run: they keep reconciling their objects from their cache.
+	requeueAfter time.Duration
 	// hook, when set, runs inside the user reconciler of each controller
 	// ("a" or "b") before the work.
 	hook func(ctx context.Context, controller string, req reconcile.Request)
@@ -285,7 +288,7 @@ func startInstance(t *testing.T, cfg instanceConfig) *testInstance {
 			} else {
 				time.Sleep(cfg.work / 10)
 			}
-			return reconcile.Result{}, nil
+			return reconcile.Result{RequeueAfter: cfg.requeueAfter}, nil
 		})
 		wrapped, err := inst.Wrap(&corev1.ConfigMap{}, user)
 		if err != nil {

@@ -92,6 +92,7 @@ func (h *Holder) attempt(lease *coordinationv1.Lease) {
 		h.unconfirmed = slices.Delete(h.unconfirmed, 0, 1)
 	}
 	h.unconfirmed = append(h.unconfirmed, *lease.Spec.DeepCopy())
+	h.proof.sending(lease.Spec.RenewTime)
 }
 
 func (h *Holder) hold(lease *coordinationv1.Lease, now time.Time) {

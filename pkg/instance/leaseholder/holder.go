@@ -93,6 +93,10 @@ type Holder struct {
 
 	// woken carries the watch's requests to check the Lease.
 	woken chan struct{}
+
+	// proof is what the watch on the Lease proved: its own guard, since the
+	// watch's handler runs on a goroutine of its own.
+	proof watchProof
 }
 
 // maxUnconfirmed bounds Holder.unconfirmed: attempts between two confirmed
@@ -125,6 +129,18 @@ func (h *Holder) NeedLeaderElection() bool { return false }
 
 // Identity returns the instance ID.
 func (h *Holder) Identity() string { return h.opts.Identity }
+
+// Watching reports whether the holder watches its Lease (its client is a
+// client.WithWatch), so that WatchedAt means anything.
+func (h *Holder) Watching() bool { return h.opts.watching }
+
+// WatchedAt returns when this holder sent the newest of its writes of the
+// Lease that has come back to it through its watch (Clock); zero before
+// the first. Watch events arrive in the order of the writes, so the watch
+// had delivered every change made before that time: it is at most
+// Clock.Since(WatchedAt()) behind. While the holder holds the Lease and
+// its watch keeps up, that stays below RenewPeriod plus a round trip.
+func (h *Holder) WatchedAt() time.Time { return h.proof.watchedAt() }
 
 // Held reports whether the holder currently holds its Lease. It is false
 // before the acquisition, after a loss and after the release.

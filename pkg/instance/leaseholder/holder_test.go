@@ -857,3 +857,35 @@ func TestHolderReleasesAfterDeadlineInShutdown(t *testing.T) {
 	g.Expect(getLease(ns, "pod-13")()).To(HaveField("Spec.HolderIdentity", HaveValue(BeEmpty())), "released")
 	g.Expect(r.lost.Load()).To(BeEquivalentTo(1))
 }
+
+// TestHolderProvesItsWatch checks WatchedAt and the promise on the Lease: a
+// holder that watches its Lease sees its renewals come back and writes its
+// max watch lag; one that cannot watch promises nothing.
+func TestHolderProvesItsWatch(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	opts := leaseholder.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "watching",
+		LeaseDuration: 3 * time.Second, RenewPeriod: 200 * time.Millisecond, MaxWatchLag: 2 * time.Second}
+	r := startHolderOn(t, watchClient(t), opts)
+	g.Expect(r.Watching()).To(BeTrue())
+	g.Eventually(r.Held).Should(BeTrue())
+	lease, err := getLease(ns, "watching")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(lease.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationMaxWatchLag, "2s"))
+	// Each renewal comes back through the watch: WatchedAt keeps moving and
+	// stays within a few renew periods of now.
+	g.Eventually(r.WatchedAt).ShouldNot(BeZero())
+	seen := r.WatchedAt()
+	g.Eventually(r.WatchedAt, 5*time.Second).Should(BeTemporally(">", seen))
+	g.Expect(time.Since(r.WatchedAt())).To(BeNumerically("<", 2*time.Second))
+
+	opts.Identity = "not-watching"
+	plain := startHolderOn(t, env().Client, opts)
+	g.Expect(plain.Watching()).To(BeFalse())
+	g.Eventually(plain.Held).Should(BeTrue())
+	lease, err = getLease(ns, "not-watching")()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(lease.Annotations).NotTo(HaveKey(v1alpha1.AnnotationMaxWatchLag), "no watch, no promise")
+	g.Expect(plain.WatchedAt()).To(BeZero())
+}

@@ -100,8 +100,21 @@ type HolderOptions struct {
 	// reads. Default: the client.
 	Reader client.Reader
 
+	// MaxWatchLag, when positive and the client watches (NewHolder), is
+	// written on the Lease as its sharder.dev/max-watch-lag annotation: the
+	// instance's promise that it reconciles nothing while the last renewal
+	// it saw come back through its watch on the Lease (WatchedAt) was
+	// written longer ago than this. The sharder waits that much longer
+	// before assigning an object it released from the instance by a forced
+	// move. The holder only writes the promise; keeping it is the caller's
+	// part (pkg/instance does). Default: 0, no promise.
+	MaxWatchLag time.Duration
+
 	// Clock tells the time and runs the timers. Default: the real clock.
 	Clock clock.Clock
+
+	// watching reports whether the holder's client can watch its Lease.
+	watching bool
 }
 
 // setDefaults fills in the defaults of unset fields, as each field's comment
@@ -133,6 +146,7 @@ func (o *HolderOptions) setDefaults(c client.Client) error {
 	if o.Reader == nil {
 		o.Reader = c
 	}
+	_, o.watching = c.(client.WithWatch)
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
@@ -165,6 +179,10 @@ func (o *HolderOptions) validate() error {
 	}
 	if o.RenewPeriod <= 0 || o.RenewPeriod >= o.RenewDeadline {
 		errs = append(errs, fmt.Errorf("renew period %v: must be positive and shorter than the renew deadline %v (lease duration %v)", o.RenewPeriod, o.RenewDeadline, o.LeaseDuration))
+	}
+	if o.MaxWatchLag != 0 && (o.MaxWatchLag <= o.RenewPeriod || o.MaxWatchLag > membership.MaxLeaseDuration) {
+		errs = append(errs, fmt.Errorf("max watch lag %v: must be longer than the renew period %v (the renewals are what the watch proves itself with) and at most %v, or 0 for no promise",
+			o.MaxWatchLag, o.RenewPeriod, membership.MaxLeaseDuration))
 	}
 	if o.ShutdownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("shutdown timeout %v: must not be negative", o.ShutdownTimeout))

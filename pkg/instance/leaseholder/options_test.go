@@ -50,6 +50,8 @@ func TestHolderOptions(t *testing.T) {
 		{"default renew period above the duration given", "renew period", func(o *leaseholder.HolderOptions) { o.RenewPeriod = 20 * time.Second }},
 		{"negative shutdown timeout", "shutdown timeout", func(o *leaseholder.HolderOptions) { o.ShutdownTimeout = -time.Second }},
 		{"unknown release", "release", func(o *leaseholder.HolderOptions) { o.Release = "Pause" }},
+		{"max watch lag not above the renew period", "max watch lag", func(o *leaseholder.HolderOptions) { o.MaxWatchLag = 5 * time.Second }},
+		{"negative max watch lag", "max watch lag", func(o *leaseholder.HolderOptions) { o.MaxWatchLag = -time.Second }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := valid()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -35,6 +37,9 @@ func (h *Holder) watch(ctx context.Context) {
 	}
 	suspicious := func(obj any) {
 		l, ok := obj.(*coordinationv1.Lease)
+		if ok && ptr.Deref(l.Spec.HolderIdentity, "") == h.opts.Identity {
+			h.proof.seen(l.Spec.RenewTime)
+		}
 		if !ok || l.Labels[v1alpha1.LabelRing] != h.opts.Ring || ptr.Deref(l.Spec.HolderIdentity, "") != h.opts.Identity {
 			h.wake()
 		}
@@ -57,6 +62,56 @@ func (h *Holder) watch(ctx context.Context) {
 		},
 	})
 	go informer.RunWithContext(ctx)
+}
+
+// watchProof pairs the writes a holder sent with what its watch delivered
+// (Holder.WatchedAt). It is safe for concurrent use.
+type watchProof struct {
+	mu sync.Mutex
+	// sent holds the renewTime of each write sent and not yet seen, oldest
+	// first; that stamp is also when it was sent (Clock).
+	sent []metav1.MicroTime
+	// at is when the newest write seen through the watch was sent.
+	at time.Time
+}
+
+// maxSent bounds watchProof.sent; older writes are forgotten first.
+const maxSent = 16
+
+// sending records a write about to be sent, stamped renewTime.
+func (p *watchProof) sending(renewTime *metav1.MicroTime) {
+	if renewTime == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.sent) == maxSent {
+		p.sent = slices.Delete(p.sent, 0, 1)
+	}
+	p.sent = append(p.sent, *renewTime)
+}
+
+// seen records a version of the Lease the watch delivered, held by this
+// holder's identity and stamped renewTime: when it is one of the writes
+// sent, the watch has caught up with it and every older one.
+func (p *watchProof) seen(renewTime *metav1.MicroTime) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range p.sent {
+		if microEqual(&p.sent[i], renewTime) {
+			if at := p.sent[i].Time; at.After(p.at) {
+				p.at = at
+			}
+			p.sent = slices.Delete(p.sent, 0, i+1)
+			return
+		}
+	}
+}
+
+func (p *watchProof) watchedAt() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.at
 }
 
 // wake asks the renewal loop to check the Lease now.
