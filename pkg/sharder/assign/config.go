@@ -42,6 +42,12 @@ func (a *ringConfig) sameWatches(b *ringConfig) bool {
 	return slices.Equal(a.resources, b.resources)
 }
 
+// sameConfig reports whether b is the configuration a runs with: the same
+// ring at the same generation, watching and missing the same resources.
+func (a *ringConfig) sameConfig(b *ringConfig) bool {
+	return a.uid == b.uid && a.generation == b.generation && a.sameWatches(b) && slices.Equal(a.unresolved, b.unresolved)
+}
+
 // resolveRing turns a ring's spec into a ringConfig. Resources the RESTMapper
 // does not know are listed in unresolved; an error means the spec itself is
 // unusable (the ring gets reason InvalidSpec).

@@ -5,13 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -28,10 +30,6 @@ import (
 // controllerName names the ring controller, its logger and its events.
 const controllerName = "controllerring-assignment"
 
-// unresolvedRetry is how often a ring naming a resource the API server does
-// not serve is resolved again (a CustomResourceDefinition may be installed later).
-const unresolvedRetry = 30 * time.Second
-
 // +kubebuilder:rbac:groups=sharder.dev,resources=controllerrings,verbs=get;list;watch
 // +kubebuilder:rbac:groups=sharder.dev,resources=controllerrings/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
@@ -44,7 +42,7 @@ type Controller struct {
 	opts     Options
 	client   client.Client
 	meta     metadata.Interface
-	mapper   meta.RESTMapper
+	mapper   meta.ResettableRESTMapper
 	recorder record.EventRecorder
 
 	started chan struct{} // closed once Start stored ctx
@@ -92,8 +90,16 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("creating metadata client: %w", err)
 	}
 	c.meta = metaClient
+	// The rings' resources are resolved with a mapper of their own, which
+	// can be told to forget what it discovered: the manager's keeps the
+	// versions it found for a group, so it would name a version a
+	// CustomResourceDefinition recreated since no longer serves.
+	discoveryClient, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating discovery client: %w", err)
+	}
+	c.mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(discoveryClient))
 	c.client = mgr.GetClient()
-	c.mapper = mgr.GetRESTMapper()
 	c.recorder = c.opts.EventRecorder
 	c.opts.Registry.Subscribe(c.membershipChanged)
 	if err := mgr.Add(c); err != nil {
@@ -162,7 +168,16 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		logger.Info("Ring names an algorithm this sharder does not know", "algorithm", ring.Spec.EffectiveAlgorithm())
 		return reconcile.Result{}, c.writeNotReadyStatus(ctx, ring, v1alpha1.ReasonUnknownAlgorithm, msg)
 	}
+	c.mu.Lock()
+	r := c.rings[ring.Name]
+	c.mu.Unlock()
 	cfg, err := resolveRing(ring, c.mapper)
+	if err == nil && (len(cfg.unresolved) > 0 || (r != nil && r.notServed())) {
+		// Discovery may predate a CustomResourceDefinition installed,
+		// deleted or recreated with other versions since: ask again.
+		c.mapper.Reset()
+		cfg, err = resolveRing(ring, c.mapper)
+	}
 	if err != nil {
 		c.stopRing(ring.Name)
 		logger.Info("Ring spec is invalid", "error", err.Error())
@@ -170,11 +185,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			fmt.Sprintf("The ring's spec cannot be used: %v. Correct it; nothing is assigned until then.", err))
 	}
 
-	c.mu.Lock()
-	r := c.rings[ring.Name]
-	restart := r != nil && !r.config().sameWatches(cfg)
-	c.mu.Unlock()
-	if restart {
+	if r != nil && !r.config().sameWatches(cfg) {
 		logger.Info("Ring resources changed: restarting its caches")
 		c.stopRing(ring.Name)
 		r = nil
@@ -186,13 +197,12 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		c.mu.Unlock()
 		r.start(c.ctx)
 		logger.Info("Ring assignment started", "resources", len(cfg.resources), "unresolved", len(cfg.unresolved))
-	} else {
+	} else if !r.config().sameConfig(cfg) {
 		r.reconfigure(cfg)
 	}
-	if len(cfg.unresolved) > 0 {
-		return reconcile.Result{RequeueAfter: unresolvedRetry}, nil
-	}
-	return reconcile.Result{}, nil
+	// The ring's resources are resolved again periodically: a resource that
+	// is not served may be installed later, or served at another version.
+	return reconcile.Result{RequeueAfter: *c.opts.ResolveInterval}, nil
 }
 
 func (c *Controller) stopRing(name string) {

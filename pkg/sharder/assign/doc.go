@@ -42,14 +42,18 @@
 //   - The ring's status (Ready condition, instance and object counts, drains
 //     in flight) is written only when it changed, at most once per
 //     Options.StatusInterval. Nothing runs while nothing changes, apart from
-//     the resync every Options.ResyncPeriod.
+//     the resync every Options.ResyncPeriod and the lookup of the ring's
+//     resources every Options.ResolveInterval (from the discovery the
+//     sharder cached, asked again of the API server only while a resource
+//     of the ring is not served: a CustomResourceDefinition installed
+//     later, or recreated serving another version, is picked up then).
 //
 // A ring naming a resource that the API server does not serve, or that the
 // sharder may not list, watch or patch, is reported as Ready=False with
 // reason ResourceNotServed or ResourceForbidden, and so is one that stops
 // being served or permitted after the ring started (with an event); the
 // ring's other resources and other rings keep working, and the ring is
-// Ready again on its own once the resource can be listed and watched. The sharder needs get, list, watch and patch
-// on every resource of every ring: the ring's owner grants it (see
-// docs/assignment.md).
+// Ready again on its own once the resource can be listed and watched. The
+// sharder needs get, list, watch and patch on every resource of every ring:
+// the ring's owner grants it (see docs/assignment.md).
 package assign

@@ -31,7 +31,7 @@ func (r *ringAssigner) eventReadyChange(old, cur *metav1.Condition) {
 			r.event(corev1.EventTypeWarning, cur.Reason, "%s", cur.Message)
 		}
 	case old != nil && resourceProblem(old.Reason):
-		r.event(corev1.EventTypeNormal, "ResourcesAvailable", "Every resource of the ring is listed and watched again.")
+		r.event(corev1.EventTypeNormal, "ResourcesAvailable", "Every resource of the ring can be listed, watched and patched again.")
 	}
 }
 

@@ -7,9 +7,17 @@ import (
 
 	. "github.com/onsi/gomega"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionshelpers "k8s.io/apiextensions-apiserver/pkg/apihelpers"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -109,3 +117,96 @@ func TestRevokedPermissionAfterSyncIsReportedAndHealed(t *testing.T) {
 	later := createConfigMaps(t, ns, "later", 2)
 	g.Eventually(assigned(ns, later, on("a")), timeout, poll).Should(Succeed())
 }
+
+var gadgets = schema.GroupResource{Group: "lifecycle-test.sharder.dev", Resource: "gadgets"}
+
+// installGadgets creates the CustomResourceDefinition of namespaced
+// Gadgets served at version only, and waits until it is established.
+func installGadgets(t *testing.T, g Gomega, version string) {
+	t.Helper()
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: gadgets.String()},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: gadgets.Group,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "Gadget", ListKind: "GadgetList", Plural: "gadgets", Singular: "gadget"},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: version, Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", XPreserveUnknownFields: ptr.To(true),
+				}},
+			}},
+		},
+	}
+	g.Expect(env().Client.Create(context.Background(), crd)).To(Succeed())
+	t.Cleanup(func() { removeGadgets(g) })
+	g.Eventually(func(g Gomega) {
+		cur := &apiextensionsv1.CustomResourceDefinition{}
+		g.Expect(env().Client.Get(context.Background(), client.ObjectKeyFromObject(crd), cur)).To(Succeed())
+		g.Expect(cur.Spec.Versions[0].Name).To(Equal(version))
+		g.Expect(apiextensionshelpers.IsCRDConditionTrue(cur, apiextensionsv1.Established)).To(BeTrue())
+	}, timeout, poll).Should(Succeed())
+}
+
+// removeGadgets deletes the Gadgets' CustomResourceDefinition and waits
+// until it is gone.
+func removeGadgets(g Gomega) {
+	crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: gadgets.String()}}
+	g.Expect(client.IgnoreNotFound(env().Client.Delete(context.Background(), crd))).To(Succeed())
+	g.Eventually(func() error {
+		return env().Client.Get(context.Background(), client.ObjectKeyFromObject(crd), crd)
+	}, recoveryTimeout, poll).Should(Satisfy(apierrors.IsNotFound))
+}
+
+// createGadget creates Gadget ns/name at version.
+func createGadget(g Gomega, version, ns, name string) {
+	dc, err := dynamic.NewForConfig(env().Config)
+	g.Expect(err).NotTo(HaveOccurred())
+	obj := &unstructured.Unstructured{}
+	obj.SetAPIVersion(gadgets.Group + "/" + version)
+	obj.SetKind("Gadget")
+	obj.SetName(name)
+	_, err = dc.Resource(gadgets.WithVersion(version)).Namespace(ns).Create(context.Background(), obj, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+}
+
+// gadgetShard returns a check for Eventually: Gadget ns/name at version
+// carries the ring's shard label with value id.
+func gadgetShard(version, ns, name, id string) func(Gomega) {
+	return func(g Gomega) {
+		mc, err := metadata.NewForConfig(env().Config)
+		g.Expect(err).NotTo(HaveOccurred())
+		obj, err := mc.Resource(gadgets.WithVersion(version)).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(obj.Labels).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), id))
+	}
+}
+
+// TestRecreatedCRDWithAnotherVersionIsResolvedAgain deletes the
+// CustomResourceDefinition of a ring's resource after the ring synced and
+// installs it again serving another version only. The ring reports the
+// resource as not served meanwhile, then resolves it again at its new
+// version (within its ResolveInterval, 2 s here) and assigns its objects.
+func TestRecreatedCRDWithAnotherVersionIsResolvedAgain(t *testing.T) {
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	installGadgets(t, g, "v1")
+	reg := leasecontroller.NewRegistry()
+	reg.Set(ns, members(membership.StateReady, "a"))
+	newRing(t, ns, func(s *v1alpha1.ControllerRingSpec) {
+		s.Resources = []v1alpha1.RingResource{{Group: gadgets.Group, Resource: gadgets.Resource}}
+	})
+	resolve := 2 * time.Second
+	startSharder(t, reg, assign.Options{ResolveInterval: &resolve})
+	createGadget(g, "v1", ns, "first")
+	g.Eventually(gadgetShard("v1", ns, "first", "a"), timeout, poll).Should(Succeed())
+
+	removeGadgets(g)
+	g.Eventually(readyCondition(ns, metav1.ConditionFalse, v1alpha1.ReasonResourceNotServed), timeout, poll).Should(Succeed())
+
+	installGadgets(t, g, "v2")
+	createGadget(g, "v2", ns, "second")
+	g.Eventually(gadgetShard("v2", ns, "second", "a"), recoveryTimeout, poll).Should(Succeed())
+	g.Eventually(readyCondition(ns, metav1.ConditionTrue, v1alpha1.ReasonReady), timeout, poll).Should(Succeed())
+}
+

@@ -13,11 +13,12 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultWorkers        = 16
-	DefaultResyncPeriod   = 5 * time.Minute
-	DefaultStatusInterval = time.Second
-	DefaultQPS            = 5000
-	DefaultBurst          = 10000
+	DefaultWorkers         = 16
+	DefaultResyncPeriod    = 5 * time.Minute
+	DefaultStatusInterval  = time.Second
+	DefaultResolveInterval = 30 * time.Second
+	DefaultQPS             = 5000
+	DefaultBurst           = 10000
 )
 
 // Options configures the assignment controller.
@@ -38,6 +39,13 @@ type Options struct {
 	// StatusInterval is the least time between two status writes of one
 	// ring. Default: 1s.
 	StatusInterval *time.Duration
+
+	// ResolveInterval is how often the resources of a ring are looked up
+	// again: a resource the API server does not serve may be installed
+	// later, or its CustomResourceDefinition recreated serving another
+	// version, which the ring then watches. Only a ring with a resource not
+	// served asks the API server's discovery again. Default: 30s.
+	ResolveInterval *time.Duration
 
 	// RESTConfig is used to watch and patch the rings' resources. It is
 	// copied, and its QPS and Burst are replaced by the fields below.
@@ -85,6 +93,10 @@ func (o *Options) setDefaults() error {
 	if o.StatusInterval == nil || *o.StatusInterval <= 0 {
 		d := DefaultStatusInterval
 		o.StatusInterval = &d
+	}
+	if o.ResolveInterval == nil || *o.ResolveInterval <= 0 {
+		d := DefaultResolveInterval
+		o.ResolveInterval = &d
 	}
 	if o.QPS == 0 {
 		o.QPS = DefaultQPS

@@ -180,6 +180,22 @@ func (r *ringAssigner) watchChanged(gvr schema.GroupVersionResource, err error) 
 	}
 }
 
+// notServed reports whether a resource of the ring is not served: it was
+// unknown when the ring was resolved, or its list or watch found nothing
+// since (its CustomResourceDefinition was deleted, or no longer serves the
+// version watched).
+func (r *ringAssigner) notServed() bool {
+	if len(r.config().unresolved) > 0 {
+		return true
+	}
+	for _, c := range r.caches() {
+		if p := c.Problem(); p != nil && p.Reason == v1alpha1.ReasonResourceNotServed {
+			return true
+		}
+	}
+	return false
+}
+
 // start runs the ring's caches and workers until stop or ctx is done.
 func (r *ringAssigner) start(ctx context.Context) {
 	ctx, r.cancel = context.WithCancel(ctx)

@@ -13,6 +13,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -41,6 +42,9 @@ func env() *testenv.Env { return suite.Env() }
 func TestMain(m *testing.M) {
 	s := testenv.DefaultScheme()
 	if err := v1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := apiextensionsv1.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	ctrl.SetLogger(testLogger())
