@@ -137,9 +137,17 @@ func TestAgentShutdown(t *testing.T) {
 // instance's Lease.
 func (e *ringEnv) startPlainInstance(id string, agentArgs ...string) {
 	e.t.Helper()
+	controller, agent := e.launchPlainInstance(id, agentArgs...)
+	e.waitHeld(id, controller, agent)
+}
+
+// launchPlainInstance starts the plain controller and its agent as
+// instance id without waiting for the Lease.
+func (e *ringEnv) launchPlainInstance(id string, agentArgs ...string) (controller, agent *localrun.Process) {
+	e.t.Helper()
 	health, err := localrun.FreeAddress()
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
-	controller, err := cluster.Start(localrun.ProcessOptions{
+	controller, err = cluster.Start(localrun.ProcessOptions{
 		Name: e.ring + "-" + id, Path: cluster.Binaries.PlainController,
 		Args: []string{
 			"--kubeconfig", e.instanceUser.Kubeconfig,
@@ -153,7 +161,7 @@ func (e *ringEnv) startPlainInstance(id string, agentArgs ...string) {
 	})
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
 	e.procs.Add(controller)
-	agent, err := cluster.Start(localrun.ProcessOptions{
+	agent, err = cluster.Start(localrun.ProcessOptions{
 		Name: e.ring + "-" + id + "-agent", Path: cluster.Binaries.Sharder,
 		Args: append([]string{"agent",
 			"--kubeconfig", e.instanceUser.Kubeconfig,
@@ -172,7 +180,7 @@ func (e *ringEnv) startPlainInstance(id string, agentArgs ...string) {
 	e.instances[id] = controller
 	e.agents[id] = agent
 	e.mu.Unlock()
-	e.waitHeld(id, controller, agent)
+	return controller, agent
 }
 
 // agent returns the agent beside instance id.

@@ -6,7 +6,9 @@
 // instance killed, the sharder leader killed, forbidden label edits, a
 // churn run checked for overlapping reconciles, and a controller that knows
 // nothing of sharder (e2e/plaincontroller) stopped with its `sharder agent`
-// sidecar while it reconciles.
+// sidecar while it reconciles, and a rebalance with the sharder and the
+// instances as ordinary ServiceAccounts, their requests classified by the
+// chart's FlowSchemas (TestFlowControl).
 //
 // Instance processes (the operator's, the plain controller and its agent)
 // are restarted with backoff when they exit on their own, as the kubelet

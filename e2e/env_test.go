@@ -17,6 +17,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -52,6 +53,9 @@ type ringOptions struct {
 	Sharders int
 	// LeaseDuration of the instances' Leases. Default: 3s.
 	LeaseDuration time.Duration
+	// LeaderLeaseDuration of the sharder's leader election. Default:
+	// localrun's (4s).
+	LeaderLeaseDuration time.Duration
 	// DrainTimeout of the ring. Default: 5s.
 	DrainTimeout time.Duration
 	// FailurePolicy of the ring's webhooks. Default: the API's (Ignore).
@@ -63,7 +67,17 @@ type ringOptions struct {
 	// Default: EtcdClusters.
 	Watched     schema.GroupVersionResource
 	TrackedKind schema.GroupKind
+	// ServiceAccounts runs the sharder replicas and the instances as
+	// ordinary ServiceAccounts (sharderAccount in the sharder's namespace,
+	// instanceAccount in the Lease namespace; cluster-admin by RBAC), not
+	// as members of system:masters, whose requests API Priority and
+	// Fairness exempts. Default: false.
+	ServiceAccounts bool
 }
+
+// sharderAccount is the ServiceAccount the sharder replicas run as with
+// ringOptions.ServiceAccounts.
+const sharderAccount = "sharder"
 
 // ringEnv is one scenario's world: a ring of EtcdClusters in a namespace of
 // its own, its sharder replicas and operator instances, and a tracker of
@@ -82,6 +96,12 @@ type ringEnv struct {
 	reconcileLogs    string
 	instanceUser     *localrun.User
 	tracker          *localrun.LabelWatch
+	// sharderUser is the sharder replicas' identity; nil: the cluster's
+	// SharderUser.
+	sharderUser *localrun.User
+	// accounts binds the ServiceAccounts to cluster-admin; removed once the
+	// processes have stopped.
+	accounts *rbacv1.ClusterRoleBinding
 
 	mu       sync.Mutex
 	sharders []*localrun.Sharder
@@ -142,6 +162,9 @@ func newRingEnv(t *testing.T, opts ringOptions) *ringEnv {
 			e.procs.DumpLogs(os.Stderr)
 		}
 		cancel()
+		if e.accounts != nil {
+			_ = e.c.Delete(context.Background(), e.accounts)
+		}
 		r := &sharderv1alpha1.ControllerRing{ObjectMeta: metav1.ObjectMeta{Name: e.ring}}
 		_ = client.IgnoreNotFound(e.c.Delete(context.Background(), r))
 		// Nothing collects a test's Services (no controller manager), and
@@ -155,8 +178,12 @@ func newRingEnv(t *testing.T, opts ringOptions) *ringEnv {
 	g.Expect(localrun.EnsureNamespace(ctx, e.c, e.leaseNamespace)).To(gomega.Succeed())
 
 	var err error
-	e.instanceUser, err = cluster.ControlPlane.AddServiceAccountUser(e.ring+"-instance", e.leaseNamespace, instanceAccount)
-	g.Expect(err).NotTo(gomega.HaveOccurred())
+	if opts.ServiceAccounts {
+		e.addServiceAccountUsers()
+	} else {
+		e.instanceUser, err = cluster.ControlPlane.AddServiceAccountUser(e.ring+"-instance", e.leaseNamespace, instanceAccount)
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+	}
 
 	drain := metav1.Duration{Duration: opts.DrainTimeout}
 	r := &sharderv1alpha1.ControllerRing{
@@ -180,6 +207,33 @@ func newRingEnv(t *testing.T, opts ringOptions) *ringEnv {
 	return e
 }
 
+// addServiceAccountUsers provisions the instances' and the sharder's
+// identities as their ServiceAccounts' tokens give them (the user name and
+// the groups system:serviceaccounts and system:serviceaccounts:<namespace>,
+// no system:masters), bound to cluster-admin until the test ends.
+func (e *ringEnv) addServiceAccountUsers() {
+	e.t.Helper()
+	g := e.g
+	g.Expect(localrun.EnsureNamespace(e.ctx, e.c, e.sharderNamespace)).To(gomega.Succeed())
+	var err error
+	e.instanceUser, err = cluster.ControlPlane.AddUser(e.ring+"-instance", localrun.ServiceAccountUser(e.leaseNamespace, instanceAccount),
+		"system:serviceaccounts", "system:serviceaccounts:"+e.leaseNamespace)
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	e.sharderUser, err = cluster.ControlPlane.AddUser(e.ring+"-sharder", localrun.ServiceAccountUser(e.sharderNamespace, sharderAccount),
+		"system:serviceaccounts", "system:serviceaccounts:"+e.sharderNamespace)
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: e.ring + "-accounts"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects: []rbacv1.Subject{
+			{Kind: rbacv1.ServiceAccountKind, Namespace: e.leaseNamespace, Name: instanceAccount},
+			{Kind: rbacv1.ServiceAccountKind, Namespace: e.sharderNamespace, Name: sharderAccount},
+		},
+	}
+	g.Expect(e.c.Create(e.ctx, binding)).To(gomega.Succeed())
+	e.accounts = binding
+}
+
 // startSharders starts the configured number of sharder replicas and waits
 // until one of them leads.
 func (e *ringEnv) startSharders() {
@@ -192,7 +246,12 @@ func (e *ringEnv) startSharders() {
 
 func (e *ringEnv) startSharder(name string) *localrun.Sharder {
 	e.t.Helper()
-	s, err := cluster.StartSharder(e.ctx, localrun.SharderOptions{Name: name, Namespace: e.sharderNamespace, Restart: instanceRestart})
+	opts := localrun.SharderOptions{Name: name, Namespace: e.sharderNamespace, Restart: instanceRestart,
+		LeaderLeaseDuration: e.opts.LeaderLeaseDuration}
+	if e.sharderUser != nil {
+		opts.Kubeconfig = e.sharderUser.Kubeconfig
+	}
+	s, err := cluster.StartSharder(e.ctx, opts)
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
 	e.procs.Add(s.Process)
 	e.mu.Lock()

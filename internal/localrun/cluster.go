@@ -165,6 +165,10 @@ type SharderOptions struct {
 	// LeaderLeaseDuration is the leader election Lease duration; renew
 	// deadline and retry period follow from it. Default: 4s.
 	LeaderLeaseDuration time.Duration
+	// Kubeconfig is the identity the replica runs as. Default: the
+	// cluster's SharderUser (a member of system:masters, which API Priority
+	// and Fairness exempts).
+	Kubeconfig string
 	// Args are added to the command line. Default: none.
 	Args []string
 	// Env is added to the process's environment (e.g. GOGC). Default: none.
@@ -221,6 +225,9 @@ func (c *Cluster) PrepareSharder(ctx context.Context, opts SharderOptions) (*Sha
 	if opts.LeaderLeaseDuration == 0 {
 		opts.LeaderLeaseDuration = 4 * time.Second
 	}
+	if opts.Kubeconfig == "" {
+		opts.Kubeconfig = c.SharderUser.Kubeconfig
+	}
 	if err := EnsureNamespace(ctx, c.Client(), opts.Namespace); err != nil {
 		return nil, SharderCommand{}, err
 	}
@@ -238,7 +245,7 @@ func (c *Cluster) PrepareSharder(ctx context.Context, opts SharderOptions) (*Sha
 	d := opts.LeaderLeaseDuration
 	args := make([]string, 0, 32+len(opts.Args))
 	args = append(args, "run",
-		"--kubeconfig", c.SharderUser.Kubeconfig,
+		"--kubeconfig", opts.Kubeconfig,
 		"--leader-elect=true",
 		"--leader-election-namespace", opts.Namespace,
 		"--leader-election-lease-duration", d.String(),
