@@ -122,6 +122,18 @@ e2e: control-plane node images $(HELM) ## Run only the end-to-end tests: process
 e2e-cluster: control-plane node images $(HELM) ## Run only the real-cluster suite (e2e/cluster, as root): it starts and stops make cluster itself.
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./e2e/cluster/...
 
+# The fault-injection suite's long form: CHAOS_ROUNDS rounds of every fault
+# (outages of 30-90s), from the schedule CHAOS_SEED draws; its table goes to
+# CHAOS_REPORT. `make test` runs the short form (one round each, short outages).
+CHAOS_ROUNDS ?= 3
+CHAOS_SEED ?= 1
+CHAOS_REPORT ?= $(BIN)/chaos-report.md
+
+.PHONY: chaos
+chaos: control-plane ## Run the fault-injection suite's long form (every fault CHAOS_ROUNDS times, on a local control plane) and write its table to CHAOS_REPORT.
+	SHARDER_CHAOS_LONG=1 SHARDER_CHAOS_ROUNDS=$(CHAOS_ROUNDS) SHARDER_CHAOS_SEED=$(CHAOS_SEED) SHARDER_CHAOS_REPORT=$(CHAOS_REPORT) \
+		$(GO) test -count=1 -timeout 3h -v -run '^TestChaos$$' ./e2e/
+
 # Go benchmarks of what the sharder does per object, without a control plane's
 # worth of objects.
 MICRO_BENCHMARKS ?= UrgentObject|WorkQueueCycle|Lookup|Build|Balance|ResolverKey

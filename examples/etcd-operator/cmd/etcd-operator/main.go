@@ -12,6 +12,7 @@ import (
 	"os"
 	"time"
 
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
 
@@ -65,6 +66,7 @@ type options struct {
 	kubeAPIQPS              float32
 	kubeAPIBurst            int
 	restoreImage            string
+	clockOffset             time.Duration
 	zap                     zap.Options
 	// repeatedRun lets run start in a process that ran it before (the
 	// tests): controller-runtime refuses a controller name it has seen in
@@ -96,6 +98,8 @@ func parseFlags(args []string, getenv func(string) string) (*options, error) {
 	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 50, "Requests per second to the API server (client-side limit). Drain acknowledgements share it with reconciles, so a low limit slows moves.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst of requests to the API server above --kube-api-qps.")
 	fs.StringVar(&o.restoreImage, "restore-image", "", "Image of this operator: the members of a cluster an EtcdRestore creates run its restore-member subcommand before etcd. Empty: EtcdRestores fail with the reason NoRestoreImage.")
+	fs.DurationVar(&o.clockOffset, "clock-offset", 0, "Moves this process's wall clock by the offset, as on a node whose clock runs ahead or lags (fault-injection tests); elapsed times are unaffected.")
+	_ = fs.MarkHidden("clock-offset")
 	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.zap.BindFlags(zfs)
 	fs.AddGoFlagSet(zfs)
@@ -212,6 +216,7 @@ func run(ctx context.Context, o *options) error {
 		RenewPeriod:    o.renewPeriod,
 		Release:        leaseholder.Release(o.release),
 		Pod:            ownerPod(os.Getenv),
+		Clock:          skewedClock{offset: o.clockOffset},
 	})
 	if err != nil {
 		return fmt.Errorf("setting up the instance: %w", err)
@@ -274,3 +279,14 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// skewedClock is the real clock with its wall time moved by offset
+// (--clock-offset). Elapsed times, measured with Go's monotonic clock, are
+// not affected, as on a node whose clock is off.
+type skewedClock struct {
+	clock.RealClock
+	offset time.Duration
+}
+
+func (c skewedClock) Now() time.Time                  { return time.Now().Add(c.offset) }
+func (c skewedClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
