@@ -255,11 +255,15 @@ func (o *runOptions) run(ctx context.Context) error {
 	if newMgr == nil {
 		newMgr = ctrl.NewManager
 	}
-	mgr, err := newManager(newMgr, restConfig, o.cfg, log)
+	leader, err := newLeaderLock(restConfig, o.cfg.LeaderElection)
 	if err != nil {
 		return err
 	}
-	if err := setupParts(mgr, o.cfg, o.namespace); err != nil {
+	mgr, err := newManager(newMgr, restConfig, o.cfg, log, leader)
+	if err != nil {
+		return err
+	}
+	if err := setupParts(mgr, o.cfg, o.namespace, leader); err != nil {
 		return err
 	}
 	log.Info("Starting sharder", "version", Version(),
@@ -277,7 +281,7 @@ func (o *runOptions) run(ctx context.Context) error {
 // newManager builds the controller-runtime manager of cfg: leader election
 // (released on cancel), caches, webhook server, metrics, probes and pprof.
 func newManager(create func(*rest.Config, manager.Options) (manager.Manager, error),
-	restConfig *rest.Config, cfg *config.Config, log logr.Logger) (manager.Manager, error) {
+	restConfig *rest.Config, cfg *config.Config, log logr.Logger, leader *leaderLock) (manager.Manager, error) {
 	le := cfg.LeaderElection
 	shutdown := cfg.ShutdownTimeout.Duration
 	opts := manager.Options{
@@ -293,6 +297,8 @@ func newManager(create func(*rest.Config, manager.Options) (manager.Manager, err
 		LeaseDuration:                 &le.LeaseDuration.Duration,
 		RenewDeadline:                 &le.RenewDeadline.Duration,
 		RetryPeriod:                   &le.RetryPeriod.Duration,
+
+		LeaderElectionResourceLockInterface: leader.lock(),
 
 		Metrics:                 metricsOptions(cfg.Metrics),
 		HealthProbeBindAddress:  cfg.Health.BindAddress,
@@ -376,14 +382,15 @@ func cacheByObject() map[client.Object]cache.ByObject {
 // setupParts adds the sharder's parts to mgr: the lease controller and the
 // assignment controller (leader only) and the webhook (every replica).
 // namespace is the namespace the sharder runs in.
-func setupParts(mgr manager.Manager, cfg *config.Config, namespace string) error {
-	// One broadcaster of core/v1 Events for both controllers: unlike
-	// events.k8s.io series, it writes every distinct message (see
-	// pkg/sharder/eventrecorder).
+func setupParts(mgr manager.Manager, cfg *config.Config, namespace string, leader *leaderLock) error {
+	// One broadcaster of core/v1 Events for both controllers and the
+	// leader election: unlike events.k8s.io series, it writes every
+	// distinct message (see pkg/sharder/eventrecorder).
 	recorder, err := eventrecorder.New(mgr, "sharder")
 	if err != nil {
 		return err
 	}
+	leader.setRecorder(recorder)
 	registry := leasecontroller.NewRegistry()
 	lc, err := leasecontroller.NewController(leasecontroller.ControllerOptions{
 		Registry:      registry,
@@ -405,6 +412,7 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string) error
 		QPS:           cfg.Client.QPS,
 		Burst:         cfg.Client.Burst,
 		EventRecorder: recorder,
+		FieldManager:  leader.fieldManager(),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the assignment controller: %w", err)
@@ -416,7 +424,9 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string) error
 	if !cfg.Webhook.Enabled {
 		return nil
 	}
-	if err := webhook.Setup(mgr, cfg.Webhook.Options(namespace)); err != nil {
+	opts := cfg.Webhook.Options(namespace)
+	opts.LeaderLease = leader.key()
+	if err := webhook.Setup(mgr, opts); err != nil {
 		return fmt.Errorf("setting up the webhook: %w", err)
 	}
 	return nil

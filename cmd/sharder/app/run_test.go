@@ -39,6 +39,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/sharder/config"
 	smetrics "github.com/sharder-dev/sharder/pkg/sharder/metrics"
+	"github.com/sharder-dev/sharder/pkg/sharder/webhook"
 )
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
@@ -459,6 +460,29 @@ func TestRunWiresTheParts(t *testing.T) {
 		patch := []byte(`{"metadata":{"labels":{"` + v1alpha1.ShardLabel(ringName) + `":"instance-b"}}}`)
 		return stranger.Patch(ctx, cm.DeepCopy(), client.RawPatch(types.MergePatchType, patch))
 	}, 30*time.Second, 200*time.Millisecond).Should(MatchError(ContainSubstring(v1alpha1.ShardLabel(ringName))))
+
+	// A label write with the sharder's credentials is denied unless its
+	// field manager names the replica that holds the leader election Lease.
+	lease := &coordinationv1.Lease{}
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "sharder"}, lease)).To(Succeed())
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	g.Expect(holder).NotTo(BeEmpty())
+	patch := []byte(`{"metadata":{"labels":{"` + v1alpha1.ShardLabel(ringName) + `":"instance-b"}}}`)
+	err := env().Client.Patch(ctx, cm.DeepCopy(), client.RawPatch(types.MergePatchType, patch), client.FieldOwner(webhook.LeaderFieldManager("another-replica")))
+	g.Expect(err).To(MatchError(ContainSubstring(holder)), "a sharder write from a replica that does not lead")
+
+	// The election records its events through the command's broadcaster.
+	g.Eventually(func(g Gomega) []string {
+		list := &corev1.EventList{}
+		g.Expect(env().Client.List(ctx, list, client.InNamespace(ns))).To(Succeed())
+		var out []string
+		for _, e := range list.Items {
+			if e.InvolvedObject.Kind == "Lease" && e.InvolvedObject.Name == "sharder" {
+				out = append(out, e.Source.Component+" "+e.Reason)
+			}
+		}
+		return out
+	}, 30*time.Second, 100*time.Millisecond).Should(ContainElement("sharder LeaderElection"))
 }
 
 // instanceLease returns a ready instance Lease of ring, valid for an hour.

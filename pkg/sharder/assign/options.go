@@ -62,6 +62,9 @@ type Options struct {
 	Burst int
 
 	// FieldManager names the sharder in its label and status writes.
+	// `sharder run` sets it to webhook.LeaderFieldManager of the replica's
+	// leader-election identity: the validating webhook allows the sharder's
+	// label writes only with the field manager of the replica that leads.
 	// Default: "" (the API server derives a manager from the user agent).
 	FieldManager string
 

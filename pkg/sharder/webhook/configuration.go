@@ -25,8 +25,11 @@ const (
 
 // configParams is everything of the configuration that is not a ring.
 type configParams struct {
-	name       string
-	identity   string
+	name     string
+	identity string
+	// fenced sends the sharder's own label writes to the webhook too,
+	// which allows only the leading replica's (Options.LeaderLease).
+	fenced     bool
 	caBundle   []byte // nil with injectFrom
 	injectFrom string
 	url        string // base URL; "" means service
@@ -36,7 +39,8 @@ type configParams struct {
 
 // buildConfiguration returns the ValidatingWebhookConfiguration for rings.
 // Each ring gets two webhooks, both sent only requests that change one of
-// its two labels and do not come from the sharder:
+// its two labels and do not come from the sharder (unless its writes are
+// fenced: then the webhook checks which replica sent them):
 //
 //   - "<ring>.shard-label.sharder.dev" selects objects (old or new) that
 //     carry the shard label;
@@ -84,7 +88,7 @@ func buildConfiguration(rings []v1alpha1.ControllerRing, p configParams) *admiss
 		conditions := []admissionregistrationv1.MatchCondition{
 			{Name: "ring-labels-changed", Expression: celChanged(shard) + " || " + celChanged(drain)},
 		}
-		if p.identity != "" {
+		if p.identity != "" && !p.fenced {
 			conditions = append(conditions, admissionregistrationv1.MatchCondition{
 				Name:       "not-the-sharder",
 				Expression: "request.userInfo.username != " + strconv.Quote(p.identity),

@@ -95,6 +95,7 @@ func (k *configWriter) Reconcile(ctx context.Context, _ reconcile.Request) (reco
 	p := configParams{
 		name:       k.opts.ConfigurationName,
 		identity:   id,
+		fenced:     k.opts.LeaderLease.Name != "",
 		injectFrom: k.opts.CAInjectFrom,
 		timeout:    k.opts.TimeoutSeconds,
 		url:        k.opts.URL,

@@ -15,6 +15,7 @@ import (
 const (
 	reasonUnchanged       = "labels-unchanged"
 	reasonSharder         = "sharder"
+	reasonNotLeader       = "sharder-not-leader"
 	reasonAcknowledgement = "drain-acknowledgement"
 	reasonAssignment      = "assignment"
 	reasonShardLabel      = "shard-label-changed"
@@ -45,6 +46,9 @@ type labelRequest struct {
 	ring     string
 	op       admissionv1.Operation
 	username string
+	// fieldManager is the request's field manager (its options), which
+	// names the sender among the sharder's replicas.
+	fieldManager string
 	// pods are the values of the request's pod-name extra
 	// (serviceaccount.PodNameKey): the pod a bound ServiceAccount token was
 	// issued for. None when the credential is not bound to a pod.
@@ -87,6 +91,40 @@ type instancePod func(instance string) (namespace, name string, err error)
 // or the owner is not assigned); an error is a fault.
 type choice func() (instance, why string, err error)
 
+// sharderOf is who the sharder is: its user name, and, when its writes are
+// fenced by its leader election, the replica that leads.
+type sharderOf struct {
+	identity string
+	// leader returns the leader-election identity of the replica that
+	// leads, or "" and why none is known. nil: every replica's writes are
+	// the sharder's.
+	leader func() (string, string)
+}
+
+// admit decides a label change by the sharder's identity: allowed when it
+// comes from the replica that leads (its field manager names that
+// replica), or from any replica when the writes are not fenced. A replica
+// that lost its leadership while frozen, or one whose webhook does not
+// know the current leader, has its writes denied; the leader retries.
+func (s sharderOf) admit(req labelRequest) verdict {
+	if s.leader == nil {
+		return verdict{allowed: true, reason: reasonSharder}
+	}
+	holder, why := s.leader()
+	if holder == "" {
+		return verdict{reason: reasonNotLeader, message: fmt.Sprintf(
+			"the sharder's changes to the labels of ring %q are allowed only from the replica that leads, and no replica "+
+				"leads as far as this webhook knows (%s): the leader writes them again", req.ring, why)}
+	}
+	if want := LeaderFieldManager(holder); req.fieldManager != want {
+		return verdict{reason: reasonNotLeader, message: fmt.Sprintf(
+			"the sharder's changes to the labels of ring %q are allowed only from the replica that leads, %q (field manager %q); "+
+				"this request's field manager is %q: a replica that no longer leads must not move objects",
+			req.ring, holder, want, req.fieldManager)}
+	}
+	return verdict{allowed: true, reason: reasonSharder}
+}
+
 // admit applies DESIGN §6 to a request whose ring is known. A change to
 // either label is allowed only when it comes from the sharder, when it is a
 // drain acknowledgement (an UPDATE of an object that carried the drain label
@@ -98,13 +136,13 @@ type choice func() (instance, why string, err error)
 // sharder would choose and no drain label. choose is called only in the
 // last case, podOf only for an acknowledgement with a pod-bound credential;
 // their errors are returned as is (faults).
-func admit(req labelRequest, ring *v1alpha1.ControllerRing, identity string, choose choice, podOf instancePod) (verdict, error) {
+func admit(req labelRequest, ring *v1alpha1.ControllerRing, sharder sharderOf, choose choice, podOf instancePod) (verdict, error) {
 	shard, drain := v1alpha1.ShardLabel(req.ring), v1alpha1.DrainLabel(req.ring)
 	switch {
 	case !req.shardChanged() && !req.drainChanged():
 		return verdict{allowed: true, reason: reasonUnchanged}, nil
-	case identity != "" && req.username == identity:
-		return verdict{allowed: true, reason: reasonSharder}, nil
+	case sharder.identity != "" && req.username == sharder.identity:
+		return sharder.admit(req), nil
 	}
 
 	if req.op == admissionv1.Update && req.oldDrain.present && !req.newDrain.present && (!req.newShard.present || req.handsOver()) {

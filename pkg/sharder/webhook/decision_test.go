@@ -239,7 +239,7 @@ func TestDecide(t *testing.T) {
 			if p == nil {
 				p = noPod
 			}
-			v, err := admit(tc.req, testRing(), testSharder, c, p)
+			v, err := admit(tc.req, testRing(), sharderOf{identity: testSharder}, c, p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -260,13 +260,13 @@ func TestDecide(t *testing.T) {
 
 func TestDecideReturnsChoiceFault(t *testing.T) {
 	boom := errors.New("leases not readable")
-	_, err := admit(labelRequest{ring: "etcd", op: admissionv1.Create, username: "x", newShard: present("a")}, testRing(), testSharder,
+	_, err := admit(labelRequest{ring: "etcd", op: admissionv1.Create, username: "x", newShard: present("a")}, testRing(), sharderOf{identity: testSharder},
 		func() (string, string, error) { return "", "", boom }, nil)
 	if !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want the choice's error", err)
 	}
 	_, err = admit(labelRequest{ring: "etcd", op: admissionv1.Update, username: testInstance, pods: []string{"a"},
-		oldShard: present("a"), oldDrain: present("true")}, testRing(), testSharder, nil,
+		oldShard: present("a"), oldDrain: present("true")}, testRing(), sharderOf{identity: testSharder}, nil,
 		func(string) (string, string, error) { return "", "", boom })
 	if !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want the instance pod lookup's error", err)

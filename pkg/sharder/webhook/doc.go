@@ -12,10 +12,12 @@
 // <ring>.shard-label.sharder.dev and <ring>.drain-label.sharder.dev: an
 // objectSelector cannot match "this label or that one". Through their
 // objectSelectors and matchConditions the API server sends the webhook only
-// requests that change one of a ring's two labels on one of its resources
-// and do not come from the sharder. The handler allows such a change
-// only when it is a drain acknowledgement by one of the ring's instance
-// service accounts, or the creation of an object labelled with the instance
+// requests that change one of a ring's two labels on one of its resources.
+// The handler allows such a change only when it comes from the sharder
+// replica that leads (Options.LeaderLease: its field manager,
+// LeaderFieldManager, names the holder of the leader-election Lease), when
+// it is a drain acknowledgement by one of the ring's instance service
+// accounts, or the creation of an object labelled with the instance
 // the sharder would choose for it (a main object: the ring's lookup over its
 // ready instances; a controlled object: its controller's instance). It
 // denies everything else with a message naming the label, the ring and what

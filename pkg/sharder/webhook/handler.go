@@ -46,6 +46,10 @@ type labelHandler struct {
 	synced    func() bool // the cache's ring and Lease informers have synced
 	identity  *identity
 	clock     clock.PassiveClock
+	// leader returns the identity of the replica that leads, or "" and why
+	// none is known; nil when the sharder's writes are not fenced
+	// (Options.LeaderLease unset).
+	leader func() (string, string)
 
 	// members computes the states of the rings' instances from their Leases
 	// as this replica observes them, as the sharder does.
@@ -121,6 +125,7 @@ func (h *labelHandler) handle(ctx context.Context, req admission.Request, ringNa
 	if oldMeta != nil {
 		lr.oldShard, lr.oldDrain = labelOf(oldMeta.Labels, shard), labelOf(oldMeta.Labels, drain)
 	}
+	lr.fieldManager = fieldManagerOf(req.Options.Raw)
 	if !lr.shardChanged() && !lr.drainChanged() {
 		return h.answer(ringName, verdict{allowed: true, reason: reasonUnchanged})
 	}
@@ -157,7 +162,7 @@ func (h *labelHandler) handle(ctx context.Context, req admission.Request, ringNa
 	podOf := func(instance string) (string, string, error) {
 		return h.instancePod(ctx, rg, instance)
 	}
-	v, err := admit(lr, rg, id, choose, podOf)
+	v, err := admit(lr, rg, sharderOf{identity: id, leader: h.leader}, choose, podOf)
 	if err != nil {
 		return fault(reasonError, err)
 	}
@@ -308,6 +313,21 @@ func (h *labelHandler) forget(ringName string) {
 	h.rings.Forget(ringName)
 	h.members.Forget(ringName)
 	metrics.ForgetWebhookRing(ringName)
+}
+
+// fieldManagerOf returns the field manager of a request's options
+// (CreateOptions, UpdateOptions or PatchOptions), "" if none.
+func fieldManagerOf(raw []byte) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var opts struct {
+		FieldManager string `json:"fieldManager"`
+	}
+	if err := json.Unmarshal(raw, &opts); err != nil {
+		return ""
+	}
+	return opts.FieldManager
 }
 
 // decodeMetadata reads only the metadata of a JSON object.

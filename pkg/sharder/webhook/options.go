@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/clock"
@@ -66,11 +67,23 @@ type Options struct {
 	TimeoutSeconds int32
 
 	// Identity is the user name of the sharder's own requests: they skip
-	// the webhook (matchConditions) and are allowed if they reach it.
+	// the webhook (matchConditions) and are allowed if they reach it, unless
+	// LeaderLease is set.
 	// Default: the user the API server authenticates the manager's
 	// credentials as (a SelfSubjectReview), e.g.
 	// system:serviceaccount:<namespace>:<name>.
 	Identity string
+
+	// LeaderLease names the sharder's leader-election Lease. When set, the
+	// sharder's own label writes reach the webhook too (no matchCondition
+	// skips them), and the webhook allows one only when its field manager
+	// is LeaderFieldManager of the Lease's holder, and only while this
+	// replica observed the holder's last renewal less than the Lease's
+	// duration ago: a replica that was frozen past the end of its
+	// leadership cannot move objects when it resumes. Every replica watches
+	// the Lease. Default: zero (the sharder's identity is trusted whichever
+	// replica writes, as with one replica and no leader election).
+	LeaderLease types.NamespacedName
 
 	// CertMode is CertModeSelfManaged or CertModeExternal. Default:
 	// CertModeSelfManaged.
@@ -230,6 +243,9 @@ func (o *Options) Validate(path *field.Path) field.ErrorList {
 		if _, err := o.urlHost(); err != nil {
 			errs = append(errs, field.Invalid(path.Child("url"), o.URL, err.Error()))
 		}
+	}
+	if (o.LeaderLease.Name == "") != (o.LeaderLease.Namespace == "") {
+		errs = append(errs, field.Invalid(path.Child("leaderLease"), o.LeaderLease.String(), "needs both a namespace and a name, or neither"))
 	}
 	if o.TimeoutSeconds < MinTimeoutSeconds || o.TimeoutSeconds > MaxTimeoutSeconds {
 		errs = append(errs, field.Invalid(path.Child("timeoutSeconds"), o.TimeoutSeconds,

@@ -79,6 +79,17 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		identity:  id,
 		clock:     opts.Clock,
 	}
+	if opts.LeaderLease.Name != "" {
+		w, err := newLeaderWatch(mgr.GetConfig(), opts.LeaderLease, opts.Clock)
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(w); err != nil {
+			return fmt.Errorf("adding the leader Lease watch: %w", err)
+		}
+		h.leader = w.view.leader
+		h.synced = func() bool { return ringInformer.HasSynced() && leaseInformer.HasSynced() && w.synced() }
+	}
 
 	// A deleted ring leaves no series and no built ring behind.
 	_, err = ringInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{

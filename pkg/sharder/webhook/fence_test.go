@@ -1,0 +1,153 @@
+package webhook_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/sharder/webhook"
+)
+
+// TestOnlyTheLeaderMovesObjects: every sharder replica writes as the same
+// ServiceAccount, so the webhook tells them apart by the field manager of
+// the write, which names the replica's leader-election identity, and
+// allows the label writes of the replica that holds the leader-election
+// Lease only: a replica frozen past the end of its leadership that resumes
+// has its writes denied.
+func TestOnlyTheLeaderMovesObjects(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env().Namespace(t)
+	r := createRing(t, ns)
+	key := types.NamespacedName{Namespace: sharderNamespace, Name: "leader-" + rand.String(5)}
+	now := metav1.NewMicroTime(time.Now())
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("replica-a_1"), LeaseDurationSeconds: ptr.To[int32](60),
+			AcquireTime: &now, RenewTime: &now},
+	}
+	g.Expect(setupUsers()).To(Succeed()) // the sharder's namespace
+	g.Expect(env().Client.Create(ctx, lease)).To(Succeed())
+	t.Cleanup(func() { _ = env().Client.Delete(context.Background(), lease) })
+	startSharder(t, webhook.Options{LeaderLease: key})
+
+	shard := v1alpha1.ShardLabel(r.Name)
+	sh := clientAs(t, sharderUser)
+	cm := labelled(ns, "moved", nil)
+	g.Expect(env().Client.Create(ctx, cm)).To(Succeed())
+	move := func(to, replica string) error {
+		patch := []byte(`{"metadata":{"labels":{"` + shard + `":"` + to + `"}}}`)
+		opts := []client.PatchOption{}
+		if replica != "" {
+			opts = append(opts, client.FieldOwner(webhook.LeaderFieldManager(replica)))
+		}
+		return sh.Patch(ctx, labelled(ns, cm.Name, nil), client.RawPatch(types.MergePatchType, patch), opts...)
+	}
+
+	// Once the configuration is active, a write by a replica that does not
+	// lead is denied, naming the leader.
+	attempt := 0
+	g.Eventually(func(g Gomega) {
+		attempt++ // a new value each time: a write that changes nothing is allowed
+		expectDenied(g, move(fmt.Sprintf("probe-%d", attempt), "replica-b_2"), "replica-a_1", "sharder/replica-b_2", `ring "`+r.Name+`"`)
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	g.Expect(move("inst-a", "replica-a_1")).To(Succeed(), "the leader's write")
+	expectDenied(g, move("inst-b", ""), "replica-a_1")
+
+	// replica-b takes over: replica-a's writes are denied from now on.
+	g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(lease), lease)).To(Succeed())
+	now = metav1.NewMicroTime(time.Now())
+	lease.Spec.HolderIdentity, lease.Spec.AcquireTime, lease.Spec.RenewTime = ptr.To("replica-b_2"), &now, &now
+	g.Expect(env().Client.Update(ctx, lease)).To(Succeed())
+	g.Eventually(func() error { return move("inst-b", "replica-b_2") }, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+	expectDenied(g, move("inst-c", "replica-a_1"), "replica-b_2", "sharder/replica-a_1")
+
+	g.Expect(sh.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
+	g.Expect(cm.Labels).To(HaveKeyWithValue(shard, "inst-b"), "a denied write changed the object")
+}
+
+// BenchmarkLeaderWriteLatency measures what fencing costs the sharder's own
+// label writes: at a steady 200 requests/s, a dry-run update by the leader
+// changing the shard label, which now goes through the webhook (fenced),
+// against update-baseline, the same update changing another label (not
+// sent to the webhook, as the sharder's writes were before fencing).
+//
+// Run: go test ./pkg/sharder/webhook -run '^$' -bench LeaderWriteLatency
+func BenchmarkLeaderWriteLatency(b *testing.B) {
+	ctx := context.Background()
+	ns := env().Namespace(b)
+	r := createRing(b, ns)
+	key := types.NamespacedName{Namespace: sharderNamespace, Name: "leader-" + rand.String(5)}
+	now := metav1.NewMicroTime(time.Now())
+	if err := setupUsers(); err != nil {
+		b.Fatal(err)
+	}
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("replica-a_1"), LeaseDurationSeconds: ptr.To[int32](3600), RenewTime: &now},
+	}
+	if err := env().Client.Create(ctx, lease); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = env().Client.Delete(context.Background(), lease) })
+	startSharder(b, webhook.Options{LeaderLease: key})
+	shard := v1alpha1.ShardLabel(r.Name)
+	sh := clientAs(b, sharderUser)
+	probe := labelled(ns, "probe", map[string]string{shard: "inst-a"})
+	if err := env().Client.Create(ctx, probe); err != nil {
+		b.Fatal(err)
+	}
+	leader := client.FieldOwner(webhook.LeaderFieldManager("replica-a_1"))
+	// Wait until the webhook decides the leader's writes: another replica's
+	// is denied.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cm := probe.DeepCopy()
+		cm.Labels = map[string]string{shard: "inst-b"}
+		err := sh.Update(ctx, cm, client.DryRunAll, client.FieldOwner(webhook.LeaderFieldManager("replica-b_2")))
+		if apierrors.IsForbidden(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the webhook does not fence the sharder's writes: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	update := func(key, value string) func(int) error {
+		return func(int) error {
+			cm := probe.DeepCopy()
+			cm.Labels = map[string]string{shard: probe.Labels[shard], key: value}
+			return sh.Update(ctx, cm, client.DryRunAll, leader)
+		}
+	}
+	for _, run := range []struct {
+		name string
+		do   func(i int) error
+	}{
+		{"update-baseline", update("team", "b")},
+		{"update-fenced", update(shard, "inst-b")},
+	} {
+		b.Run(run.name, func(b *testing.B) {
+			before := webhookCalls(r.Name)
+			for range b.N {
+				p50, p99, errs := measure(run.do)
+				b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
+				b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+				b.ReportMetric(float64(errs), "errors")
+			}
+			b.ReportMetric(webhookCalls(r.Name)-before, "webhook-calls")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
