@@ -18,6 +18,8 @@ import (
 	"github.com/onsi/gomega"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -294,13 +296,17 @@ func (c *chaos) churnFor(d time.Duration) {
 			names = append(names, n)
 		}
 		slices.Sort(names)
+		// Creations and deletions keep the number of objects between half
+		// and twice Objects: each object's client Service holds one of the
+		// API server's few ClusterIPs, and no controller manager collects
+		// those of deleted objects here.
 		switch op := c.rng.IntN(10); {
-		case op < 3 || len(names) == 0:
+		case len(names) <= c.in.Objects/2 || (op < 3 && len(names) < 2*c.in.Objects):
 			name := fmt.Sprintf("obj-%03d", c.created)
 			c.created++
 			e.g.Expect(e.c.Create(e.ctx, e.newCluster(name))).To(gomega.Succeed())
 			c.alive[name] = true
-		case op < 8:
+		case op < 8 && len(names) < 2*c.in.Objects:
 			name := names[c.rng.IntN(len(names))]
 			patch := fmt.Appendf(nil, `{"spec":{"advanced":{"etcdConfig":{"snapshot-count":"%d"}}}}`, 10000+c.rng.IntN(90000))
 			e.g.Expect(ignoreGone(e.c.Patch(e.ctx, e.newCluster(name), client.RawPatch(types.MergePatchType, patch)))).To(gomega.Succeed())
@@ -308,6 +314,8 @@ func (c *chaos) churnFor(d time.Duration) {
 			name := names[c.rng.IntN(len(names))]
 			e.g.Expect(ignoreGone(e.c.Delete(e.ctx, e.newCluster(name)))).To(gomega.Succeed())
 			delete(c.alive, name)
+			svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: e.namespace, Name: name + "-client"}}
+			e.g.Expect(ignoreGone(e.c.Delete(e.ctx, svc))).To(gomega.Succeed())
 		}
 	}
 }
