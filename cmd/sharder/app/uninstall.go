@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/sharder/webhook"
@@ -31,6 +32,10 @@ type uninstallOptions struct {
 	configurationName string
 	resources         []string
 	timeout           time.Duration
+	// sharderWait is how long a deleted ring waits for a running sharder to
+	// remove its labels under its finalizer before uninstall removes the
+	// finalizer and the labels itself.
+	sharderWait time.Duration
 	// dryRun reads what uninstall would remove and changes nothing.
 	dryRun bool
 }
@@ -44,7 +49,10 @@ func NewUninstallCommand() *cobra.Command {
 		Long: `Remove everything a ring left in the cluster, in this order:
 
  1. delete the ControllerRing and wait until it is gone, so that a running
-    sharder stops assigning its objects;
+    sharder stops assigning its objects (the ring's finalizer keeps it until
+    the sharder removed its labels; when no sharder has done so within
+    --sharder-wait, uninstall removes the finalizer and, in step 4, the
+    labels itself);
  2. remove the ring's assigning webhook (admission mode) from the
     MutatingWebhookConfiguration of the same name (and the configuration
     itself when no webhook is left), so that new objects stop being labelled;
@@ -84,6 +92,8 @@ the labelled objects, and changes nothing.`,
 	cmd.Flags().StringSliceVar(&o.resources, "resource", nil,
 		"A resource of the ring (RESOURCE.GROUP, or RESOURCE for the core group), when neither the ControllerRing nor its webhooks are left to name them. Repeatable.")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 10*time.Minute, "Give up after this long.")
+	cmd.Flags().DurationVar(&o.sharderWait, "sharder-wait", time.Minute,
+		"How long the deleted ControllerRing waits for a running sharder to remove its labels (its finalizer "+v1alpha1.FinalizerLabels+") before uninstall removes the finalizer and the labels itself.")
 	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "Print what would be removed (the ring, its webhook entries, the number of labelled objects per resource) and change nothing.")
 	return cmd
 }
@@ -154,18 +164,45 @@ func (o *uninstallOptions) deleteRing(ctx context.Context, out io.Writer, c clie
 	if err := c.Delete(ctx, ring); err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("deleting ControllerRing %s: %w", ringName, err)
 	}
+	deadline := time.Now().Add(o.sharderWait)
 	err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		err := c.Get(ctx, types.NamespacedName{Name: ringName}, &v1alpha1.ControllerRing{})
-		if apierrors.IsNotFound(err) {
+		cur := &v1alpha1.ControllerRing{}
+		err := c.Get(ctx, types.NamespacedName{Name: ringName}, cur)
+		switch {
+		case apierrors.IsNotFound(err):
 			return true, nil
+		case err != nil:
+			return false, err
+		case time.Now().Before(deadline):
+			return false, nil
 		}
-		return false, err
+		return false, o.removeFinalizer(ctx, out, c, cur)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("waiting for ControllerRing %s to be deleted: %w", ringName, err)
 	}
 	fmt.Fprintf(out, "ControllerRing %s: deleted\n", ringName)
 	return unique(resources), nil
+}
+
+// removeFinalizer removes the finalizer under which a sharder removes the
+// ring's labels, once none did within --sharder-wait (no sharder runs, or
+// it may not list or patch a resource): removeLabels does the same.
+func (o *uninstallOptions) removeFinalizer(ctx context.Context, out io.Writer, c client.Client, ring *v1alpha1.ControllerRing) error {
+	updated := ring.DeepCopy()
+	if !controllerutil.RemoveFinalizer(updated, v1alpha1.FinalizerLabels) {
+		return nil // another finalizer, not the sharder's
+	}
+	err := c.Patch(ctx, updated, client.MergeFromWithOptions(ring, client.MergeFromWithOptimisticLock{}))
+	switch {
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		return nil // changed meanwhile: the next poll sees it
+	case err != nil:
+		return fmt.Errorf("removing finalizer %s: %w", v1alpha1.FinalizerLabels, err)
+	}
+	fmt.Fprintf(out, "ControllerRing %s: no sharder removed its labels within %s: finalizer %s removed, the labels are removed here\n",
+		ring.Name, o.sharderWait, v1alpha1.FinalizerLabels)
+	return nil
 }
 
 // removeWebhooks removes the ring's webhooks from the configuration, and the

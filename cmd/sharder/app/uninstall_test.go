@@ -195,3 +195,29 @@ func TestUninstallRemovesARing(t *testing.T) {
 	err = env().Client.Get(ctx, client.ObjectKeyFromObject(mwc), mwc)
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the mutating configuration is deleted with its last ring: %v", err)
 }
+
+// TestUninstallWithoutSharderFinishesTheRingsFinalizer: a ring keeps its
+// finalizer while no sharder runs to remove its labels. sharder uninstall
+// waits --sharder-wait for one, then removes the finalizer and the labels
+// itself.
+func TestUninstallWithoutSharderFinishesTheRingsFinalizer(t *testing.T) {
+	ctx := context.Background()
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	ring := "final-" + ns
+	shard, drain := v1alpha1.ShardLabel(ring), v1alpha1.DrainLabel(ring)
+	g.Expect(env().Client.Create(ctx, &v1alpha1.ControllerRing{
+		ObjectMeta: metav1.ObjectMeta{Name: ring, Finalizers: []string{v1alpha1.FinalizerLabels}},
+		Spec:       v1alpha1.ControllerRingSpec{LeaseNamespace: ns, Resources: []v1alpha1.RingResource{{Resource: "configmaps"}}},
+	})).To(Succeed())
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "draining", Labels: map[string]string{shard: "inst-a", drain: "inst-b"}}}
+	g.Expect(env().Client.Create(ctx, cm)).To(Succeed())
+
+	out, err := runUninstall(t, ring, "--webhook-configuration-name", "none-"+ns, "--sharder-wait", "1s", "--timeout", "30s")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(out).To(ContainSubstring("finalizer " + v1alpha1.FinalizerLabels + " removed"))
+	err = env().Client.Get(ctx, types.NamespacedName{Name: ring}, &v1alpha1.ControllerRing{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the ControllerRing is deleted: %v", err)
+	g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
+	g.Expect(cm.Labels).To(BeEmpty())
+}

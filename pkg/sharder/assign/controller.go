@@ -18,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -30,7 +31,7 @@ import (
 // controllerName names the ring controller, its logger and its events.
 const controllerName = "controllerring-assignment"
 
-// +kubebuilder:rbac:groups=sharder.dev,resources=controllerrings,verbs=get;list;watch
+// +kubebuilder:rbac:groups=sharder.dev,resources=controllerrings,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=sharder.dev,resources=controllerrings/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
@@ -42,6 +43,7 @@ type Controller struct {
 	opts     Options
 	client   client.Client
 	meta     metadata.Interface
+	writer   metadata.Interface // label writes, with Options.WriteTimeout
 	mapper   meta.ResettableRESTMapper
 	recorder record.EventRecorder
 
@@ -90,6 +92,13 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("creating metadata client: %w", err)
 	}
 	c.meta = metaClient
+	// The label writes carry a deadline the API server enforces (client-go
+	// sends the client's timeout as the request's timeout parameter).
+	writeCfg := rest.CopyConfig(cfg)
+	writeCfg.Timeout = *c.opts.WriteTimeout
+	if c.writer, err = metadata.NewForConfig(writeCfg); err != nil {
+		return fmt.Errorf("creating metadata client: %w", err)
+	}
 	// The rings' resources are resolved with a mapper of their own, which
 	// can be told to forget what it discovered: the manager's keeps the
 	// versions it found for a group, so it would name a version a
@@ -160,7 +169,14 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if !ring.DeletionTimestamp.IsZero() {
 		c.stopRing(ring.Name)
-		return reconcile.Result{}, nil
+		if !controllerutil.ContainsFinalizer(ring, v1alpha1.FinalizerLabels) {
+			return reconcile.Result{}, nil
+		}
+		logger.Info("Ring is being deleted: removing its labels")
+		return reconcile.Result{}, c.finalize(ctx, ring)
+	}
+	if err := c.addFinalizer(ctx, ring); err != nil {
+		return reconcile.Result{}, err
 	}
 
 	if msg := unknownAlgorithm(ring.Spec.EffectiveAlgorithm()); msg != "" {

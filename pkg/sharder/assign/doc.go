@@ -39,6 +39,11 @@
 //   - A restarted or newly elected sharder converges from the labels it finds:
 //     objects already on their instance are not touched, and a drain in
 //     flight is given a fresh drainTimeout.
+//   - Every ring carries the finalizer v1alpha1.FinalizerLabels: a deleted
+//     ring stops being assigned at once, and goes once the controller has
+//     removed its shard and drain labels from every object of its
+//     resources, so that no object is left drained or released with no
+//     ring to finish the move.
 //   - The ring's status (Ready condition, instance and object counts, drains
 //     in flight) is written only when it changed, at most once per
 //     Options.StatusInterval. Nothing runs while nothing changes, apart from

@@ -210,3 +210,39 @@ func TestRecreatedCRDWithAnotherVersionIsResolvedAgain(t *testing.T) {
 	g.Eventually(readyCondition(ns, metav1.ConditionTrue, v1alpha1.ReasonReady), timeout, poll).Should(Succeed())
 }
 
+// TestDeletedRingLeavesNoObjectDrained deletes a ring while drains are in
+// flight (a new instance joined and nothing acknowledges). The ring goes
+// only after the sharder removed its labels: no object is left drained, or
+// labelled for an instance of a ring that no longer exists.
+func TestDeletedRingLeavesNoObjectDrained(t *testing.T) {
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	reg := leasecontroller.NewRegistry()
+	reg.Set(ns, members(membership.StateReady, "a"))
+	ring := newRing(t, ns, nil)
+	names := createConfigMaps(t, ns, "cm", 20)
+	startSharder(t, reg, assign.Options{})
+	g.Eventually(assigned(ns, names, on("a")), timeout, poll).Should(Succeed())
+	g.Eventually(func(g Gomega) []string { return getRing(g, ns).Finalizers }, timeout, poll).Should(ContainElement(v1alpha1.FinalizerLabels))
+
+	reg.Set(ns, members(membership.StateReady, "a", "b"))
+	g.Eventually(func(g Gomega) {
+		drained := 0
+		for _, l := range labelsOf(g, ns) {
+			if _, ok := l[v1alpha1.DrainLabel(ns)]; ok {
+				drained++
+			}
+		}
+		g.Expect(drained).To(BeNumerically(">", 0))
+	}, timeout, poll).Should(Succeed())
+
+	g.Expect(env().Client.Delete(context.Background(), ring)).To(Succeed())
+	g.Eventually(func() error {
+		return env().Client.Get(context.Background(), client.ObjectKeyFromObject(ring), &v1alpha1.ControllerRing{})
+	}, timeout, poll).Should(Satisfy(apierrors.IsNotFound))
+	g.Eventually(func(g Gomega) []string { return ringEvents(g, ns) }, timeout, poll).Should(ContainElement(HavePrefix("LabelsRemoved: ")))
+	for name, l := range labelsOf(g, ns) {
+		g.Expect(l).NotTo(HaveKey(v1alpha1.ShardLabel(ns)), name)
+		g.Expect(l).NotTo(HaveKey(v1alpha1.DrainLabel(ns)), name)
+	}
+}

@@ -29,6 +29,12 @@ const (
 	// assigning it to another instance. Absent: no promise (sharder agent).
 	AnnotationMaxWatchLag = "sharder.dev/max-watch-lag"
 
+	// FinalizerLabels on a ControllerRing keeps it until the sharder removed
+	// the ring's shard and drain labels from every object of its resources,
+	// so that deleting a ring leaves no object drained or labelled for an
+	// instance of a ring that is gone. The sharder adds it to every ring.
+	FinalizerLabels = "sharder.dev/labels"
+
 	// ShardLabelPrefix + ring name is the label holding an object's instance.
 	ShardLabelPrefix = "shard.sharder.dev/"
 	// DrainLabelPrefix + ring name is the label asking the instance to let go
