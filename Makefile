@@ -118,6 +118,10 @@ test: control-plane node images $(HELM) $(GOTESTSUM) ## Run every test: unit, in
 e2e: control-plane node images $(HELM) ## Run only the end-to-end tests: processes on a local control plane, and the chart on a real cluster (as root).
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./e2e/...
 
+# SHARDER_E2E_FLOWCONTROL_OBJECTS sets the size of the flow control scenarios'
+# rebalance: 1,000 ConfigMaps on the real cluster and 400 on the local control
+# plane by default; SHARDER_E2E_FLOWCONTROL_OBJECTS=10000 make e2e-cluster runs
+# the size the chart's FlowSchemas are meant for (docs/real-cluster.md).
 .PHONY: e2e-cluster
 e2e-cluster: control-plane node images $(HELM) ## Run only the real-cluster suite (e2e/cluster, as root): it starts and stops make cluster itself.
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./e2e/cluster/...

@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,6 +62,7 @@ func TestSharderChart(t *testing.T) {
 		{"install", testInstall},
 		{"lease of a deleted pod is collected", testLeaseCollectedWithPod},
 		{"plain controller with the agent sidecar rolls without overlap", testPlainControllerWithAgent},
+		{"flow control keeps the Leases through a rebalance of many objects", testFlowControl},
 		{"etcd operator scales from 3 to 4 instances", testEtcdOperator},
 		{"an EtcdCluster of 3 runs real etcd", testRealEtcd},
 		{"an EtcdCluster with TLS and auth forms while its instance is killed", testRealEtcdTLS},
@@ -254,6 +256,11 @@ func testUninstall(t *testing.T) {
 	err := k8sClient.Get(ctx, client.ObjectKey{Name: release}, &admissionregistrationv1.ValidatingWebhookConfiguration{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("the sharder's ValidatingWebhookConfiguration %q is left behind after uninstall (get: %v)", release, err)
+	}
+	for _, name := range []string{release + "-leases", release + "-writes"} {
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, &flowcontrolv1.FlowSchema{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the FlowSchema %q is left behind after uninstall (get: %v)", name, err)
+		}
 	}
 }
 
