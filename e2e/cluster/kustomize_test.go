@@ -19,8 +19,9 @@ import (
 // TestKustomizeInstall installs the sharder as the getting-started guide's
 // second path says, `kubectl apply -k config/default`, checks that its
 // replicas become Ready and that its webhook guards the ring TestSharderChart
-// left declared, then removes it with `kubectl delete -k config/default` and
-// checks that nothing of it is left to refuse later writes: its webhook
+// left declared, deletes that ring (the running sharder removes its labels
+// first), then removes the install with `kubectl delete -k config/default`
+// and checks that nothing of it is left to refuse later writes: its webhook
 // configuration, owned by its ClusterRole, goes with it.
 func TestKustomizeInstall(t *testing.T) {
 	g := NewWithT(t)
@@ -71,8 +72,16 @@ func TestKustomizeInstall(t *testing.T) {
 		}
 	}).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 
+	By(t, "the ring, deleted while the sharder runs, goes once the sharder removed its labels")
+	// As docs/operations.md says to remove the sharder: rings first. The
+	// ring's finalizer keeps it until the sharder removed its labels; a ring
+	// deleted with the install (its ClusterRole gone) would keep the CRD
+	// terminating.
+	out, err = kubectl(ctx, "delete", "controllerring", ring, "--wait", "--timeout", "2m")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+
 	By(t, "kubectl delete -k config/default leaves nothing that refuses writes")
-	// As a user removes it: the CRD, and with it the ring, goes too.
+	// As a user removes it: the CRD goes too.
 	out, err = kubectl(ctx, "delete", "-k", install, "--wait", "--timeout", "3m", "--ignore-not-found")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Eventually(func(g Gomega) {
