@@ -405,6 +405,9 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string, leade
 	}
 
 	resync := cfg.Controllers.Assignment.ResyncPeriod.Duration
+	// A label write must end before the webhook call it waits for gives
+	// up: under failure policy Ignore it would land unchecked after that.
+	writeTimeout := min(assign.DefaultWriteTimeout, time.Duration(cfg.Webhook.TimeoutSeconds)*time.Second/2)
 	ac, err := assign.New(assign.Options{
 		Registry:      registry,
 		Workers:       cfg.Controllers.Assignment.Workers,
@@ -413,6 +416,7 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string, leade
 		Burst:         cfg.Client.Burst,
 		EventRecorder: recorder,
 		FieldManager:  leader.fieldManager(),
+		WriteTimeout:  &writeTimeout,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the assignment controller: %w", err)

@@ -253,7 +253,7 @@ func (r *ringAssigner) requestDrain(ctx context.Context, w *resourceCache, obj *
 // patchBytes sends a JSON merge patch and records a Forbidden answer as a
 // problem of the resource.
 func (r *ringAssigner) patchBytes(ctx context.Context, w *resourceCache, obj *metacache.Object, data []byte) (*metav1.PartialObjectMetadata, error) {
-	out, err := r.c.meta.Resource(w.res.gvr).Namespace(obj.Namespace).Patch(ctx, obj.Name, types.MergePatchType, data,
+	out, err := r.c.writer.Resource(w.res.gvr).Namespace(obj.Namespace).Patch(ctx, obj.Name, types.MergePatchType, data,
 		metav1.PatchOptions{FieldManager: r.c.opts.FieldManager})
 	if w.cache.NotePatch(err) {
 		r.triggerStatus()

@@ -43,6 +43,7 @@ type Controller struct {
 	opts     Options
 	client   client.Client
 	meta     metadata.Interface
+	writer   metadata.Interface // label writes, with Options.WriteTimeout
 	mapper   meta.ResettableRESTMapper
 	recorder record.EventRecorder
 
@@ -91,6 +92,13 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("creating metadata client: %w", err)
 	}
 	c.meta = metaClient
+	// The label writes carry a deadline the API server enforces (client-go
+	// sends the client's timeout as the request's timeout parameter).
+	writeCfg := rest.CopyConfig(cfg)
+	writeCfg.Timeout = *c.opts.WriteTimeout
+	if c.writer, err = metadata.NewForConfig(writeCfg); err != nil {
+		return fmt.Errorf("creating metadata client: %w", err)
+	}
 	// The rings' resources are resolved with a mapper of their own, which
 	// can be told to forget what it discovered: the manager's keeps the
 	// versions it found for a group, so it would name a version a

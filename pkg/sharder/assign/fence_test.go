@@ -2,6 +2,7 @@ package assign_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -155,4 +156,52 @@ func TestStaleRingStatusDoesNotLand(t *testing.T) {
 	case <-time.After(timeout):
 		t.Fatal("the held write did not return")
 	}
+}
+
+// TestLabelWritesCarryADeadline: each label write asks the API server to
+// give up after Options.WriteTimeout (the request's timeout parameter), so
+// that a write whose admission waits for a webhook replica that does not
+// answer (frozen) fails instead of landing once the webhook call times out.
+func TestLabelWritesCarryADeadline(t *testing.T) {
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	newRing(t, ns, nil)
+	names := createConfigMaps(t, ns, "cm", 3)
+	reg := leasecontroller.NewRegistry()
+	reg.Set(ns, members(membership.StateReady, "a"))
+	var mu sync.Mutex
+	var timeouts []string
+	cfg := rest.CopyConfig(env().Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Method == http.MethodPatch && strings.Contains(req.URL.Path, "/configmaps/") && assigns(req, `":"a"`) {
+				mu.Lock()
+				timeouts = append(timeouts, req.URL.Query().Get("timeout"))
+				mu.Unlock()
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	writeTimeout := 1500 * time.Millisecond
+	stop := startSharderWith(t, cfg, reg, assign.Options{WriteTimeout: &writeTimeout}, nil)
+	defer stop()
+	g.Eventually(assigned(ns, names, on("a")), timeout, poll).Should(Succeed())
+	mu.Lock()
+	defer mu.Unlock()
+	g.Expect(timeouts).NotTo(BeEmpty())
+	g.Expect(timeouts).To(HaveEach("1.5s"), "label writes without the deadline")
+}
+
+// assigns reports whether req's body contains label, read from a copy.
+func assigns(req *http.Request, label string) bool {
+	if req.GetBody == nil {
+		return false
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return false
+	}
+	defer body.Close()
+	b, err := io.ReadAll(body)
+	return err == nil && strings.Contains(string(b), label)
 }

@@ -19,6 +19,7 @@ const (
 	DefaultResolveInterval = 30 * time.Second
 	DefaultQPS             = 5000
 	DefaultBurst           = 10000
+	DefaultWriteTimeout    = 2 * time.Second
 )
 
 // Options configures the assignment controller.
@@ -68,6 +69,16 @@ type Options struct {
 	// Default: "" (the API server derives a manager from the user agent).
 	FieldManager string
 
+	// WriteTimeout is the deadline of each label write, which the API
+	// server enforces: a write not done by then (one whose admission waits
+	// for a webhook replica that does not answer, frozen by SIGSTOP or a
+	// long garbage collection) fails instead of landing later. It must be
+	// shorter than the validating webhook's timeout: under failure policy
+	// Ignore, a write that outlived the webhook call would land unchecked,
+	// seconds after it was decided. A write that fails is retried.
+	// Default: 2s (the webhook's default timeout is 5s).
+	WriteTimeout *time.Duration
+
 	// Clock is used for drain timeouts, latencies and periodic work.
 	// Default: the real clock.
 	Clock clock.WithTicker
@@ -92,6 +103,10 @@ func (o *Options) setDefaults() error {
 	if o.ResyncPeriod == nil || *o.ResyncPeriod <= 0 {
 		d := DefaultResyncPeriod
 		o.ResyncPeriod = &d
+	}
+	if o.WriteTimeout == nil || *o.WriteTimeout <= 0 {
+		d := DefaultWriteTimeout
+		o.WriteTimeout = &d
 	}
 	if o.StatusInterval == nil || *o.StatusInterval <= 0 {
 		d := DefaultStatusInterval
