@@ -171,8 +171,17 @@ func TestAssignmentMetrics(t *testing.T) {
 			}
 		}
 	}, timeout, poll).Should(Succeed())
+	// The grace counts from when the sharder saw each release land, just
+	// after its write: the clock goes on until every object is assigned.
 	clk.Step(assign.ForceGrace)
-	waitAssigned(g, t, ns, names, two)
+	g.Eventually(func(g Gomega) {
+		clk.Step(10 * time.Millisecond)
+		got := labelsOf(g, ns)
+		for _, name := range names {
+			g.Expect(got[name]).To(HaveKeyWithValue(v1alpha1.ShardLabel(ns), expected(t, two, ns, name)), name)
+			g.Expect(got[name]).NotTo(HaveKey(v1alpha1.DrainLabel(ns)), name)
+		}
+	}, timeout, poll).Should(Succeed())
 	want.forced += len(toB)
 	g.Eventually(read, timeout, poll).Should(Equal(want))
 
