@@ -126,7 +126,7 @@ func classify(t *testing.T, namespace, name, method, path string) classification
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequest(method, cfg.Host+path, strings.NewReader(`{"metadata":{"labels":{"example":"x"}}}`))
+	req, err := http.NewRequest(method, strings.TrimSuffix(cfg.Host, "/")+path, strings.NewReader(`{"metadata":{"labels":{"example":"x"}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
