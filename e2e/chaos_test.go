@@ -453,7 +453,7 @@ func TestChaos(t *testing.T) {
 		Interval: 100 * time.Millisecond}
 	if os.Getenv("SHARDER_CHAOS_LONG") != "" {
 		in.Rounds = envInt("SHARDER_CHAOS_ROUNDS", 3)
-		in.Seed = uint64(envInt("SHARDER_CHAOS_SEED", 1)) //nolint:gosec // positive
+		in.Seed = uint64(envInt("SHARDER_CHAOS_SEED", 1))
 		in.Outage = [2]time.Duration{30 * time.Second, 90 * time.Second}
 	}
 	ChaosSpec(t, in)
