@@ -72,12 +72,13 @@ func TestKustomizeInstall(t *testing.T) {
 		}
 	}).WithTimeout(2 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 
-	By(t, "the ring, deleted while the sharder runs, goes once the sharder removed its labels")
-	// As docs/operations.md says to remove the sharder: rings first. The
-	// ring's finalizer keeps it until the sharder removed its labels; a ring
-	// deleted with the install (its ClusterRole gone) would keep the CRD
+	By(t, "the rings, deleted while the sharder runs, go once the sharder removed their labels")
+	// As docs/operations.md says to remove the sharder: rings first, every
+	// one (those the chart's uninstall left terminating too). A ring's
+	// finalizer keeps it until a sharder removed its labels; a ring left
+	// when the install goes (its ClusterRole gone) would keep the CRD
 	// terminating.
-	out, err = kubectl(ctx, "delete", "controllerring", ring, "--wait", "--timeout", "2m")
+	out, err = kubectl(ctx, "delete", "controllerrings", "--all", "--wait", "--timeout", "2m")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 
 	By(t, "kubectl delete -k config/default leaves nothing that refuses writes")
