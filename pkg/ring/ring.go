@@ -23,9 +23,14 @@ var ErrInvalidMember = errors.New("invalid ring member")
 // spec.algorithm (which also accepts the name of any registered algorithm).
 const (
 	ConsistentHash = "consistent-hash"
-	Rendezvous     = "rendezvous"
-	HashMod        = "hash-mod"
-	Range          = "range"
+	// ConsistentHashDense is consistent hashing built for large rings:
+	// thousands of points per instance and 2^22 partitions, built in time
+	// linear in the number of points. It places keys differently from
+	// ConsistentHash, so switching a ring to it moves objects once.
+	ConsistentHashDense = "consistent-hash-dense"
+	Rendezvous          = "rendezvous"
+	HashMod             = "hash-mod"
+	Range               = "range"
 )
 
 // MaxWeight caps a member's weight so that one member cannot make a ring
@@ -74,10 +79,11 @@ var _ Algorithm = AlgorithmFunc(nil)
 var (
 	registryMu sync.RWMutex
 	registry   = map[string]Algorithm{
-		ConsistentHash: defaultConsistentHash,
-		Rendezvous:     AlgorithmFunc(buildRendezvous),
-		HashMod:        AlgorithmFunc(buildHashMod),
-		Range:          AlgorithmFunc(buildRange),
+		ConsistentHash:      defaultConsistentHash,
+		ConsistentHashDense: AlgorithmFunc(buildDense),
+		Rendezvous:          AlgorithmFunc(buildRendezvous),
+		HashMod:             AlgorithmFunc(buildHashMod),
+		Range:               AlgorithmFunc(buildRange),
 	}
 )
 

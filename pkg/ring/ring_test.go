@@ -12,7 +12,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/ring/simulation"
 )
 
-var builtins = []string{ring.ConsistentHash, ring.Rendezvous, ring.HashMod, ring.Range}
+var builtins = []string{ring.ConsistentHash, ring.ConsistentHashDense, ring.Rendezvous, ring.HashMod, ring.Range}
 
 func members(prefix string, n, weight int) []ring.Member {
 	out := make([]ring.Member, n)
@@ -50,6 +50,7 @@ func TestNewAlgorithmNames(t *testing.T) {
 	}{
 		{name: ""},
 		{name: ring.ConsistentHash},
+		{name: ring.ConsistentHashDense},
 		{name: ring.Rendezvous},
 		{name: ring.HashMod},
 		{name: ring.Range},
@@ -191,10 +192,11 @@ func TestLookupCoversMembers(t *testing.T) {
 }
 
 // Removing an instance moves exactly that instance's keys, and adding one
-// moves keys only onto the new instance (consistent-hash and rendezvous).
+// moves keys only onto the new instance (consistent-hash,
+// consistent-hash-dense and rendezvous).
 func TestMinimalMovement(t *testing.T) {
 	keys := simulation.Keys(20000, 1)
-	for _, alg := range []string{ring.ConsistentHash, ring.Rendezvous} {
+	for _, alg := range []string{ring.ConsistentHash, ring.ConsistentHashDense, ring.Rendezvous} {
 		for _, names := range [][]ring.Member{members("op", 10, 128), members("etcd-operator-7d9f8b6c5d", 10, 64)} {
 			t.Run(alg+"/"+names[0].ID, func(t *testing.T) {
 				before := lookupAll(t, mustNew(t, alg, names), keys)

@@ -1,0 +1,196 @@
+package ring
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
+
+// denseMembers returns n members named like StatefulSet pods, of weight
+// weights[i%len(weights)].
+func denseMembers(n int, weights ...int) []Member {
+	ms := make([]Member, n)
+	for i := range ms {
+		ms[i] = Member{ID: fmt.Sprintf("instance-%d", i), VirtualNodes: weights[i%len(weights)]}
+	}
+	return ms
+}
+
+func mustBuildDense(t *testing.T, ms []Member) *denseRing {
+	t.Helper()
+	r, err := buildDense(ms)
+	if err != nil {
+		t.Fatalf("building a %s ring of %d members: %v", ConsistentHashDense, len(ms), err)
+	}
+	dr, ok := r.(*denseRing)
+	if !ok {
+		t.Fatalf("building a %s ring of %d members gave a %T", ConsistentHashDense, len(ms), r)
+	}
+	return dr
+}
+
+// partitionShares returns every member's partitions divided by its fair
+// share (its weight over the total): the ring's exact balance, without the
+// sampling noise of keys.
+func partitionShares(r *denseRing) map[string]float64 {
+	counts := make([]int, len(r.memberList))
+	for _, o := range r.owners {
+		counts[o]++
+	}
+	total := float64(totalWeight(r.memberList))
+	shares := make(map[string]float64, len(counts))
+	for i, c := range counts {
+		shares[r.memberList[i].ID] = float64(c) / float64(densePartitions) / (float64(r.memberList[i].VirtualNodes) / total)
+	}
+	return shares
+}
+
+// The largest member holds at most 1.10 times its fair share, with equal and
+// with mixed weights. The bound checked is tighter, so that keys (which add
+// their own sampling noise) stay within 1.10 too.
+func TestDenseBalance(t *testing.T) {
+	for _, tc := range []struct {
+		n       int
+		weights []int
+	}{
+		{2, []int{512}},
+		{10, []int{512}},
+		{100, []int{512}},
+		{1000, []int{512}},
+		{10, []int{256, 512, 1024}},
+		{300, []int{256, 512, 1024}},
+		{1000, []int{256, 512, 1024}},
+		{50, []int{2000, 10000}},
+	} {
+		t.Run(fmt.Sprintf("%d/%v", tc.n, tc.weights), func(t *testing.T) {
+			hi, lo := 0.0, 2.0
+			for _, s := range partitionShares(mustBuildDense(t, denseMembers(tc.n, tc.weights...))) {
+				hi, lo = max(hi, s), min(lo, s)
+			}
+			if hi > 1.07 || lo < 0.9 {
+				t.Fatalf("shares over the fair share from %.4f to %.4f, want at most 1.07 and at least 0.9", lo, hi)
+			}
+		})
+	}
+}
+
+// Adding a member moves partitions only onto it, removing one moves only its
+// partitions, and either moves at most 1.10 times the ideal.
+func TestDenseMovement(t *testing.T) {
+	for _, n := range []int{2, 10, 100, 1000} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			ms := denseMembers(n+1, 512)
+			before, after := mustBuildDense(t, ms[:n]), mustBuildDense(t, ms)
+			added := ms[n].ID
+			moved := 0
+			for p := range before.owners {
+				was, is := before.memberList[before.owners[p]].ID, after.memberList[after.owners[p]].ID
+				if was != is {
+					if is != added {
+						t.Fatalf("partition %d moved from %s to %s when %s was added", p, was, is, added)
+					}
+					moved++
+				}
+			}
+			// Removing ms[n] from after gives before back: the same check
+			// read the other way covers removal. Removing another member
+			// moves only its partitions.
+			ideal := float64(densePartitions) / float64(n+1)
+			if got := float64(moved) / ideal; got > 1.10 || got < 0.9 {
+				t.Fatalf("adding one member to %d moved %.3f times the ideal", n, got)
+			}
+			if n < 3 {
+				return
+			}
+			gone := ms[n/2].ID
+			rest := append(append([]Member{}, ms[:n/2]...), ms[n/2+1:n]...)
+			removed := mustBuildDense(t, rest)
+			moved = 0
+			for p := range before.owners {
+				was, is := before.memberList[before.owners[p]].ID, removed.memberList[removed.owners[p]].ID
+				if was != is {
+					if was != gone {
+						t.Fatalf("partition %d moved from %s to %s when %s was removed", p, was, is, gone)
+					}
+					moved++
+				}
+			}
+			if got := float64(moved) / (float64(densePartitions) / float64(n)); got > 1.10 || got < 0.9 {
+				t.Fatalf("removing one member of %d moved %.3f times the ideal", n, got)
+			}
+		})
+	}
+}
+
+// Doubling a member's weight doubles its share, and the table does not
+// depend on the order members are given in (Normalize sorts them; the
+// member index order is the ID order).
+func TestDenseWeightsAndOrder(t *testing.T) {
+	ms := denseMembers(20, 512)
+	ms[7].VirtualNodes = 1024
+	r := mustBuildDense(t, ms)
+	if s := partitionShares(r)[ms[7].ID]; s < 0.93 || s > 1.07 {
+		t.Fatalf("member of weight 1024 holds %.3f of its fair share", s)
+	}
+	reversed := make([]Member, len(ms))
+	for i, m := range ms {
+		reversed[len(ms)-1-i] = m
+	}
+	reversed = append(reversed, ms[3], Member{ID: ms[7].ID, VirtualNodes: 1}) // duplicates: the largest weight wins
+	other := mustBuildDense(t, reversed)
+	for p := range r.owners {
+		if r.memberList[r.owners[p]].ID != other.memberList[other.owners[p]].ID {
+			t.Fatalf("partition %d: reversed members with duplicates give another owner", p)
+		}
+	}
+}
+
+func TestDensePointCounts(t *testing.T) {
+	ms := denseMembers(3, 1, 512, MaxWeight)
+	if got := densePointCounts(ms); got[0] != DensePointsPerWeight || got[1] != 512*DensePointsPerWeight || got[2] != MaxWeight*DensePointsPerWeight {
+		t.Fatalf("point counts below the cap = %v, want weight times %d", got, DensePointsPerWeight)
+	}
+	// At the cap: 2,048 members of the default weight keep their points.
+	atCap := denseMembers(MaxDensePoints/(512*DensePointsPerWeight), 512)
+	for _, c := range densePointCounts(atCap) {
+		if c != 512*DensePointsPerWeight {
+			t.Fatalf("a member of %d at the cap has %d points", len(atCap), c)
+		}
+	}
+	// Above it, every member is scaled down in proportion, to at least one
+	// point, and the total stays within the cap.
+	huge := denseMembers(1000, MaxWeight, 1)
+	counts := densePointCounts(huge)
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	if total > MaxDensePoints || counts[0] != 16775 || counts[1] != 1 {
+		t.Fatalf("scaled point counts: total %d (cap %d), weights %d and 1 got %d and %d", total, MaxDensePoints, MaxWeight, counts[0], counts[1])
+	}
+	r := mustBuildDense(t, huge)
+	if s := partitionShares(r)[huge[0].ID]; s < 0.9 || s > 1.1 {
+		t.Fatalf("a member of the largest weight above the cap holds %.3f of its fair share", s)
+	}
+}
+
+func TestDenseEdgeCases(t *testing.T) {
+	r, err := buildDense([]Member{{ID: "only", VirtualNodes: 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := r.Lookup("g/Kind/ns/name"); got != "only" || err != nil {
+		t.Fatalf("Lookup on a ring of one member = %q, %v", got, err)
+	}
+	if _, err := buildDense(denseMembers(MaxDenseMembers+1, 1)); err == nil {
+		t.Fatalf("%d members gave no error", MaxDenseMembers+1)
+	}
+	if _, err := buildDense([]Member{{ID: "a"}, {ID: ""}}); !errors.Is(err, ErrInvalidMember) {
+		t.Fatalf("an empty ID: error = %v, want ErrInvalidMember", err)
+	}
+	// Weight-1 members: few points, but every partition has an owner.
+	small := mustBuildDense(t, denseMembers(3, 1))
+	if len(partitionShares(small)) != 3 {
+		t.Fatalf("shares %v", partitionShares(small))
+	}
+}
