@@ -112,7 +112,10 @@ chart-crds: ## Copy the generated CRDs into the Helm chart (after make generate)
 test: control-plane node images $(HELM) $(GOTESTSUM) ## Run every test: unit, integration (real API server), e2e, and e2e on a real cluster (as root).
 	@# -count=1: the e2e suite builds the binaries it runs in a subprocess, which
 	@# Go's test cache cannot see, so a cached e2e result could be stale.
-	$(GOTESTSUM) --format testname -- $(RACE) -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@# A failed end-to-end test dumps its processes' logs; the failed tests'
+	@# own messages are repeated at the end, where a reader of the tail sees them.
+	$(GOTESTSUM) --format testname --jsonfile $(BIN)/test-output.json -- $(RACE) -count=1 -timeout $(TEST_TIMEOUT) ./... || \
+		{ $(GO) run ./hack/testfailures $(BIN)/test-output.json; exit 1; }
 
 .PHONY: e2e
 e2e: control-plane node images $(HELM) ## Run only the end-to-end tests: processes on a local control plane, and the chart on a real cluster (as root).
