@@ -63,10 +63,14 @@ const (
 // in every membership, so a change moves only partitions to or from the
 // members that changed.
 //
-// Unlike the consistent-hash algorithm, no point is sorted: the build keeps
-// the first point of every partition in a table, then fills the empty
-// partitions from their successors in one backward pass. Its cost is linear
-// in the number of points plus the number of partitions.
+// The consistent-hash algorithm's library re-sorts its points after adding
+// each member, which costs time growing with the square of the points. This
+// build never sorts: it groups the points by range of partitions (a counting
+// pass and a storing pass), keeps the first point of every partition, and
+// fills the partitions without a point from their successors in one
+// backward pass. Its time is linear in the number of points plus the number
+// of partitions; it holds 8 bytes per point while it runs, and the ring 2
+// bytes per partition (8 MiB).
 func buildDense(members []Member) (Ring, error) {
 	members, err := Normalize(members)
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // alphabet of the random parts of generated names: the one Kubernetes uses
@@ -46,15 +48,23 @@ func InstanceNames(style NameStyle, prefix string, n int, rng *rand.Rand) []stri
 func Keys(n int, seed uint64) []string {
 	rng := rand.New(rand.NewPCG(seed, 0x6b657973)) //nolint:gosec // reproducible from the seed on purpose
 	keys := make([]string, 0, n)
-	seen := make(map[string]bool, n)
+	// Keys are told apart by their 64-bit hashes, which keeps millions of
+	// keys affordable; two distinct keys of one hash (never seen) would
+	// drop the second, the same way for every run.
+	seen := make(map[uint64]struct{}, n)
 	for len(keys) < n {
-		key := fmt.Sprintf("example.dev/Widget/namespace-%d/widget-%s", rng.IntN(50), randomString(rng, 8))
-		if !seen[key] {
-			seen[key] = true
+		key := "example.dev/Widget/namespace-" + strconv.Itoa(rng.IntN(50)) + "/widget-" + randomString(rng, 8)
+		if h := xxhash.Sum64String(key); !has(seen, h) {
+			seen[h] = struct{}{}
 			keys = append(keys, key)
 		}
 	}
 	return keys
+}
+
+func has(set map[uint64]struct{}, h uint64) bool {
+	_, ok := set[h]
+	return ok
 }
 
 // compareIDs orders instance IDs with numeric suffixes by number, so that

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"time"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
@@ -38,9 +39,13 @@ type Options struct {
 	Names NameStyle
 	// Prefix of generated instance IDs. Default: "instance".
 	Prefix string
-	// VirtualNodes is every instance's weight.
+	// VirtualNodes is every instance's weight, unless Weights is set.
 	// Default: v1alpha1.DefaultVirtualNodes (the ControllerRing default).
 	VirtualNodes int
+	// Weights, when set, are the instances' weights in turn: the i-th
+	// generated instance (added ones included) has Weights[i%len(Weights)].
+	// Default: nil (VirtualNodes for all).
+	Weights []int
 	// Keys are the keys to place; at least one.
 	Keys []string
 	// Add instances after the first placement. Default: 0.
@@ -73,6 +78,9 @@ type Result struct {
 	Instances    []Instance `json:"instances"`
 	MaxOverMean  float64    `json:"maxOverMean"`
 	MinOverMean  float64    `json:"minOverMean"`
+	// BuildSeconds is the wall time building the ring before the change
+	// took.
+	BuildSeconds float64 `json:"buildSeconds"`
 
 	// Set when Options asked for a change (Add or Remove).
 	After              []Instance `json:"after,omitempty"`
@@ -81,6 +89,9 @@ type Result struct {
 	Moved              int        `json:"moved"`
 	MovedFraction      float64    `json:"movedFraction"`
 	IdealMovedFraction float64    `json:"idealMovedFraction"`
+	// MovedOverIdeal is MovedFraction / IdealMovedFraction: 1.0 is the
+	// fewest keys any algorithm keeping the shares fair could move.
+	MovedOverIdeal float64 `json:"movedOverIdeal,omitempty"`
 }
 
 func (o *Options) setDefaults() {
@@ -112,8 +123,11 @@ func (o Options) Validate() error {
 	if o.Names != StatefulSet && o.Names != Deployment {
 		errs = append(errs, fmt.Errorf("instance names must be %q or %q, got %q", StatefulSet, Deployment, o.Names))
 	}
-	if o.VirtualNodes < 1 || o.VirtualNodes > membership.MaxVirtualNodes {
-		errs = append(errs, fmt.Errorf("virtual nodes must be in [1, %d], got %d", membership.MaxVirtualNodes, o.VirtualNodes))
+	for _, w := range append([]int{o.VirtualNodes}, o.Weights...) {
+		if w < 1 || w > membership.MaxVirtualNodes {
+			errs = append(errs, fmt.Errorf("virtual nodes must be in [1, %d], got %d", membership.MaxVirtualNodes, w))
+			break
+		}
 	}
 	if len(o.Keys) == 0 {
 		errs = append(errs, errors.New("no keys to place"))
@@ -136,6 +150,13 @@ func Run(opts Options) (*Result, error) {
 	opts.setDefaults()
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x5ead)) //nolint:gosec // reproducible from the seed on purpose
 	names := InstanceNames(opts.Names, opts.Prefix, opts.Instances+opts.Add, rng)
+	weights := make(map[string]int, len(names))
+	for i, id := range names {
+		weights[id] = opts.VirtualNodes
+		if len(opts.Weights) > 0 {
+			weights[id] = opts.Weights[i%len(opts.Weights)]
+		}
+	}
 	before := names[:opts.Instances]
 	added := names[opts.Instances:]
 	removed := map[string]bool{}
@@ -156,15 +177,16 @@ func Run(opts Options) (*Result, error) {
 	}
 
 	res := &Result{Algorithm: opts.Algorithm, Keys: len(opts.Keys), VirtualNodes: opts.VirtualNodes}
-	placeBefore, err := place(opts, before)
+	placeBefore, build, err := place(opts, before, weights)
 	if err != nil {
 		return nil, err
 	}
-	res.Instances, res.MaxOverMean, res.MinOverMean = share(opts, before, placeBefore, removed, nil)
+	res.BuildSeconds = build.Seconds()
+	res.Instances, res.MaxOverMean, res.MinOverMean = share(before, weights, placeBefore, removed, nil)
 	if opts.Add == 0 && opts.Remove == 0 {
 		return res, nil
 	}
-	placeAfter, err := place(opts, after)
+	placeAfter, _, err := place(opts, after, weights)
 	if err != nil {
 		return nil, err
 	}
@@ -172,15 +194,46 @@ func Run(opts Options) (*Result, error) {
 	for _, id := range added {
 		addedSet[id] = true
 	}
-	res.After, res.AfterMaxOverMean, res.AfterMinOverMean = share(opts, after, placeAfter, nil, addedSet)
+	res.After, res.AfterMaxOverMean, res.AfterMinOverMean = share(after, weights, placeAfter, nil, addedSet)
 	for i := range placeBefore {
 		if placeBefore[i] != placeAfter[i] {
 			res.Moved++
 		}
 	}
 	res.MovedFraction = float64(res.Moved) / float64(len(opts.Keys))
-	res.IdealMovedFraction = IdealMovedFraction(len(before), opts.Add, opts.Remove)
+	res.IdealMovedFraction = idealMovedFraction(before, after, weights)
+	if res.IdealMovedFraction > 0 {
+		res.MovedOverIdeal = res.MovedFraction / res.IdealMovedFraction
+	}
 	return res, nil
+}
+
+// idealMovedFraction is IdealMovedFraction for weighted instances: the
+// shares of the removed instances, plus what every kept instance loses when
+// its share goes from its weight over the total before to its weight over
+// the total after.
+func idealMovedFraction(before, after []string, weights map[string]int) float64 {
+	total := func(ids []string) (sum float64) {
+		for _, id := range ids {
+			sum += float64(weights[id])
+		}
+		return sum
+	}
+	totalBefore, totalAfter := total(before), total(after)
+	kept := make(map[string]bool, len(after))
+	for _, id := range after {
+		kept[id] = true
+	}
+	moved := 0.0
+	for _, id := range before {
+		share := float64(weights[id]) / totalBefore
+		if !kept[id] {
+			moved += share
+		} else if loss := share - float64(weights[id])/totalAfter; loss > 0 {
+			moved += loss
+		}
+	}
+	return moved
 }
 
 // IdealMovedFraction is the smallest fraction of keys a change of equally
@@ -202,35 +255,44 @@ func IdealMovedFraction(n, add, remove int) float64 {
 	return moved
 }
 
-// place returns the owner of every key on the membership ids.
-func place(opts Options, ids []string) ([]string, error) {
+// place returns the owner of every key on the membership ids, and the time
+// building the ring took.
+func place(opts Options, ids []string, weights map[string]int) ([]string, time.Duration, error) {
 	members := make([]ring.Member, len(ids))
 	for i, id := range ids {
-		members[i] = ring.Member{ID: id, VirtualNodes: opts.VirtualNodes}
+		members[i] = ring.Member{ID: id, VirtualNodes: weights[id]}
 	}
+	start := time.Now()
 	r, err := opts.Build(members)
+	build := time.Since(start)
 	if err != nil {
-		return nil, fmt.Errorf("building %s ring of %d instances: %w", opts.Algorithm, len(ids), err)
+		return nil, 0, fmt.Errorf("building %s ring of %d instances: %w", opts.Algorithm, len(ids), err)
 	}
 	owners := make([]string, len(opts.Keys))
 	for i, key := range opts.Keys {
 		if owners[i], err = r.Lookup(key); err != nil {
-			return nil, fmt.Errorf("looking up key %q: %w", key, err)
+			return nil, 0, fmt.Errorf("looking up key %q: %w", key, err)
 		}
 	}
-	return owners, nil
+	return owners, build, nil
 }
 
-// share counts the keys of every instance and the max/min over the mean.
-func share(opts Options, ids, owners []string, removed, added map[string]bool) ([]Instance, float64, float64) {
+// share counts the keys of every instance and the largest and smallest
+// count over the instance's fair share (the keys times its weight over the
+// total weight).
+func share(ids []string, weights map[string]int, owners []string, removed, added map[string]bool) ([]Instance, float64, float64) {
 	counts := map[string]int{}
 	for _, o := range owners {
 		counts[o]++
 	}
-	out := make([]Instance, 0, len(ids))
-	lo, hi := -1, 0
+	total := 0
 	for _, id := range ids {
-		in := Instance{ID: id, VirtualNodes: opts.VirtualNodes, Keys: counts[id]}
+		total += weights[id]
+	}
+	out := make([]Instance, 0, len(ids))
+	lo, hi := -1.0, 0.0
+	for _, id := range ids {
+		in := Instance{ID: id, VirtualNodes: weights[id], Keys: counts[id]}
 		switch {
 		case removed[id]:
 			in.State = "removed"
@@ -238,12 +300,12 @@ func share(opts Options, ids, owners []string, removed, added map[string]bool) (
 			in.State = "added"
 		}
 		out = append(out, in)
-		hi = max(hi, in.Keys)
-		if lo < 0 || in.Keys < lo {
-			lo = in.Keys
+		r := float64(in.Keys) / (float64(len(owners)) * float64(in.VirtualNodes) / float64(total))
+		hi = max(hi, r)
+		if lo < 0 || r < lo {
+			lo = r
 		}
 	}
 	slices.SortFunc(out, func(a, b Instance) int { return compareIDs(a.ID, b.ID) })
-	mean := float64(len(owners)) / float64(len(ids))
-	return out, float64(hi) / mean, float64(lo) / mean
+	return out, hi, lo
 }

@@ -95,3 +95,65 @@ func TestRunReplace(t *testing.T) {
 		t.Fatalf("instances %v, after %v", res.Instances, res.After)
 	}
 }
+
+// Mixed weights: over-mean figures compare each instance with its own fair
+// share, and the ideal counts the weight of the instance added.
+func TestRunWeights(t *testing.T) {
+	res, err := Run(Options{Algorithm: "rendezvous", Instances: 3, Weights: []int{100, 300}, Add: 1, Keys: Keys(20000, 4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int{100, 300, 100}
+	for i, in := range res.Instances {
+		if in.VirtualNodes != want[i] {
+			t.Fatalf("instance %s has weight %d, want %d", in.ID, in.VirtualNodes, want[i])
+		}
+	}
+	if res.MaxOverMean > 1.05 || res.MinOverMean < 0.95 {
+		t.Fatalf("max/min over the fair share %.3f/%.3f, want close to 1", res.MaxOverMean, res.MinOverMean)
+	}
+	// The 4th instance (weight 300) joins a total of 500: the ideal is 3/8.
+	if math.Abs(res.IdealMovedFraction-300.0/800) > 1e-12 || math.Abs(res.MovedOverIdeal-res.MovedFraction/res.IdealMovedFraction) > 1e-12 {
+		t.Fatalf("idealMovedFraction %v (want 3/8), movedOverIdeal %v", res.IdealMovedFraction, res.MovedOverIdeal)
+	}
+	if res.BuildSeconds <= 0 {
+		t.Fatalf("buildSeconds = %v", res.BuildSeconds)
+	}
+	if err := (Options{Instances: 2, Keys: []string{"k"}, Weights: []int{1, 0}}).Validate(); err == nil {
+		t.Fatal("a weight of 0 passed validation")
+	}
+}
+
+// Equal weights give the same ideal as IdealMovedFraction.
+func TestIdealMovedFractionWeighted(t *testing.T) {
+	ids := InstanceNames(StatefulSet, "i", 12, nil)
+	weights := map[string]int{}
+	for _, id := range ids {
+		weights[id] = 7
+	}
+	for _, tc := range []struct{ n, add, remove int }{{10, 1, 0}, {10, 0, 1}, {4, 2, 1}, {10, 2, 3}} {
+		before, after := ids[:tc.n], append(slices.Clone(ids[tc.remove:tc.n]), ids[tc.n:tc.n+tc.add]...)
+		if got, want := idealMovedFraction(before, after, weights), IdealMovedFraction(tc.n, tc.add, tc.remove); math.Abs(got-want) > 1e-12 {
+			t.Errorf("%+v: weighted ideal %v, want %v", tc, got, want)
+		}
+	}
+}
+
+func TestSweep(t *testing.T) {
+	keys := Keys(4*500, 6)
+	sizes, err := Sweep(Options{Algorithm: "rendezvous", Keys: keys}, []int{1, 2, 4}, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sizes) != 3 || sizes[0].Keys != 500 || sizes[2].Keys != 2000 || sizes[2].Instances != 4 {
+		t.Fatalf("sizes = %+v", sizes)
+	}
+	if sizes[0].RemoveMovedOverIdeal != 0 || sizes[2].RemoveMovedOverIdeal < 0.9 || sizes[2].AddMovedOverIdeal < 0.8 || sizes[2].AddMovedOverIdeal > 1.2 {
+		t.Fatalf("moved over ideal: %+v", sizes)
+	}
+	for _, bad := range [][]int{nil, {0, 2}, {5}} {
+		if _, err := Sweep(Options{Keys: keys}, bad, 500); err == nil {
+			t.Errorf("Sweep(%v) gave no error", bad)
+		}
+	}
+}
