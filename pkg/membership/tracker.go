@@ -51,10 +51,17 @@ const SharderHolderPrefix = "sharder:"
 // Elapsed times are differences of the clock's readings; with the real
 // clock those come from Go's monotonic clock, which a step of the wall
 // clock does not move. The zero value is ready to use; it is safe for
-// concurrent use.
+// concurrent use. Each ring has a lock of its own: calls for different rings
+// never wait for each other.
 type Tracker struct {
-	mu    sync.Mutex
-	rings map[string]map[string]*observation // ring -> Lease name -> last observation
+	mu    sync.Mutex // guards rings, the map only
+	rings map[string]*ringObservations
+}
+
+// ringObservations is what the tracker saw of one ring's Leases.
+type ringObservations struct {
+	mu   sync.Mutex
+	seen map[string]*observation // Lease name -> last observation
 }
 
 // observation is what the tracker last saw of one Lease.
@@ -72,6 +79,9 @@ type observation struct {
 	// write gave the Lease.
 	heldAt  time.Time
 	heldFor time.Duration
+	// absent: the Lease was missing from the ring's Leases when the
+	// tracker last looked (Members, Vanish).
+	absent bool
 }
 
 // restartingLease reports whether lease was handed back for a restart.
@@ -84,25 +94,30 @@ func restartingLease(lease *coordinationv1.Lease) bool {
 // a member with the time of its next transition (zero when there is none).
 // restartHold is the ring's restart hold (0: none).
 func (t *Tracker) Observe(ring string, restartHold time.Duration, lease *coordinationv1.Lease, now time.Time) (Member, time.Time) {
+	r := t.ring(ring)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.observe(restartHold, lease, now)
+}
+
+// ring returns the observations of ring, adding them when there are none.
+// The caller locks them.
+func (t *Tracker) ring(ring string) *ringObservations {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.observe(ring, restartHold, lease, now)
-}
-
-func (t *Tracker) ring(ring string) map[string]*observation {
 	if t.rings == nil {
-		t.rings = map[string]map[string]*observation{}
+		t.rings = map[string]*ringObservations{}
 	}
-	seen := t.rings[ring]
-	if seen == nil {
-		seen = map[string]*observation{}
-		t.rings[ring] = seen
+	r := t.rings[ring]
+	if r == nil {
+		r = &ringObservations{seen: map[string]*observation{}}
+		t.rings[ring] = r
 	}
-	return seen
+	return r
 }
 
-func (t *Tracker) observe(ring string, restartHold time.Duration, lease *coordinationv1.Lease, now time.Time) (Member, time.Time) {
-	seen := t.ring(ring)
+func (r *ringObservations) observe(restartHold time.Duration, lease *coordinationv1.Lease, now time.Time) (Member, time.Time) {
+	seen := r.seen
 	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
 	written, d, restarting := ReferenceTime(lease), DurationOf(lease), restartingLease(lease)
 	o := seen[lease.Name]
@@ -116,6 +131,7 @@ func (t *Tracker) observe(ring string, restartHold time.Duration, lease *coordin
 		o = fresh
 		seen[lease.Name] = o
 	}
+	o.absent = false
 	weight, err := VirtualNodesOf(lease)
 	if err != nil {
 		weight = 0 // the ring's default; the lease controller reports the label
@@ -166,12 +182,13 @@ func (o *observation) movable(now time.Time) (bool, time.Time) {
 // a write that started at start and gave the Lease duration d: the
 // instance's objects are movable until start + 2d/3.
 func (t *Tracker) Hold(ring, id string, start time.Time, d time.Duration) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	o := t.ring(ring)[id]
+	r := t.ring(ring)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := r.seen[id]
 	if o == nil {
 		o = &observation{since: start, d: d, state: StateDead}
-		t.rings[ring][id] = o
+		r.seen[id] = o
 	}
 	o.heldAt, o.heldFor = start, d
 }
@@ -179,9 +196,10 @@ func (t *Tracker) Hold(ring, id string, start time.Time, d time.Duration) {
 // Unhold records that the sharder no longer holds the Lease of instance id:
 // its objects stop being movable at once.
 func (t *Tracker) Unhold(ring, id string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if o := t.ring(ring)[id]; o != nil {
+	r := t.ring(ring)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if o := r.seen[id]; o != nil {
 		o.heldAt, o.heldFor = time.Time{}, 0
 	}
 }
@@ -189,9 +207,10 @@ func (t *Tracker) Unhold(ring, id string) {
 // HeldAt returns when the sharder's last recorded hold of instance id's
 // Lease started; zero when it holds none.
 func (t *Tracker) HeldAt(ring, id string) time.Time {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if o := t.ring(ring)[id]; o != nil {
+	r := t.ring(ring)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if o := r.seen[id]; o != nil {
 		return o.heldAt
 	}
 	return time.Time{}
@@ -206,8 +225,9 @@ func (t *Tracker) HeldAt(ring, id string) time.Time {
 // as dead (and movable: there is no Lease to hold) until ten lease
 // durations after it; orphaned and invalid ones are dropped at once.
 func (t *Tracker) Members(ring string, restartHold time.Duration, leases []coordinationv1.Lease, now time.Time) ([]Member, time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	r := t.ring(ring)
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	members := make([]Member, 0, len(leases))
 	present := make(map[string]bool, len(leases))
 	var earliest time.Time
@@ -217,19 +237,20 @@ func (t *Tracker) Members(ring string, restartHold time.Duration, leases []coord
 		}
 	}
 	for i := range leases {
-		m, at := t.observe(ring, restartHold, &leases[i], now)
+		m, at := r.observe(restartHold, &leases[i], now)
 		present[m.ID] = true
 		members = append(members, m)
 		next(at)
 	}
-	for id, o := range t.rings[ring] {
+	for id, o := range r.seen {
 		if present[id] {
 			continue
 		}
+		o.absent = true
 		gone, forgotten := o.since.Add(uncertainAfter*o.d), o.since.Add(orphanedAfter*o.d)
 		switch {
 		case o.state == StateInvalid || o.state == StateOrphaned || !now.Before(forgotten):
-			delete(t.rings[ring], id)
+			delete(r.seen, id)
 			continue
 		case o.state.Gone() || !now.Before(gone):
 			// Proven gone, or held long enough: dead, remembered as long as
@@ -244,6 +265,32 @@ func (t *Tracker) Members(ring string, restartHold time.Duration, leases []coord
 	}
 	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
 	return members, earliest
+}
+
+// Ready reports whether instance id of ring is ready at now as far as the
+// tracker's last observation of its Lease goes: it was held by the
+// instance itself, with a valid ID, and now is within its lease duration
+// of when the tracker observed the renewal; a Lease Vanish or Members found
+// missing is not ready. It is Observe's verdict at now without the Lease,
+// and takes constant time, so that it can be asked per request.
+func (t *Tracker) Ready(ring, id string, now time.Time) bool {
+	r := t.ring(ring)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := r.seen[id]
+	return o != nil && !o.absent && o.holder == id && now.Before(o.since.Add(o.d)) && InvalidID(id) == nil
+}
+
+// Vanish records that the Lease of instance id left ring (it was deleted,
+// or lost the ring's label): Ready is false for it at once, and Members
+// reports it as missing from the Leases it is given, as it would anyway.
+func (t *Tracker) Vanish(ring, id string) {
+	r := t.ring(ring)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if o := r.seen[id]; o != nil {
+		o.absent = true
+	}
 }
 
 // Forget drops everything the tracker knows of ring (a deleted ring).

@@ -7,6 +7,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
 
 // TestTrackerFutureRenewTime checks that a renewTime in the future cannot
@@ -257,4 +259,53 @@ func TestInvalidID(t *testing.T) {
 	if m, _ := tr.Observe("r", 0, lease, epoch); m.State.Ready() {
 		t.Error("an invalid Lease is ready")
 	}
+}
+
+// TestTrackerReadyAgreesWithObserve checks that Ready, asked without the
+// Lease, gives Observe's verdict at every time of a Lease's life, and that a
+// Lease that left the ring is not ready from the moment Vanish records it.
+func TestTrackerReadyAgreesWithObserve(t *testing.T) {
+	g := NewWithT(t)
+	var tr Tracker
+	leases := map[string]*coordinationv1.Lease{
+		"held":     instanceLease("held", "held", epoch, 10),
+		"released": instanceLease("released", "", epoch, 10),
+		"taken":    instanceLease("taken", "sharder:x", epoch, 10),
+		"restarting": func() *coordinationv1.Lease {
+			l := instanceLease("restarting", "", epoch, 10)
+			l.Annotations = map[string]string{v1alpha1.AnnotationRestarting: "true"}
+			return l
+		}(),
+		strings.Repeat("x", 64): instanceLease(strings.Repeat("x", 64), strings.Repeat("x", 64), epoch, 10),
+	}
+	for id, lease := range leases {
+		tr.Observe("r", 30*time.Second, lease, epoch)
+		for _, after := range []time.Duration{0, 9 * time.Second, 10 * time.Second, 25 * time.Second, time.Hour} {
+			now := epoch.Add(after)
+			g.Expect(tr.Ready("r", id, now)).To(Equal(func() bool {
+				var probe Tracker
+				probe.Observe("r", 30*time.Second, lease, epoch)
+				m, _ := probe.Observe("r", 30*time.Second, lease, now)
+				return m.State.Ready()
+			}()), "%s at +%v", id, after)
+		}
+	}
+	g.Expect(tr.Ready("r", "unknown", epoch)).To(BeFalse())
+	g.Expect(tr.Ready("other", "held", epoch)).To(BeFalse())
+
+	tr.Vanish("r", "held")
+	g.Expect(tr.Ready("r", "held", epoch)).To(BeFalse())
+	members, _ := tr.Members("r", 0, nil, epoch)
+	g.Expect(members).To(ContainElement(HaveField("ID", "held")))
+	for _, m := range members {
+		if m.ID == "held" {
+			g.Expect(m.State).To(Equal(StateVanished))
+		}
+	}
+	// Back in the ring: ready again, as observed.
+	tr.Observe("r", 0, leases["held"], epoch)
+	g.Expect(tr.Ready("r", "held", epoch)).To(BeTrue())
+	// Missing from the Leases Members is given: not ready either.
+	tr.Members("r", 0, nil, epoch)
+	g.Expect(tr.Ready("r", "held", epoch)).To(BeFalse())
 }

@@ -11,7 +11,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -95,12 +94,12 @@ func (h *assignHandler) handle(ctx context.Context, req admission.Request, ringN
 	if !h.labels.synced() {
 		return skip(reasonNotSynced, nil)
 	}
-	rg := &v1alpha1.ControllerRing{}
-	if err := h.labels.cache.Get(ctx, types.NamespacedName{Name: ringName}, rg); err != nil {
+	rg, err := h.labels.ring(ctx, ringName)
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return skip(reasonUnknownRing, nil)
 		}
-		return skip(reasonError, fmt.Errorf("reading ControllerRing %q: %w", ringName, err))
+		return skip(reasonError, err)
 	}
 	patch, reason, err := assignment(rg, obj, func() (string, string, error) {
 		return h.labels.choose(ctx, rg, req.Resource, req.Kind, obj, "") // an unlabelled create: the ring's pick

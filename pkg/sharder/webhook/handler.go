@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
-	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/ring"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 )
@@ -51,11 +50,9 @@ type labelHandler struct {
 	// (Options.LeaderLease unset).
 	leader func() (string, string)
 
-	// members computes the states of the rings' instances from their Leases
-	// as this replica observes them, as the sharder does.
-	members membership.Tracker
-	// rings keeps each ring built from its last membership.
-	rings membership.Rings
+	// builds keeps each ring's membership as this replica observes it, as
+	// the sharder does, and the ring built from it off the request path.
+	builds *ringBuilds
 }
 
 type pathKey struct{}
@@ -147,12 +144,12 @@ func (h *labelHandler) handle(ctx context.Context, req admission.Request, ringNa
 	if !h.synced() {
 		return fault(reasonNotSynced, errors.New("caches not synced yet"))
 	}
-	rg := &v1alpha1.ControllerRing{}
-	if err := h.cache.Get(ctx, types.NamespacedName{Name: ringName}, rg); err != nil {
+	rg, err := h.ring(ctx, ringName)
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return fault(reasonUnknownRing, fmt.Errorf("ControllerRing %q not found", ringName))
 		}
-		return fault(reasonError, fmt.Errorf("reading ControllerRing %q: %w", ringName, err))
+		return fault(reasonError, err)
 	}
 	policy = failurePolicy(&rg.Spec)
 
@@ -201,16 +198,7 @@ func (h *labelHandler) choose(ctx context.Context, rg *v1alpha1.ControllerRing, 
 		if obj.Name == "" {
 			return "", "the object has no name yet", nil
 		}
-		r, members, err := h.ringOf(ctx, rg)
-		if err != nil {
-			return "", "", err
-		}
-		for _, m := range members {
-			if m.ID == requested && m.State.Ready() {
-				return requested, "", nil
-			}
-		}
-		return mainInstance(r, gvk, obj)
+		return h.mainChoice(rg, gvk, obj, requested)
 	case rg.Spec.IsControlledResource(gr):
 		return h.ownerInstance(ctx, rg, obj)
 	}
@@ -294,24 +282,54 @@ func (h *labelHandler) ownerInstance(ctx context.Context, rg *v1alpha1.Controlle
 	return instance, "", nil
 }
 
-// ringOf returns the ring over the ring's ready instances, built again only
-// when that membership changed, and the ring's members. It is built by the same function as the
-// sharder's assignment, so the two always agree on where an object belongs.
-func (h *labelHandler) ringOf(ctx context.Context, rg *v1alpha1.ControllerRing) (ring.Ring, []membership.Member, error) {
-	list := &coordinationv1.LeaseList{}
-	if err := h.cache.List(ctx, list, client.InNamespace(rg.Spec.LeaseNamespace),
-		client.MatchingLabels{v1alpha1.LabelRing: rg.Name}); err != nil {
-		return nil, nil, fmt.Errorf("listing the Leases of ring %q: %w", rg.Name, err)
+// mainChoice returns the instance a new main object may be created with:
+// requested when it is ready now, else the pick of the ring built last,
+// if that instance is ready now. The ring is built off the request path
+// (ringBuilds), by the same function as the sharder's assignment builds
+// its own, so the two agree on where an object belongs once both have seen
+// the same membership; meanwhile no instance that is not ready is ever
+// chosen.
+func (h *labelHandler) mainChoice(rg *v1alpha1.ControllerRing, gvk metav1.GroupVersionKind, obj *metav1.PartialObjectMetadata, requested string) (string, string, error) {
+	algorithm := rg.Spec.EffectiveAlgorithm()
+	if !ring.Registered(algorithm) {
+		return "", "", fmt.Errorf("building ring %q: %w %q (known: %v)", rg.Name, ring.ErrUnknownAlgorithm, algorithm, ring.Algorithms())
 	}
-	members, _ := h.members.Members(rg.Name, rg.Spec.EffectiveRestartHold(), list.Items, h.clock.Now())
-	r, _, err := h.rings.Build(rg.Name, rg.Spec.EffectiveAlgorithm(), rg.Spec.EffectiveVirtualNodes(), members)
-	return r, members, err
+	built := h.builds.built(rg.Name)
+	if built != nil && built.err != nil {
+		return "", "", built.err
+	}
+	now := h.clock.Now()
+	if requested != "" && h.builds.ready(rg.Name, requested, now) {
+		return requested, "", nil
+	}
+	if built == nil {
+		return "", "the ring is still being built", nil
+	}
+	instance, why, err := mainInstance(built.ring, gvk, obj)
+	if err != nil || instance == "" {
+		return instance, why, err
+	}
+	if !h.builds.ready(rg.Name, instance, now) {
+		return "", fmt.Sprintf("instance %q, the ring's pick, is no longer ready and the ring is being built again", instance), nil
+	}
+	return instance, "", nil
 }
 
-// forget drops what the handler keeps of a deleted ring.
+// ring returns the ring named name from the cache. It is the cached object
+// itself, not a copy (its status lists every member): read only.
+func (h *labelHandler) ring(ctx context.Context, name string) (*v1alpha1.ControllerRing, error) {
+	rg := &v1alpha1.ControllerRing{}
+	if err := h.cache.Get(ctx, types.NamespacedName{Name: name}, rg, client.UnsafeDisableDeepCopy); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("reading ControllerRing %q: %w", name, err)
+	}
+	return rg, nil
+}
+
+// forget drops the metrics of a deleted ring.
 func (h *labelHandler) forget(ringName string) {
-	h.rings.Forget(ringName)
-	h.members.Forget(ringName)
 	metrics.ForgetWebhookRing(ringName)
 }
 

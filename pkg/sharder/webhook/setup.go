@@ -78,6 +78,13 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		synced:    func() bool { return ringInformer.HasSynced() && leaseInformer.HasSynced() },
 		identity:  id,
 		clock:     opts.Clock,
+		builds:    newRingBuilds(mgr.GetCache(), opts.Clock, mgr.GetLogger().WithName("label-webhook").WithName("rings")),
+	}
+	if err := h.builds.addEventHandlers(ringInformer, leaseInformer); err != nil {
+		return err
+	}
+	if err := mgr.Add(h.builds); err != nil {
+		return fmt.Errorf("adding the ring builder: %w", err)
 	}
 	if opts.LeaderLease.Name != "" {
 		w, err := newLeaderWatch(mgr.GetConfig(), opts.LeaderLease, opts.Clock)
@@ -91,7 +98,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		h.synced = func() bool { return ringInformer.HasSynced() && leaseInformer.HasSynced() && w.synced() }
 	}
 
-	// A deleted ring leaves no series and no built ring behind.
+	// A deleted ring leaves no series behind.
 	_, err = ringInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		DeleteFunc: func(obj any) {
 			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
