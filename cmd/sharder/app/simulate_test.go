@@ -209,6 +209,16 @@ func TestSimulateFlagValidation(t *testing.T) {
 		{[]string{"--prefix", ""}, "--prefix must not be empty"},
 		{[]string{"--keys", "0"}, "--keys must be at least 1"},
 		{[]string{"--keys", "5", "--keys-file", "x"}, "mutually exclusive"},
+		{[]string{"--keys", "5", "--keys-per-instance", "10"}, "mutually exclusive"},
+		{[]string{"--keys-per-instance", "0"}, "--keys-per-instance must be at least 1"},
+		{[]string{"--weights", "1,2", "--virtual-nodes", "3"}, "mutually exclusive"},
+		{[]string{"--weights", "512,0"}, "--weights must be in"},
+		{[]string{"--sweep", "2-x"}, "is not N, A-B or A-B:STEP"},
+		{[]string{"--sweep", "5:2"}, "is not N, A-B or A-B:STEP"},
+		{[]string{"--sweep", "10-2"}, "ranges ascending"},
+		{[]string{"--sweep", "0"}, "at least 1"},
+		{[]string{"--sweep", "2-3", "--instances", "4"}, "--sweep replaces"},
+		{[]string{"--algorithm", "consistent-hash-dense", "--partitions", "100"}, "apply to consistent-hash only"},
 		{[]string{"--virtual-nodes", "0"}, "--virtual-nodes must be in"},
 		{[]string{"--virtual-nodes", "10001"}, "--virtual-nodes must be in"},
 		{[]string{"--add", "-1"}, "--add must not be negative"},
@@ -228,5 +238,50 @@ func TestSimulateFlagValidation(t *testing.T) {
 				t.Fatalf("error = %v, want one containing %q\n%s", err, tc.want, out)
 			}
 		})
+	}
+}
+
+// The new algorithm's figures at a size the issue names, with mixed weights:
+// the table carries balance, movement over the ideal and the build time.
+func TestSimulateDenseTable(t *testing.T) {
+	out, err := simulate(t, "", "--algorithm", "consistent-hash-dense", "--instances", "30", "--weights", "256,512,1024",
+		"--keys-per-instance", "2000", "--add", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"consistent-hash-dense", "keys                60000", "buildTime", "movedOverIdeal", "instance-30  256"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestSimulateSweep(t *testing.T) {
+	out, err := simulate(t, "", "--algorithm", "rendezvous", "--sweep", "1,2-4,10-20:10", "--keys-per-instance", "300")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 1+6+2 || !strings.Contains(lines[0], "ADD MOVED/IDEAL") || !strings.Contains(lines[0], "BUILD") {
+		t.Fatalf("want a header, 6 sizes and a summary:\n%s", out)
+	}
+	for i, want := range []string{"1 300", "2 600", "3 900", "4 1200", "10 3000", "20 6000"} {
+		if got := strings.Join(strings.Fields(lines[1+i])[:2], " "); got != want {
+			t.Errorf("line %d starts with %q, want %q", i+1, got, want)
+		}
+	}
+	if !strings.Contains(lines[len(lines)-1], "rendezvous, 6 sizes") {
+		t.Errorf("summary: %q", lines[len(lines)-1])
+	}
+	var sizes []struct {
+		Instances         int     `json:"instances"`
+		AddMovedOverIdeal float64 `json:"addMovedOverIdeal"`
+	}
+	out, err = simulate(t, "", "--sweep", "2,3", "--keys", "900", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(out), &sizes); err != nil || len(sizes) != 2 || sizes[1].Instances != 3 || sizes[1].AddMovedOverIdeal == 0 {
+		t.Fatalf("JSON sweep %v: %s", err, out)
 	}
 }
