@@ -52,10 +52,11 @@ func DrainLabel(ring string) string { return DrainLabelPrefix + ring }
 // Built-in algorithms a ring can use; a sharder built with more registered
 // (ring.Register) accepts their names too.
 const (
-	AlgorithmConsistentHash = "consistent-hash"
-	AlgorithmRendezvous     = "rendezvous"
-	AlgorithmHashMod        = "hash-mod"
-	AlgorithmRange          = "range"
+	AlgorithmConsistentHash      = "consistent-hash"
+	AlgorithmConsistentHashDense = "consistent-hash-dense"
+	AlgorithmRendezvous          = "rendezvous"
+	AlgorithmHashMod             = "hash-mod"
+	AlgorithmRange               = "range"
 )
 
 // Defaults of ControllerRingSpec fields.
@@ -92,11 +93,14 @@ type ControllerRingSpec struct {
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 
 	// Algorithm maps objects to instances: one of the built-in algorithms
-	// (consistent-hash, rendezvous, hash-mod, range) or the name of an
-	// algorithm the running sharder was built with (registered with
-	// ring.Register): lowercase letters, digits, '-' and '.', at most 63
-	// characters. A name the sharder does not know leaves the ring not
-	// ready (reason UnknownAlgorithm) and nothing of it is assigned or moved.
+	// (consistent-hash, consistent-hash-dense, rendezvous, hash-mod, range)
+	// or the name of an algorithm the running sharder was built with
+	// (registered with ring.Register): lowercase letters, digits, '-' and
+	// '.', at most 63 characters. consistent-hash-dense balances and builds
+	// well up to thousands of instances; switching a ring to it (or to any
+	// other algorithm) moves most of its objects once. A name the sharder
+	// does not know leaves the ring not ready (reason UnknownAlgorithm) and
+	// nothing of it is assigned or moved.
 	// Default: consistent-hash.
 	// +optional
 	// +kubebuilder:default=consistent-hash
