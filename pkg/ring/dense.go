@@ -3,6 +3,7 @@ package ring
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -119,7 +120,12 @@ func denseOwners(members []Member, points []int) []uint16 {
 	// the same position, the one of the smaller ID.
 	const below = DensePartitionBits - denseBucketBits + denseFineBits
 	next := starts // the next free slot of each bucket
-	stored := make([]uint64, total)
+	buffer := storedPoints.Get().(*[]uint64)
+	defer storedPoints.Put(buffer)
+	if cap(*buffer) < total {
+		*buffer = make([]uint64, total)
+	}
+	stored := (*buffer)[:total]
 	for i, m := range members {
 		x := xxhash.Sum64String(m.ID)
 		for range points[i] {
@@ -179,6 +185,12 @@ func densePointCounts(members []Member) []int {
 	}
 	return counts
 }
+
+// storedPoints holds the points of a build (a *[]uint64) for the next one: a
+// build of 1,000 instances of the default weight stores 32 MiB of points,
+// and allocating that anew each time would make the garbage collector work
+// harder (and the build wait for it) while other work fills the heap.
+var storedPoints = sync.Pool{New: func() any { return new([]uint64) }}
 
 // denseRing is a built consistent-hash-dense ring: a read-only table from
 // partition to member index.

@@ -3,6 +3,7 @@ package ring
 import (
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 )
 
@@ -192,5 +193,37 @@ func TestDenseEdgeCases(t *testing.T) {
 	small := mustBuildDense(t, denseMembers(3, 1))
 	if len(partitionShares(small)) != 3 {
 		t.Fatalf("shares %v", partitionShares(small))
+	}
+}
+
+// TestDenseEverySize checks the exact shares of every ring size from 2 to
+// 1,000 instances, with equal and with mixed weights: the largest over its
+// fair share, and the share of an instance added to each (the keys adding
+// it moves, over the ideal). It takes minutes, so it runs only when
+// RING_EVERY_SIZE is set:
+//
+//	RING_EVERY_SIZE=1 go test ./pkg/ring -run TestDenseEverySize -v -timeout 30m
+func TestDenseEverySize(t *testing.T) {
+	if os.Getenv("RING_EVERY_SIZE") == "" {
+		t.Skip("RING_EVERY_SIZE is not set")
+	}
+	for _, weights := range [][]int{{512}, {256, 512, 1024}} {
+		worst, worstAdd, worstSize, worstAddSize := 0.0, 0.0, 0, 0
+		ms := denseMembers(1001, weights...)
+		for n := 2; n <= 1000; n++ {
+			for _, s := range partitionShares(mustBuildDense(t, ms[:n])) {
+				if s > worst {
+					worst, worstSize = s, n
+				}
+			}
+			if s := partitionShares(mustBuildDense(t, ms[:n+1]))[ms[n].ID]; s > worstAdd {
+				worstAdd, worstAddSize = s, n
+			}
+		}
+		t.Logf("weights %v, 2 to 1,000 instances: largest share over the fair share %.4f (%d instances), an added instance's share over the ideal %.4f (to %d instances)",
+			weights, worst, worstSize, worstAdd, worstAddSize)
+		if worst > 1.07 || worstAdd > 1.07 {
+			t.Errorf("weights %v: largest %.4f, added %.4f: want at most 1.07", weights, worst, worstAdd)
+		}
 	}
 }
