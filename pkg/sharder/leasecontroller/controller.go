@@ -103,7 +103,7 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("lease").
 		For(&coordinationv1.Lease{}).
-		Watches(&v1alpha1.ControllerRing{}, handler.EnqueueRequestsFromMapFunc(c.leasesOfRing)).
+		Watches(&v1alpha1.ControllerRing{}, c.ringEvents()).
 		WatchesRawSource(source.Channel(c.woken, &handler.TypedEnqueueRequestForObject[*coordinationv1.Lease]{})).
 		WithOptions(c.controllerOptions(c.opts.Workers)).
 		Complete(reconcile.Func(c.reconcileLease))
@@ -113,7 +113,7 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named("membership").
 		For(&v1alpha1.ControllerRing{}).
-		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(ringOfLease)).
+		Watches(&coordinationv1.Lease{}, c.leaseEvents()).
 		WithOptions(c.controllerOptions(0)). // the manager's default number of workers
 		Complete(reconcile.Func(c.reconcileRing))
 	if err != nil {

@@ -2,6 +2,7 @@ package leasecontroller
 
 import (
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/sharder-dev/sharder/pkg/membership"
@@ -27,6 +28,19 @@ func (r *Registry) Members(ring string) []membership.Member {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return slices.Clone(r.rings[ring])
+}
+
+// Member returns ring's member id as last published, and whether it is
+// one, without copying the membership.
+func (r *Registry) Member(ring, id string) (membership.Member, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	members := r.rings[ring]
+	i, ok := slices.BinarySearchFunc(members, id, func(m membership.Member, id string) int { return strings.Compare(m.ID, id) })
+	if !ok {
+		return membership.Member{}, false
+	}
+	return members[i], true
 }
 
 // Rings returns the names of the rings that have members, sorted.

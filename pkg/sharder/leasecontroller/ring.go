@@ -3,6 +3,7 @@ package leasecontroller
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -10,10 +11,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
@@ -25,11 +29,83 @@ import (
 // the two watches, a Lease's ring, and the "membership" controller, which
 // publishes each ring's members into the Registry.
 
+// ringEvents maps the events of a ring to the Leases whose reconcile can
+// come out differently after them. A new or deleted ring, and a change of
+// its spec, concern all its Leases (leasesOfRing). A write of its status
+// alone, which the assignment controller makes up to once per status
+// interval, concerns only the members whose entry changed (state, weight or
+// object count: the count decides whether the lease controller holds a dead
+// instance's Lease) and, when the ring gained its first ready instance or
+// lost its last, the dead members: so a status write costs what it
+// changed, not a reconcile of every Lease.
+func (c *Controller) ringEvents() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			addAll(q, c.leasesOfRing(ctx, e.Object))
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			old, okOld := e.ObjectOld.(*v1alpha1.ControllerRing)
+			ring, ok := e.ObjectNew.(*v1alpha1.ControllerRing)
+			if !ok || !okOld || specChanged(old, ring) {
+				addAll(q, c.leasesOfRing(ctx, e.ObjectNew))
+				return
+			}
+			addAll(q, changedMembers(old, ring))
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			addAll(q, c.leasesOfRing(ctx, e.Object))
+		},
+		GenericFunc: func(ctx context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			addAll(q, c.leasesOfRing(ctx, e.Object))
+		},
+	}
+}
+
+func addAll(q workqueue.TypedRateLimitingInterface[reconcile.Request], requests []reconcile.Request) {
+	for _, r := range requests {
+		q.Add(r)
+	}
+}
+
+// specChanged reports whether a ring changed in more than its status: its
+// spec (a new generation), its identity, or its deletion.
+func specChanged(old, ring *v1alpha1.ControllerRing) bool {
+	return old.UID != ring.UID || old.Generation != ring.Generation || old.Spec.LeaseNamespace != ring.Spec.LeaseNamespace ||
+		old.DeletionTimestamp.IsZero() != ring.DeletionTimestamp.IsZero()
+}
+
+// changedMembers returns the Leases of the members whose status entry
+// differs between old and ring (or is in one only), and of every dead
+// member when the ring's having a ready instance changed.
+func changedMembers(old, ring *v1alpha1.ControllerRing) []reconcile.Request {
+	before := make(map[string]v1alpha1.MemberStatus, len(old.Status.Members))
+	for _, m := range old.Status.Members {
+		before[m.Name] = m
+	}
+	readyChanged := (old.Status.AvailableInstances > 0) != (ring.Status.AvailableInstances > 0)
+	var requests []reconcile.Request
+	add := func(name string) {
+		requests = append(requests, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ring.Spec.LeaseNamespace, Name: name}})
+	}
+	for _, m := range ring.Status.Members {
+		was, ok := before[m.Name]
+		delete(before, m.Name)
+		if !ok || was != m || (readyChanged && (m.State == string(membership.StateDead) || was.State == string(membership.StateDead))) {
+			add(m.Name)
+		}
+	}
+	for name := range before {
+		add(name)
+	}
+	return requests
+}
+
 // leasesOfRing maps a ring to its Leases in every namespace: when its
 // leaseNamespace changes, the Leases left behind lose their state label.
 func (c *Controller) leasesOfRing(ctx context.Context, ring client.Object) []reconcile.Request {
 	list := &coordinationv1.LeaseList{}
-	if err := c.client.List(ctx, list, client.MatchingLabels{v1alpha1.LabelRing: ring.GetName()}); err != nil {
+	// Only the names are read: no copies.
+	if err := c.client.List(ctx, list, client.MatchingLabels{v1alpha1.LabelRing: ring.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing the Leases of a ring", "object", klog.KObj(ring))
 		return nil
 	}
@@ -49,6 +125,44 @@ func ringOfLease(_ context.Context, lease client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: ring}}}
 }
 
+// leaseEvents maps the events of a Lease to its ring (old and new), except
+// the renewal of an instance published as ready: it stays ready, and its
+// next transition only moves later, so the membership cannot change. The
+// lease controller observes the renewal all the same (reconcileLease), and
+// the ring's requeue at the transition it expected finds the instance
+// renewed. So the renewals of a ring's N instances cost no publication of
+// its N members each.
+func (c *Controller) leaseEvents() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	toRing := handler.EnqueueRequestsFromMapFunc(ringOfLease)
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: toRing.Create,
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			old, okOld := e.ObjectOld.(*coordinationv1.Lease)
+			lease, ok := e.ObjectNew.(*coordinationv1.Lease)
+			if ok && okOld && renewalOnly(old, lease) {
+				if m, member := c.opts.Registry.Member(lease.Labels[v1alpha1.LabelRing], lease.Name); member && m.State.Ready() {
+					return
+				}
+			}
+			toRing.Update(ctx, e, q)
+		},
+		DeleteFunc:  toRing.Delete,
+		GenericFunc: toRing.Generic,
+	}
+}
+
+// renewalOnly reports whether lease differs from old in its renewTime (and
+// its resourceVersion and managed fields) only: same holder, duration,
+// acquire time, labels and annotations.
+func renewalOnly(old, lease *coordinationv1.Lease) bool {
+	return old.Namespace == lease.Namespace && old.Name == lease.Name && old.UID == lease.UID &&
+		ptr.Deref(old.Spec.HolderIdentity, "") == ptr.Deref(lease.Spec.HolderIdentity, "") &&
+		ptr.Deref(old.Spec.LeaseDurationSeconds, 0) == ptr.Deref(lease.Spec.LeaseDurationSeconds, 0) &&
+		old.Spec.AcquireTime.Equal(lease.Spec.AcquireTime) &&
+		maps.Equal(old.Labels, lease.Labels) && maps.Equal(old.Annotations, lease.Annotations) &&
+		old.DeletionTimestamp.IsZero() == lease.DeletionTimestamp.IsZero()
+}
+
 // ringOf returns the ring the Lease is a member of, or nil when it is not a
 // member (no such ring, or the Lease is outside its leaseNamespace).
 func (c *Controller) ringOf(ctx context.Context, lease *coordinationv1.Lease) (*v1alpha1.ControllerRing, error) {
@@ -57,7 +171,9 @@ func (c *Controller) ringOf(ctx context.Context, lease *coordinationv1.Lease) (*
 		return nil, nil
 	}
 	ring := &v1alpha1.ControllerRing{}
-	if err := c.client.Get(ctx, types.NamespacedName{Name: name}, ring); err != nil {
+	// The cached ring itself, read only: a copy would copy its status, which
+	// lists every member, for each Lease reconciled.
+	if err := c.client.Get(ctx, types.NamespacedName{Name: name}, ring, client.UnsafeDisableDeepCopy); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
@@ -97,7 +213,9 @@ func (c *Controller) reconcileRing(ctx context.Context, req reconcile.Request) (
 // Leases and they move.
 func (c *Controller) publishRing(ctx context.Context, ring *v1alpha1.ControllerRing) (time.Time, time.Time, error) {
 	list := &coordinationv1.LeaseList{}
-	err := c.client.List(ctx, list, client.InNamespace(ring.Spec.LeaseNamespace), client.MatchingLabels{v1alpha1.LabelRing: ring.Name})
+	// The tracker only reads the Leases: no copies.
+	err := c.client.List(ctx, list, client.InNamespace(ring.Spec.LeaseNamespace), client.MatchingLabels{v1alpha1.LabelRing: ring.Name},
+		client.UnsafeDisableDeepCopy)
 	if err != nil {
 		return time.Time{}, time.Time{}, fmt.Errorf("listing the Leases of ring %s: %w", ring.Name, err)
 	}
