@@ -211,8 +211,14 @@ const checkRetryPeriod = 250 * time.Millisecond
 var errCheckFailed = errors.New("check failed")
 
 // renew renews the Lease until ctx is done (nil) or the Lease is lost.
+//
+// The first renewal is due a renew period after the last one that landed
+// started, not after the call: when the shutdown restarts the renewals, it may just
+// have cut short an attempt that hung on a slow API server, and by then the
+// last renewal is already a renew period old. Waiting a whole period again
+// would reach the renew deadline without a single attempt.
 func (h *Holder) renew(ctx context.Context) error {
-	period := h.opts.RenewPeriod
+	period := h.untilRenewalDue()
 	for {
 		if due, err := h.waitWatching(ctx, period); !due {
 			return err
@@ -231,7 +237,9 @@ func (h *Holder) renew(ctx context.Context) error {
 		cancel()
 		switch {
 		case ok:
-			period = h.opts.RenewPeriod
+			// Due a renew period after this attempt started: a slow
+			// answer does not push the next attempt towards the deadline.
+			period = h.untilRenewalDue()
 			continue
 		case ctx.Err() != nil:
 			// Shutdown, not a failure: the attempt was cut short by it.
@@ -245,6 +253,15 @@ func (h *Holder) renew(ctx context.Context) error {
 			period = max(rest, 0)
 		}
 	}
+}
+
+// untilRenewalDue returns how long until the next renewal is due: a renew
+// period after the last one that landed started.
+func (h *Holder) untilRenewalDue() time.Duration {
+	if h.renewedAt.IsZero() {
+		return h.opts.RenewPeriod
+	}
+	return min(max(h.renewedAt.Add(h.opts.RenewPeriod).Sub(h.opts.Clock.Now()), 0), h.opts.RenewPeriod)
 }
 
 // wait waits for d; false when ctx ended first.

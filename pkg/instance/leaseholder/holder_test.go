@@ -889,3 +889,65 @@ func TestHolderProvesItsWatch(t *testing.T) {
 	g.Expect(lease.Annotations).NotTo(HaveKey(v1alpha1.AnnotationMaxWatchLag), "no watch, no promise")
 	g.Expect(plain.WatchedAt()).To(BeZero())
 }
+
+// TestHolderRenewsAtOnceAfterShutdownCutARenewal checks the stop of a holder
+// while a renewal hangs on a slow API server: the shutdown cuts that
+// attempt short, and the renewals that keep the Lease while BeforeRelease
+// runs must start at once, since the last one that landed is already a
+// renew period old, rather than a renew period after the stop, by which
+// time the renew deadline has passed and the Lease is given up (and left
+// for the sharder to take while the instance still reconciles).
+func TestHolderRenewsAtOnceAfterShutdownCutARenewal(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	var hang atomic.Bool
+	hanging := make(chan time.Time, 1)
+	c := interceptor.NewClient(watchClient(t), interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if hang.CompareAndSwap(true, false) {
+				hanging <- time.Now()
+				<-ctx.Done() // the API server answers only after the caller gave up
+				return ctx.Err()
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+	})
+	entered, finish := make(chan struct{}), make(chan struct{})
+	var finishOnce sync.Once
+	release := func() { finishOnce.Do(func() { close(finish) }) }
+	// Renew deadline 2 s, renew period 1 s: the renewal that hangs starts a
+	// second after the last one that landed.
+	r := startHolderOn(t, c, leaseholder.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "cut", LeaseDuration: 3 * time.Second, RenewPeriod: time.Second,
+		BeforeRelease: func(context.Context) error {
+			close(entered)
+			<-finish
+			return nil
+		},
+	})
+	t.Cleanup(release)
+	g.Eventually(r.Held).Should(BeTrue())
+	hang.Store(true)
+	var started time.Time
+	g.Eventually(hanging, 5*time.Second).Should(Receive(&started))
+	// Stopped half a renew period into the hanging renewal: 1.5 s after the
+	// last renewal, half a second before the renew deadline.
+	time.Sleep(time.Until(started.Add(500 * time.Millisecond)))
+	r.cancel()
+	g.Eventually(entered).Should(BeClosed())
+	g.Consistently(func() (membership.State, error) {
+		got, err := getLease(ns, "cut")()
+		if err != nil {
+			return "", err
+		}
+		state, _ := membership.StateOf(got, time.Now())
+		return state, nil
+	}, 4*time.Second, 50*time.Millisecond).Should(Equal(membership.StateReady), "renewed while BeforeRelease runs")
+	g.Expect(r.lost.Load()).To(BeZero(), "the Lease was not given up")
+
+	release()
+	g.Eventually(r.done).Should(Receive(BeNil()))
+	r.done <- nil // for the cleanup
+	g.Expect(getLease(ns, "cut")()).To(HaveField("Spec.HolderIdentity", HaveValue(BeEmpty())))
+}
