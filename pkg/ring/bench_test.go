@@ -22,10 +22,11 @@ var (
 	// Virtual nodes per instance for consistent-hash; the weight does not
 	// change the other algorithms' results when all weights are equal.
 	benchVirtualNodes = []int{128, 512, 1024}
-	// Sizes consistent-hash-dense is built for, beyond benchInstances:
-	// BenchmarkBuild and BenchmarkLookup only (20,000 keys are too few to
-	// measure balance there; sharder simulate --sweep does).
-	benchDenseInstances = []int{100, 1000}
+	// Sizes consistent-hash-dense is built for, beyond benchInstances, for
+	// it and for consistent-hash: BenchmarkBuild and BenchmarkLookup only
+	// (20,000 keys are too few to measure balance there; sharder simulate
+	// --sweep does).
+	benchLargeInstances = []int{100, 1000}
 )
 
 const benchKeys = 20000
@@ -54,11 +55,16 @@ func benchCases() []benchCase {
 				cases = append(cases, benchCase{name: name, algorithm: alg, instances: n, virtualNodes: v})
 			}
 		}
-		if alg == ring.ConsistentHashDense {
-			for _, n := range benchDenseInstances {
-				name := fmt.Sprintf("%s/instances=%d", alg, n)
-				cases = append(cases, benchCase{name: name, algorithm: alg, instances: n, virtualNodes: 512, large: true})
+		for _, n := range benchLargeInstances {
+			name := fmt.Sprintf("%s/instances=%d", alg, n)
+			switch alg {
+			case ring.ConsistentHash:
+				name += "/vnodes=512"
+			case ring.ConsistentHashDense:
+			default:
+				continue
 			}
+			cases = append(cases, benchCase{name: name, algorithm: alg, instances: n, virtualNodes: 512, large: true})
 		}
 	}
 	return cases

@@ -144,7 +144,7 @@ func denseOwners(members []Member, points []int) []uint16 {
 	var owner uint16
 	for b := range buckets {
 		if starts[b] < starts[b+1] {
-			owner = uint16(slices.Min(stored[starts[b]:starts[b+1]]))
+			owner = uint16(slices.Min(stored[starts[b]:starts[b+1]]) & 0xffff)
 			break
 		}
 	}
@@ -155,14 +155,14 @@ func denseOwners(members []Member, points []int) []uint16 {
 			first[p] = denseEmpty
 		}
 		for _, v := range stored[starts[b]:starts[b+1]] {
-			if p := v >> 32; uint32(v) < first[p] {
-				first[p] = uint32(v)
+			if p, low := v>>32, uint32(v&0xffffffff); low < first[p] {
+				first[p] = low
 			}
 		}
 		table := owners[b<<(DensePartitionBits-denseBucketBits):][:len(first)]
 		for p := len(first) - 1; p >= 0; p-- {
 			if first[p] != denseEmpty {
-				owner = uint16(first[p])
+				owner = uint16(first[p] & 0xffff)
 			}
 			table[p] = owner
 		}
