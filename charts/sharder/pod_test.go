@@ -39,7 +39,9 @@ func TestRenderPodDefaults(t *testing.T) {
 	for _, e := range c.Env {
 		names = append(names, e.Name)
 	}
-	g.Expect(names).To(Equal([]string{"POD_NAME", "POD_NAMESPACE"}))
+	g.Expect(names).To(Equal([]string{"POD_NAME", "POD_NAMESPACE", "SHARDER_MEMORY_LIMIT"}))
+	g.Expect(c.Env[2].ValueFrom).To(Equal(&corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{
+		ContainerName: "sharder", Resource: "limits.memory"}}), "the Go runtime's soft memory limit follows the container's")
 	g.Expect(pod.Volumes).To(HaveLen(2), "config and tmp")
 }
 

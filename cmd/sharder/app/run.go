@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"time"
 
@@ -239,6 +240,12 @@ func (o *runOptions) run(ctx context.Context) error {
 		debug.SetGCPercent(gcPercent)
 		log.V(1).Info("Garbage collection target set", "gcPercent", gcPercent)
 	}
+	if limit, set, err := memoryLimit(os.Getenv); err != nil {
+		log.Error(err, "Ignoring the container's memory limit", "env", memoryLimitEnv)
+	} else if set {
+		debug.SetMemoryLimit(limit)
+		log.V(1).Info("Soft memory limit set from the container's", "bytes", limit, "env", memoryLimitEnv)
+	}
 
 	restConfig, err := o.cluster.restConfig()
 	if err != nil {
@@ -451,4 +458,30 @@ func defaultGCPercent(getenv func(string) string) (int, bool) {
 		return 0, false
 	}
 	return sharderGCPercent, true
+}
+
+// memoryLimitEnv names the environment variable that carries the
+// container's memory limit in bytes: the chart sets it from the pod's
+// limits.memory (downward API, resourceFieldRef).
+const memoryLimitEnv = "SHARDER_MEMORY_LIMIT"
+
+// memoryLimitShare is the share of the container's memory limit the Go
+// runtime's soft limit is set to: the rest is left to memory the collector
+// does not manage (goroutine stacks, the runtime's own, fragmentation), so
+// that the collector works harder before the kernel kills the container.
+const memoryLimitShare = 0.9
+
+// memoryLimit returns the Go runtime's soft memory limit to set: 90 % of the
+// container's limit from SHARDER_MEMORY_LIMIT, and false when GOMEMLIMIT
+// chooses one or no container limit is given.
+func memoryLimit(getenv func(string) string) (int64, bool, error) {
+	raw := getenv(memoryLimitEnv)
+	if raw == "" || getenv("GOMEMLIMIT") != "" {
+		return 0, false, nil
+	}
+	bytes, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || bytes <= 0 {
+		return 0, false, fmt.Errorf("%s=%q is not a positive number of bytes", memoryLimitEnv, raw)
+	}
+	return int64(float64(bytes) * memoryLimitShare), true, nil
 }
