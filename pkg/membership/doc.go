@@ -10,7 +10,10 @@
 //     get a documented state, never an error.
 //   - State.Ready and State.Gone: whether the instance is on the ring, and
 //     whether its objects move at once without a drain.
+//   - Tracker: states as one observer sees Leases over time, on its own
+//     clock; Tracker.Ready answers for one instance in constant time.
 //   - Rings.Build: the ring over a membership's ready instances, built once
-//     per membership. The sharder's assignment and its webhook both build
-//     their rings here, so they always agree.
+//     per membership, with a lock per ring. The sharder's assignment and its
+//     webhook both build their rings here, so they agree once they have
+//     seen the same membership.
 package membership

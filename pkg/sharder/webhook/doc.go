@@ -21,7 +21,9 @@
 // the sharder would choose for it (a main object: the ring's lookup over its
 // ready instances; a controlled object: its controller's instance). It
 // denies everything else with a message naming the label, the ring and what
-// to do instead. When it cannot decide (caches not synced, an unknown ring,
+// to do instead. Rings are built off the request path, per ring, as the
+// membership changes (ringBuilds); a request reads the ring built last and
+// takes its pick only while that instance is ready. When it cannot decide (caches not synced, an unknown ring,
 // an API error) it follows the ring's failure policy: under Ignore it allows
 // with a warning.
 package webhook
