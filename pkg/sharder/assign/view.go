@@ -94,9 +94,15 @@ func (r *ringAssigner) rebuild(ctx context.Context, all bool) {
 	r.triggerStatus()
 
 	var drains, dead, held, total int
+	selected := map[string]bool{} // per namespace: one selector match each, not one per object
 	for _, w := range r.mains {
 		for obj := range w.cache.List() {
-			if !r.selected(obj.Namespace) {
+			sel, ok := selected[obj.Namespace]
+			if !ok {
+				sel = r.selected(obj.Namespace)
+				selected[obj.Namespace] = sel
+			}
+			if !sel {
 				continue
 			}
 			total++
