@@ -2,7 +2,7 @@ package ring
 
 import (
 	"fmt"
-	"slices"
+	"runtime"
 	"sync"
 
 	"github.com/cespare/xxhash/v2"
@@ -42,6 +42,11 @@ const (
 	// denseBucketBits: the build sorts points into 2^denseBucketBits
 	// buckets of consecutive partitions (see denseOwners).
 	denseBucketBits = 11
+	denseBuckets    = 1 << denseBucketBits
+	// A build of at least denseParallelPoints points runs on up to
+	// denseMaxWorkers processors (a power of 2, at most denseBuckets).
+	denseParallelPoints = 1 << 20
+	denseMaxWorkers     = 4
 	// denseEmpty marks a partition without a point while the table is
 	// built. No point packs to it: member indexes stay below 0xffff.
 	denseEmpty = ^uint32(0)
@@ -97,77 +102,146 @@ func buildDense(members []Member) (Ring, error) {
 // fit in the processor's first-level cache while their points are read, so
 // that the build does not pay a cache miss per point, as it would by
 // updating a table of every partition in the order points are generated.
+//
+// Large rings are built by up to denseMaxWorkers goroutines: each counts and
+// stores the points of its share of the members, then fills the table for
+// its share of the buckets. The table does not depend on how the work was
+// shared: the points of a bucket are compared by value, in any order.
 func denseOwners(members []Member, points []int) []uint16 {
-	const buckets = 1 << denseBucketBits
-	var starts [buckets + 1]int
 	total := 0
-	for i, m := range members {
-		x := xxhash.Sum64String(m.ID)
-		for range points[i] {
-			starts[mix64(x)>>(64-denseBucketBits)+1]++
-			x += denseGamma
-		}
-		total += points[i]
+	for _, n := range points {
+		total += n
 	}
-	for b := range buckets {
-		starts[b+1] += starts[b]
+	workers := 1
+	for total >= denseParallelPoints && workers < min(runtime.GOMAXPROCS(0), denseMaxWorkers) {
+		workers *= 2
+	}
+	// Members split into workers runs of about equal points.
+	firstMember := make([]int, workers+1)
+	for k, i, sum := 1, 0, 0; k < workers; k++ {
+		for ; i < len(members) && sum < total*k/workers; i++ {
+			sum += points[i]
+		}
+		firstMember[k] = i
+	}
+	firstMember[workers] = len(members)
+
+	counts := make([][denseBuckets]int, workers)
+	parallel(workers, func(k int) {
+		for i := firstMember[k]; i < firstMember[k+1]; i++ {
+			x := xxhash.Sum64String(members[i].ID)
+			for range points[i] {
+				counts[k][mix64(x)>>(64-denseBucketBits)]++
+				x += denseGamma
+			}
+		}
+	})
+	// Bucket b holds the points of worker 0, then of worker 1, ... from
+	// starts[b]; next[k][b] is where worker k stores its next point of b.
+	var starts [denseBuckets + 1]int
+	next := make([][denseBuckets]int, workers)
+	for b, at := 0, 0; b < denseBuckets; b++ {
+		starts[b] = at
+		for k := range next {
+			next[k][b] = at
+			at += counts[k][b]
+		}
+		starts[b+1] = at
 	}
 
-	// A point is stored as its position below the bucket's bits (the
-	// partition within the bucket, then denseFineBits bits within the
-	// partition) above the member's index (the members are sorted by ID).
-	// Of two points, the smaller value is the first on the ring, or, at
-	// the same position, the one of the smaller ID.
-	const below = DensePartitionBits - denseBucketBits + denseFineBits
-	next := starts // the next free slot of each bucket
 	buffer := storedPoints.Get().(*[]uint64)
 	defer storedPoints.Put(buffer)
 	if cap(*buffer) < total {
 		*buffer = make([]uint64, total)
 	}
 	stored := (*buffer)[:total]
-	for i, m := range members {
-		x := xxhash.Sum64String(m.ID)
-		for range points[i] {
-			h := mix64(x)
-			x += denseGamma
-			b := h >> (64 - denseBucketBits)
-			stored[next[b]] = (h<<denseBucketBits)>>(64-below)<<16 | uint64(i)
-			next[b]++
+	// A point is stored as its position below the bucket's bits (the
+	// partition within the bucket, then denseFineBits bits within the
+	// partition) above the member's index (the members are sorted by ID).
+	// Of two points, the smaller value is the first on the ring, or, at
+	// the same position, the one of the smaller ID.
+	const below = DensePartitionBits - denseBucketBits + denseFineBits
+	parallel(workers, func(k int) {
+		next := &next[k]
+		for i := firstMember[k]; i < firstMember[k+1]; i++ {
+			x := xxhash.Sum64String(members[i].ID)
+			for range points[i] {
+				h := mix64(x)
+				x += denseGamma
+				b := h >> (64 - denseBucketBits)
+				stored[next[b]] = (h<<denseBucketBits)>>(64-below)<<16 | uint64(i) //nolint:gosec // a member index, below MaxDenseMembers
+				next[b]++
+			}
 		}
-	}
+	})
 
 	// A partition without a point belongs to the owner of the next
-	// partition's first point, so the table is filled from the last
-	// partition to the first. Past the last point the ring wraps around to
-	// the first point: the smallest value of the first bucket that has one.
-	var owner uint16
-	for b := range buckets {
-		if starts[b] < starts[b+1] {
-			owner = uint16(slices.Min(stored[starts[b]:starts[b+1]]) & 0xffff)
-			break
-		}
-	}
+	// partition's first point, so each worker fills its buckets from the
+	// last partition to the first. The partitions after the last point of
+	// a worker's buckets take the first point of the next worker's buckets
+	// that have one (past the last point of the ring, the first point),
+	// once all are done.
 	owners := make([]uint16, densePartitions)
-	var first [1 << (DensePartitionBits - denseBucketBits)]uint32 // of each partition of a bucket
-	for b := buckets - 1; b >= 0; b-- {
-		for p := range first {
-			first[p] = denseEmpty
-		}
-		for _, v := range stored[starts[b]:starts[b+1]] {
-			if p, low := v>>32, uint32(v&0xffffffff); low < first[p] {
-				first[p] = low
+	const bucketPartitions = 1 << (DensePartitionBits - denseBucketBits)
+	span := denseBuckets / workers * bucketPartitions // partitions per worker
+	firstPoint, lastPoint := make([]int, workers), make([]int, workers)
+	parallel(workers, func(k int) {
+		var first [bucketPartitions]uint32 // of each partition of a bucket
+		owner := -1
+		firstPoint[k], lastPoint[k] = -1, -1
+		for b := (k+1)*span/bucketPartitions - 1; b >= k*span/bucketPartitions; b-- {
+			for p := range first {
+				first[p] = denseEmpty
+			}
+			for _, v := range stored[starts[b]:starts[b+1]] {
+				if p, low := v>>32, uint32(v&0xffffffff); low < first[p] {
+					first[p] = low
+				}
+			}
+			table := owners[b*bucketPartitions:][:bucketPartitions]
+			for p := bucketPartitions - 1; p >= 0; p-- {
+				if first[p] != denseEmpty {
+					owner = int(first[p] & 0xffff)
+					firstPoint[k] = b*bucketPartitions + p
+					if lastPoint[k] < 0 {
+						lastPoint[k] = firstPoint[k]
+					}
+				}
+				if owner >= 0 {
+					table[p] = uint16(owner)
+				}
 			}
 		}
-		table := owners[b<<(DensePartitionBits-denseBucketBits):][:len(first)]
-		for p := len(first) - 1; p >= 0; p-- {
-			if first[p] != denseEmpty {
-				owner = uint16(first[p] & 0xffff)
-			}
-			table[p] = owner
+	})
+	for k := range workers {
+		after := k + 1 // the first worker after k whose buckets have a point
+		for firstPoint[after%workers] < 0 {
+			after++
+		}
+		from := k * span
+		if lastPoint[k] >= 0 {
+			from = lastPoint[k] + 1
+		}
+		owner := owners[firstPoint[after%workers]]
+		for p := from; p < (k+1)*span; p++ {
+			owners[p] = owner
 		}
 	}
 	return owners
+}
+
+// parallel calls f(0), ..., f(n-1) in n goroutines, or in this one for n 1,
+// and returns when all have returned.
+func parallel(n int, f func(k int)) {
+	if n == 1 {
+		f(0)
+		return
+	}
+	var wg sync.WaitGroup
+	for k := range n {
+		wg.Go(func() { f(k) })
+	}
+	wg.Wait()
 }
 
 // densePointCounts returns the number of points of each member: its weight
