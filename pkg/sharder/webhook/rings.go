@@ -44,6 +44,10 @@ type ringBuilds struct {
 	cache client.Reader // rings and Leases
 	clock clock.Clock
 	log   logr.Logger
+	// synced reports whether the ring and Lease informers have synced: a
+	// build waits for it rather than build rings of a partial membership,
+	// one after the other, while the first list arrives.
+	synced func() bool
 
 	tracker membership.Tracker
 	rings   membership.Rings
@@ -79,9 +83,9 @@ type builtRing struct {
 	err  error
 }
 
-func newRingBuilds(cache client.Reader, clk clock.Clock, log logr.Logger) *ringBuilds {
+func newRingBuilds(cache client.Reader, clk clock.Clock, log logr.Logger, synced func() bool) *ringBuilds {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &ringBuilds{cache: cache, clock: clk, log: log, ctx: ctx, cancel: cancel, byName: map[string]*ringBuild{}}
+	return &ringBuilds{cache: cache, clock: clk, log: log, synced: synced, ctx: ctx, cancel: cancel, byName: map[string]*ringBuild{}}
 }
 
 // Start waits for ctx to end and stops the builders.
@@ -251,6 +255,9 @@ func (b *ringBuilds) run(ctx context.Context, rb *ringBuild) {
 // ring when its ready instances or weights changed, and publishes it. It
 // returns the next transition of a member by time alone.
 func (b *ringBuilds) build(ctx context.Context, rb *ringBuild) (time.Time, error) {
+	if !b.synced() {
+		return b.clock.Now().Add(100 * time.Millisecond), nil
+	}
 	rg := &v1alpha1.ControllerRing{}
 	// Read only: the cached object itself, not a copy of its status.
 	if err := b.cache.Get(ctx, types.NamespacedName{Name: rb.name}, rg, client.UnsafeDisableDeepCopy); err != nil {

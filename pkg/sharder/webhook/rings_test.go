@@ -24,7 +24,7 @@ func TestMainChoiceWithAStaleRing(t *testing.T) {
 	g := NewWithT(t)
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(now)
-	builds := newRingBuilds(nil, clk, logr.Discard())
+	builds := newRingBuilds(nil, clk, logr.Discard(), func() bool { return true })
 	t.Cleanup(builds.cancel)
 	rg := &v1alpha1.ControllerRing{ObjectMeta: metav1.ObjectMeta{Name: "r"}, Spec: v1alpha1.ControllerRingSpec{LeaseNamespace: "ns"}}
 	builds.byName["r"] = &ringBuild{name: "r", wake: make(chan struct{}, 1), cancel: func() {}}
