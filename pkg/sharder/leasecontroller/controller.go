@@ -13,10 +13,12 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -112,7 +114,12 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named("membership").
-		For(&v1alpha1.ControllerRing{}).
+		// A write of the ring's status alone changes no membership.
+		For(&v1alpha1.ControllerRing{}, builder.WithPredicates(predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+			old, okOld := e.ObjectOld.(*v1alpha1.ControllerRing)
+			ring, ok := e.ObjectNew.(*v1alpha1.ControllerRing)
+			return !ok || !okOld || specChanged(old, ring)
+		}})).
 		Watches(&coordinationv1.Lease{}, c.leaseEvents()).
 		WithOptions(c.controllerOptions(0)). // the manager's default number of workers
 		Complete(reconcile.Func(c.reconcileRing))

@@ -89,9 +89,9 @@ func TestRingStatusWriteWork(t *testing.T) {
 	}
 
 	reconciles, busy := writeStatus(100, 100) // every member appears in the status
-	t.Logf("first status write listing %d members: %.0f Lease reconciles, %v reconciling", statusWriteLeases, reconciles, busy.Round(time.Millisecond))
+	t.Logf("first status write listing %d members: %.0f Lease reconciles, %v reconciling", statusWriteLeases, reconciles, busy.Round(time.Microsecond))
 	reconciles, busy = writeStatus(100, 101) // one member's count changes
-	t.Logf("status write changing one member's count: %.0f Lease reconciles, %v reconciling", reconciles, busy.Round(time.Millisecond))
+	t.Logf("status write changing one member's count: %.0f Lease reconciles, %v reconciling", reconciles, busy.Round(time.Microsecond))
 	g.Expect(reconciles).To(BeNumerically("<=", 1), "a status write changing one member's count reconciles that member's Lease only")
 
 	// A renewal of a ready instance: its Lease is looked at, the ring's
@@ -104,7 +104,7 @@ func TestRingStatusWriteWork(t *testing.T) {
 	g.Expect(env().Client.Update(ctx, renewed)).To(Succeed())
 	quiet(g)
 	leases, rings := leaseReconciles()-before, reconcilesOf("membership")-ringsBefore
-	t.Logf("renewal of one ready instance: %.0f Lease reconciles, %.0f ring reconciles, %v reconciling", leases, rings, (reconcileTime() - busyBefore).Round(time.Millisecond))
+	t.Logf("renewal of one ready instance: %.0f Lease reconciles, %.0f ring reconciles, %v reconciling", leases, rings, (reconcileTime() - busyBefore).Round(time.Microsecond))
 	g.Expect(leases).To(Equal(1.0))
 	g.Expect(rings).To(BeZero(), "a renewal of a ready instance publishes no membership")
 	m, _ := s.member(ring, ids[1])
