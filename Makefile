@@ -152,6 +152,17 @@ bench: control-plane ## Run the per-object Go benchmarks, then measure the shard
 	$(GO) test -run '^$$' -bench '$(MICRO_BENCHMARKS)' -benchmem ./pkg/...
 	$(GO) run ./hack/bench --output docs/benchmarks.md
 
+# One ring of SCALE_INSTANCES instances whose Leases the benchmark process
+# holds: takes a few minutes and most of a small machine, so it is run by hand.
+# consistent-hash-dense is the algorithm for rings this large (docs/ring.md):
+# consistent-hash takes seconds to build one above a hundred instances.
+SCALE_INSTANCES ?= 1000
+SCALE_ALGORITHM ?= consistent-hash-dense
+
+.PHONY: bench-scale
+bench-scale: control-plane ## Measure one ring of SCALE_INSTANCES instances on a local control plane: the sharder's CPU while every Lease renews, and per membership change (writes docs/benchmarks-scale.md).
+	$(GO) run ./hack/bench --scale --instances $(SCALE_INSTANCES) --algorithm $(SCALE_ALGORITHM) --output docs/benchmarks-scale.md
+
 # make demo runs on a local control plane; make demo CLUSTER=real on the real
 # one-node cluster, which it starts (make cluster) and leaves running.
 CLUSTER ?= local

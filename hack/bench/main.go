@@ -19,6 +19,13 @@
 //
 //	go run ./hack/bench --step rebalance --keep
 //
+// --scale measures one ring of many instances instead (make bench-scale),
+// their Leases held by this process: the sharder's CPU while every Lease
+// renews, and for one instance added, one stopped and one killed, the time
+// to the first object moved and the sharder's CPU for the change:
+//
+//	go run ./hack/bench --scale --instances 1000 --output docs/benchmarks-scale.md
+//
 // Simulated instances are processes of this program (`bench instance`):
 // each holds its instance Lease and acknowledges drains at once through the
 // instance library, reconciling nothing else.
@@ -56,7 +63,11 @@ func main() {
 	flag.IntVar(&p.floorPatches, "floor-patches", 4000, "label patches per floor measurement (at most --objects)")
 	flag.IntVar(&p.floorWorkers, "floor-workers", assign.DefaultWorkers, "concurrent writers of the floor measurement; set it to the sharder's --assignment-workers")
 	flag.DurationVar(&p.profileDuration, "profile-duration", 10*time.Second, "length of the sharder's CPU profiles")
-	flag.DurationVar(&p.leaseDuration, "lease-duration", 5*time.Second, "lease duration of the simulated instances")
+	flag.DurationVar(&p.leaseDuration, "lease-duration", 5*time.Second, "lease duration of the simulated instances (--scale: 15s unless set)")
+	flag.BoolVar(&p.scale, "scale", false, "measure one ring of --instances instances instead (make bench-scale); of the other flags only --algorithm, --output, --dir, --keep, --objects, --create-workers, --profile-duration, --lease-duration, --sharder-arg and --sharder-env apply")
+	flag.IntVar(&p.instances, "instances", 1000, "--scale: instances in the ring, their Leases held by this process")
+	flag.StringVar(&p.algorithm, "algorithm", "", "the ring's spec.algorithm (empty: the API's default); the normal mode's figures assume the default")
+	flag.DurationVar(&p.steady, "steady-duration", time.Minute, "--scale: length of the steady CPU measurement")
 	flag.IntVar(&p.workers, "create-workers", 32, "parallel requests when creating objects")
 	flag.Func("sharder-arg", "extra argument for `sharder run` (repeatable), e.g. --sharder-arg=--kube-api-qps=1000", func(s string) error {
 		p.sharderArgs = append(p.sharderArgs, s)
@@ -72,6 +83,17 @@ func main() {
 	})
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this benchmark process (not of the sharder) to the file")
 	flag.Parse()
+	if p.scale {
+		leaseSet := false
+		flag.Visit(func(f *flag.Flag) { leaseSet = leaseSet || f.Name == "lease-duration" })
+		if !leaseSet {
+			p.leaseDuration = 15 * time.Second // the instance library's default
+		}
+		if p.instances < 3 || p.leaseDuration < 3*time.Second || p.leaseDuration%time.Second != 0 {
+			fmt.Fprintln(os.Stderr, "bench: --scale needs at least 3 --instances and a --lease-duration of whole seconds, at least 3s")
+			os.Exit(2)
+		}
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err == nil {

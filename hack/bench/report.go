@@ -18,10 +18,7 @@ import (
 // report renders the results, the floors and the profiles as Markdown.
 func (b *bench) report() string {
 	var s strings.Builder
-	s.WriteString("| measurement | result | floor time | target | |\n| --- | --- | --- | --- | --- |\n")
-	for _, r := range b.rows {
-		fmt.Fprintf(&s, "| %s | %s | %s | %s | %s |\n", r.measure, r.value, r.floor, r.target, r.verdict)
-	}
+	s.WriteString(table(b.rows, true))
 	s.WriteString("\n### The floor\n\n" +
 		"Label patches per second this API server accepted in this run, from the benchmark process with " +
 		fmt.Sprintf("%d concurrent writers", b.p.floorWorkers) + " (the sharder's assignment workers). " +
@@ -65,6 +62,25 @@ func (b *bench) report() string {
 	return s.String()
 }
 
+// table renders rows as a Markdown table, with their floor times or
+// without.
+func table(rows []row, floors bool) string {
+	var s strings.Builder
+	if floors {
+		s.WriteString("| measurement | result | floor time | target | |\n| --- | --- | --- | --- | --- |\n")
+	} else {
+		s.WriteString("| measurement | result | target | |\n| --- | --- | --- | --- |\n")
+	}
+	for _, r := range rows {
+		if floors {
+			fmt.Fprintf(&s, "| %s | %s | %s | %s | %s |\n", r.measure, r.value, r.floor, r.target, r.verdict)
+		} else {
+			fmt.Fprintf(&s, "| %s | %s | %s | %s |\n", r.measure, r.value, r.target, r.verdict)
+		}
+	}
+	return s.String()
+}
+
 // writeReport writes the report with the machine and the method to path.
 func writeReport(p params, report string) error {
 	var s strings.Builder
@@ -84,17 +100,7 @@ same processes running.
 	fmt.Fprintf(&s, `
 ## Machine
 
-| | |
-| --- | --- |
-| date | %s |
-| uname | %s |
-| CPU | %s |
-| CPU count | %d |
-| Go | %s |
-| load average at the start (1, 5, 15 min) | %s |
-| load average at the end (1, 5, 15 min) | %s |
-| control plane | kube-apiserver and etcd on the same machine, no kubelet |
-
+%s
 The control plane, the sharder, the simulated instances and the load generator
 share these CPUs, so the figures include their contention, and whatever else
 the machine ran at the time (see the load average). The floor is measured in
@@ -166,10 +172,44 @@ the same run for that reason: the ratios are what to compare between machines.
   objects added. Idle CPU: user+system time over 10 s with nothing changing.
 - Where a target is missed, the report shows the top of a CPU profile of the
   sharder (%s from the start of the step) from its /debug/pprof/ endpoint.
-`, time.Now().UTC().Format(time.RFC3339), uname(), cpuModel(), runtime.NumCPU(), runtime.Version(), p.loadBefore, p.loadAfter,
+`, machine(p),
 		"`"+benchLabel+"`", sharderv1alpha1.DefaultVirtualNodes, extraArgs(append(append([]string(nil), p.sharderEnv...), p.sharderArgs...)), p.leaseDuration,
 		p.floorPatches, p.floorWorkers, p.objects, p.rateObjects, p.rate, p.objects, p.largeObjects, 2*p.objects, p.largeObjects, p.profileDuration)
 	return os.WriteFile(p.output, []byte(s.String()), 0o644) //nolint:gosec // a document of the repository, meant to be read
+}
+
+// machine renders the machine and the load of the run as a Markdown table.
+func machine(p params) string {
+	return fmt.Sprintf(`| | |
+| --- | --- |
+| date | %s |
+| uname | %s |
+| CPU | %s |
+| CPU count | %d |
+| memory | %s |
+| Go | %s |
+| load average at the start (1, 5, 15 min) | %s |
+| load average at the end (1, 5, 15 min) | %s |
+| control plane | kube-apiserver and etcd on the same machine, no kubelet |
+`, time.Now().UTC().Format(time.RFC3339), uname(), cpuModel(), runtime.NumCPU(), memTotal(), runtime.Version(), p.loadBefore, p.loadAfter)
+}
+
+// memTotal returns the machine's memory from /proc/meminfo.
+func memTotal() string {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "unknown"
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kib, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return "unknown"
+			}
+			return fmt.Sprintf("%.1f GiB", float64(kib)/(1<<20))
+		}
+	}
+	return "unknown"
 }
 
 func uname() string {

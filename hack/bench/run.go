@@ -57,6 +57,12 @@ type params struct {
 	steps           []string
 	loadBefore      string
 	loadAfter       string
+	// The scale mode (scale.go).
+	scale     bool
+	instances int
+	steady    time.Duration
+	// algorithm is the ring's spec.algorithm; empty for the default.
+	algorithm string
 }
 
 // row is one line of the results table.
@@ -101,8 +107,57 @@ type bench struct {
 	profiles []profile
 }
 
-func run(ctx context.Context, p params) (err error) {
-	dir, err := localrun.TempDir(p.dir, "sharder-bench-")
+func run(ctx context.Context, p params) error {
+	if p.scale {
+		return runScale(ctx, p)
+	}
+	return onCluster(p, "sharder-bench-", func(b *bench) error {
+		start := time.Now()
+		if err := b.setUp(ctx); err != nil {
+			return err
+		}
+		steps := []struct {
+			name string
+			fn   func(context.Context) error
+		}{
+			{"initial assignment", b.initialAssignment},
+			{"floor beside the idle sharder", b.idleFloor},
+			{"assignment latency", b.latency},
+			{"assignment latency in admission mode", b.admissionLatency},
+			{"rebalance", b.rebalance},
+			{"fail-over", b.failover},
+			{"in-process variant", b.inProcess},
+			{"memory", b.memory},
+		}
+		for _, s := range steps {
+			if len(p.steps) > 0 && s.name != "initial assignment" && !slices.Contains(p.steps, s.name) {
+				continue
+			}
+			fmt.Printf("measuring %s ...\n", s.name)
+			if err := s.fn(ctx); err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+		}
+		b.p.loadAfter = loadAverage()
+		fmt.Printf("done in %s\n\n", time.Since(start).Round(time.Second))
+		report := b.report()
+		fmt.Print(report)
+		if p.output != "" {
+			if err := writeReport(b.p, report); err != nil {
+				return err
+			}
+			fmt.Printf("\nwritten to %s\n", p.output)
+		}
+		return nil
+	})
+}
+
+// onCluster starts a local control plane in a new folder (p.dir, or a
+// temporary one named after pattern), builds the sharder, and runs fn on
+// it. It stops the control plane afterwards and removes the folder, unless
+// fn failed or p.keep asks to keep it.
+func onCluster(p params, pattern string, fn func(*bench) error) (err error) {
+	dir, err := localrun.TempDir(p.dir, pattern)
 	if err != nil {
 		return err
 	}
@@ -117,7 +172,6 @@ func run(ctx context.Context, p params) (err error) {
 	if err != nil {
 		return err
 	}
-	start := time.Now()
 	p.loadBefore = loadAverage()
 	fmt.Println("building the sharder and starting the local control plane ...")
 	cl, err := localrun.NewCluster(localrun.ClusterOptions{Dir: dir, CRDs: []string{"config/crd/bases"}})
@@ -130,43 +184,7 @@ func run(ctx context.Context, p params) (err error) {
 		}
 		_ = cl.Stop()
 	}()
-	b := &bench{p: p, cl: cl, c: cl.Client(), self: self, instances: map[string]*localrun.Process{}, killed: map[string]bool{}}
-	if err := b.setUp(ctx); err != nil {
-		return err
-	}
-	steps := []struct {
-		name string
-		fn   func(context.Context) error
-	}{
-		{"initial assignment", b.initialAssignment},
-		{"floor beside the idle sharder", b.idleFloor},
-		{"assignment latency", b.latency},
-		{"assignment latency in admission mode", b.admissionLatency},
-		{"rebalance", b.rebalance},
-		{"fail-over", b.failover},
-		{"in-process variant", b.inProcess},
-		{"memory", b.memory},
-	}
-	for _, s := range steps {
-		if len(p.steps) > 0 && s.name != "initial assignment" && !slices.Contains(p.steps, s.name) {
-			continue
-		}
-		fmt.Printf("measuring %s ...\n", s.name)
-		if err := s.fn(ctx); err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
-		}
-	}
-	b.p.loadAfter = loadAverage()
-	fmt.Printf("done in %s\n\n", time.Since(start).Round(time.Second))
-	report := b.report()
-	fmt.Print(report)
-	if p.output != "" {
-		if err := writeReport(b.p, report); err != nil {
-			return err
-		}
-		fmt.Printf("\nwritten to %s\n", p.output)
-	}
-	return nil
+	return fn(&bench{p: p, cl: cl, c: cl.Client(), self: self, instances: map[string]*localrun.Process{}, killed: map[string]bool{}})
 }
 
 func (b *bench) setUp(ctx context.Context) error {
@@ -179,19 +197,8 @@ func (b *bench) setUp(ctx context.Context) error {
 			return err
 		}
 	}
-	drainTimeout := metav1.Duration{Duration: 30 * time.Second}
-	r := &sharderv1alpha1.ControllerRing{
-		ObjectMeta: metav1.ObjectMeta{Name: ringName},
-		Spec: sharderv1alpha1.ControllerRingSpec{
-			LeaseNamespace:          leaseNamespace,
-			Resources:               []sharderv1alpha1.RingResource{{Group: "", Resource: "configmaps"}},
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{benchLabel: "true"}},
-			DrainTimeout:            &drainTimeout,
-			InstanceServiceAccounts: []sharderv1alpha1.ServiceAccountReference{{Namespace: leaseNamespace, Name: instanceAccount}},
-		},
-	}
-	if err := b.c.Create(ctx, r); err != nil {
-		return fmt.Errorf("creating the ring: %w", err)
+	if err := b.createRing(ctx); err != nil {
+		return err
 	}
 	var err error
 	b.instUser, err = b.cl.ControlPlane.AddServiceAccountUser("instance", leaseNamespace, instanceAccount)
@@ -214,6 +221,27 @@ func (b *bench) setUp(ctx context.Context) error {
 		return err
 	}
 	return b.unrelated.Start(ctx)
+}
+
+// createRing creates the ring over the ConfigMaps of the namespaces
+// labelled benchLabel, its instances' Leases in leaseNamespace.
+func (b *bench) createRing(ctx context.Context) error {
+	drainTimeout := metav1.Duration{Duration: 30 * time.Second}
+	r := &sharderv1alpha1.ControllerRing{
+		ObjectMeta: metav1.ObjectMeta{Name: ringName},
+		Spec: sharderv1alpha1.ControllerRingSpec{
+			LeaseNamespace:          leaseNamespace,
+			Algorithm:               b.p.algorithm,
+			Resources:               []sharderv1alpha1.RingResource{{Group: "", Resource: "configmaps"}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{benchLabel: "true"}},
+			DrainTimeout:            &drainTimeout,
+			InstanceServiceAccounts: []sharderv1alpha1.ServiceAccountReference{{Namespace: leaseNamespace, Name: instanceAccount}},
+		},
+	}
+	if err := b.c.Create(ctx, r); err != nil {
+		return fmt.Errorf("creating the ring: %w", err)
+	}
+	return nil
 }
 
 // startSharder starts the sharder process with its profiling endpoint on.
