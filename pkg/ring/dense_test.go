@@ -222,8 +222,9 @@ func TestDenseEverySize(t *testing.T) {
 		}
 		t.Logf("weights %v, 2 to 1,000 instances: largest share over the fair share %.4f (%d instances), an added instance's share over the ideal %.4f (to %d instances)",
 			weights, worst, worstSize, worstAdd, worstAddSize)
-		if worst > 1.07 || worstAdd > 1.07 {
-			t.Errorf("weights %v: largest %.4f, added %.4f: want at most 1.07", weights, worst, worstAdd)
+		// 1.09 leaves room under the 1.10 bar for the keys' own noise.
+		if worst > 1.09 || worstAdd > 1.09 {
+			t.Errorf("weights %v: largest %.4f, added %.4f: want at most 1.09", weights, worst, worstAdd)
 		}
 	}
 }
