@@ -4,7 +4,8 @@
 // weights) and answers Lookup(key) with an instance ID. Most callers need:
 //
 //   - New(algorithm, members): build a ring with a built-in or registered
-//     algorithm (ConsistentHash by default; Rendezvous, HashMod, Range).
+//     algorithm (ConsistentHash by default; ConsistentHashDense for large
+//     rings; Rendezvous, HashMod, Range).
 //   - ObjectKey: the hash key of a main object.
 //   - Resolver: the hash key of any object of a ring's resources, following
 //     controller ownerReferences from controlled objects to their main object.
