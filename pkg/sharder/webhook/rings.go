@@ -131,7 +131,7 @@ func (b *ringBuilds) ringChanged(old, rg *v1alpha1.ControllerRing) {
 		go b.run(ctx, rb)
 	}
 	b.mu.Unlock()
-	if old := rb.spec.Swap(spec); old != spec && old.leaseNamespace != spec.leaseNamespace {
+	if prev := rb.spec.Swap(spec); prev != spec && prev.leaseNamespace != spec.leaseNamespace {
 		// The Leases of the old namespace are no members any more; the
 		// builder observes those of the new one.
 		b.tracker.Forget(rg.Name)
@@ -236,6 +236,17 @@ func (b *ringBuilds) run(ctx context.Context, rb *ringBuild) {
 		case <-fire:
 		}
 		next, err := b.build(ctx, rb)
+		if ctx.Err() != nil {
+			// Stopped during the build, which may have recorded the ring
+			// again: drop it, unless a ring of the same name came since.
+			b.mu.Lock()
+			if b.byName[rb.name] == nil {
+				b.rings.Forget(rb.name)
+				b.tracker.Forget(rb.name)
+			}
+			b.mu.Unlock()
+			return
+		}
 		if err != nil {
 			log.Error(err, "Cannot read the ring's membership; requests use the ring built last")
 			next = b.clock.Now().Add(time.Second)
