@@ -63,6 +63,9 @@ type params struct {
 	steady    time.Duration
 	// algorithm is the ring's spec.algorithm; empty for the default.
 	algorithm string
+	// leaderLease is the sharder's leader election lease duration; zero
+	// for localrun's short default.
+	leaderLease time.Duration
 }
 
 // row is one line of the results table.
@@ -251,7 +254,7 @@ func (b *bench) startSharder(ctx context.Context, name string) error {
 		return err
 	}
 	args := append([]string{"--pprof-bind-address", b.pprofAddress}, b.p.sharderArgs...)
-	b.sharder, err = b.cl.StartSharder(ctx, localrun.SharderOptions{Name: name, Args: args, Env: b.p.sharderEnv})
+	b.sharder, err = b.cl.StartSharder(ctx, localrun.SharderOptions{Name: name, Args: args, Env: b.p.sharderEnv, LeaderLeaseDuration: b.p.leaderLease})
 	return err
 }
 

@@ -7,10 +7,12 @@ import (
 	"os"
 	"time"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/internal/localrun"
@@ -45,6 +47,14 @@ type scale struct {
 }
 
 func runScale(ctx context.Context, p params) error {
+	// The holders log through controller-runtime's logger; the figures are
+	// what this mode reports.
+	ctrl.SetLogger(logr.Discard())
+	// A thousand renewals every 5 s keep the API server busy: with
+	// localrun's short leader election timings (4 s) the sharder may lose
+	// its leadership, and exit, on a loaded machine. These are client-go's
+	// defaults.
+	p.leaderLease = 15 * time.Second
 	return onCluster(p, "sharder-bench-scale-", func(b *bench) error {
 		start := time.Now()
 		s := &scale{bench: b}
@@ -450,7 +460,7 @@ func (s *scale) waitSettled(ctx context.Context, timeout time.Duration) error {
 				return
 			case <-tick.C:
 			}
-			if err := s.fleet.failure(); err != nil {
+			if err := s.failure(); err != nil {
 				cancel(err)
 				return
 			}
@@ -463,6 +473,15 @@ func (s *scale) waitSettled(ctx context.Context, timeout time.Duration) error {
 		return cause
 	}
 	return err
+}
+
+// failure returns an error when the sharder exited or an instance lost its
+// Lease without being killed: the figures would not be the ones meant.
+func (s *scale) failure() error {
+	if s.sharder != nil && s.sharder.Exited() {
+		return fmt.Errorf("the sharder exited (%w); its log says why", s.sharder.ExitError())
+	}
+	return s.fleet.failure()
 }
 
 // window is the start of a measurement of CPU times.
@@ -500,6 +519,9 @@ func (s *scale) startWindow(ctx context.Context) (*window, error) {
 }
 
 func (w *window) end(ctx context.Context) (windowCPU, error) {
+	if err := w.s.failure(); err != nil {
+		return windowCPU{}, err
+	}
 	sharder, err := cpuTime(w.s.sharder.Pid())
 	if err != nil {
 		return windowCPU{}, err

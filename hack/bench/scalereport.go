@@ -2,8 +2,10 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
@@ -42,7 +44,8 @@ which rewrites this file. It runs by hand, not in `+"`make test`"+`.
 	fmt.Fprintf(&s, `
 ## Machine
 
-%s
+%s| sharder built from | %s |
+
 The control plane, the sharder and the benchmark process (which holds every
 instance's Lease) share these CPUs. The sharder's figures are its own CPU
 time, so they move less with the machine's load than times do.
@@ -83,7 +86,7 @@ time, so they move less with the machine's load than times do.
   does); one stopped gracefully (its Lease released); one killed (its
   holder stops renewing without a release, as after SIGKILL, and gives up
   at its renew deadline).
-`, machine(p), "`"+benchLabel+"`", "`"+cmp.Or(p.algorithm, sharderv1alpha1.DefaultAlgorithm)+"`", sharderv1alpha1.DefaultVirtualNodes, p.objects,
+`, machine(p), sourceRevision(), "`"+benchLabel+"`", "`"+cmp.Or(p.algorithm, sharderv1alpha1.DefaultAlgorithm)+"`", sharderv1alpha1.DefaultVirtualNodes, p.objects,
 		extraArgs(append(append([]string(nil), p.sharderEnv...), p.sharderArgs...)),
 		p.instances, p.leaseDuration, p.steady, scaleProfileCount, changeTail, p.profileDuration)
 	return os.WriteFile(p.output, []byte(s.String()), 0o644) //nolint:gosec // a document of the repository, meant to be read
@@ -94,4 +97,14 @@ func algorithmFlag(algorithm string) string {
 		return ""
 	}
 	return " --algorithm " + algorithm
+}
+
+// sourceRevision returns the commit the sharder was built from, marked when
+// the working tree differed from it.
+func sourceRevision() string {
+	out, err := exec.CommandContext(context.Background(), "git", "describe", "--always", "--dirty", "--exclude", "*").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return "commit " + strings.TrimSpace(string(out))
 }
