@@ -361,9 +361,10 @@ func (s *scale) stopped(ctx context.Context) error {
 }
 
 // killedInstance stops an instance's renewals without a release, as a
-// SIGKILL does, and measures from the moment the sharder may act (two lease
-// durations after the last renewal, design §3) to the first of its objects
-// moved.
+// SIGKILL does, and measures from the moment the sharder may take its
+// Lease (two lease durations after the last renewal, design §3) to the
+// first of its objects moved, and the sharder's CPU from a second before
+// the instance expires (one lease duration) until its objects settled.
 func (s *scale) killedInstance(ctx context.Context) error {
 	if err := s.settle(ctx); err != nil {
 		return err
@@ -384,12 +385,15 @@ func (s *scale) killedInstance(ctx context.Context) error {
 	if lease.Spec.RenewTime == nil {
 		return fmt.Errorf("the Lease of %s has no renewTime", victim)
 	}
+	// The instance expires a lease duration after its last renewal (the
+	// sharder stops giving it objects) and is taken over a lease duration
+	// later (its objects move): the window covers both.
 	lastRenewal := lease.Spec.RenewTime.Time
 	due := lastRenewal.Add(2 * s.p.leaseDuration)
-	if err := sleep(ctx, time.Until(due.Add(-time.Second))); err != nil {
+	if err := sleep(ctx, time.Until(lastRenewal.Add(s.p.leaseDuration-time.Second))); err != nil {
 		return err
 	}
-	prof := s.startCPUProfile(ctx, "instance killed", s.p.profileDuration)
+	prof := s.startCPUProfile(ctx, "instance killed", s.p.leaseDuration+s.p.profileDuration)
 	w, err := s.startWindow(ctx)
 	if err != nil {
 		return err

@@ -75,12 +75,14 @@ time, so they move less with the machine's load than times do.
   once every object is on its instance and the machine settled, while every
   Lease renews; a profile of the sharder covers up to %s of it.
 - **CPU per change**: the sharder's CPU from just before the change (a
-  second before the added instance's Lease is due, and before the killed
-  instance's two lease durations end) until every object is on its
-  instance, plus %s for the ring's status write and the end of the
+  second before the added instance's Lease is due; a second before the
+  killed instance expires, one lease duration after its last renewal, so
+  that its expiry and the takeover a lease duration later both count)
+  until every object is on its instance, plus %s for the ring's status write and the end of the
   sharder's hold of a dead instance's Lease, less the steady rate over the
-  same time. Each change gets a CPU profile of %s from its start, shown
-  below when it missed a target.
+  same time. Each change gets a CPU profile of %s from its start (the
+  killed instance's, a lease duration longer), shown below when it missed
+  a target.
 - The changes, in this order: one instance added (the holder creates its
   Lease a lease duration after first finding it missing, as every instance
   does); one stopped gracefully (its Lease released); one killed (its
