@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sharder-dev/sharder/internal/testenv"
@@ -179,4 +180,33 @@ func TestPlainControllerExample(t *testing.T) {
 	out := kubectl(t, manifests, "apply", "--server-side", "--dry-run=server", "--field-manager=test", "-f", "-")
 	g.Expect(string(out)).To(ContainSubstring("controllerring.sharder.dev/" + ring.Metadata.Name + " serverside-applied (server dry run)"))
 	g.Expect(string(out)).To(ContainSubstring("statefulset.apps/" + sts.Name + " serverside-applied (server dry run)"))
+}
+
+// TestRingResourceWithoutGroup: a ring written in YAML names a core
+// resource without its (optional) group. The API server accepts it, and
+// still refuses a resource listed twice, with or without the group.
+func TestRingResourceWithoutGroup(t *testing.T) {
+	g := NewWithT(t)
+	create := func(name string, resources ...map[string]any) error {
+		list := make([]any, len(resources))
+		for i, r := range resources {
+			list[i] = r
+		}
+		ring := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "sharder.dev/v1alpha1",
+			"kind":       "ControllerRing",
+			"metadata":   map[string]any{"name": name},
+			"spec":       map[string]any{"leaseNamespace": "default", "resources": list},
+		}}
+		return env().Client.Create(context.Background(), ring, client.DryRunAll)
+	}
+	secrets := map[string]any{"resource": "secrets"}
+	g.Expect(create("core-without-group", secrets, map[string]any{"group": "apps", "resource": "statefulsets"})).To(Succeed())
+	for name, twice := range map[string]map[string]any{
+		"twice-without-group": secrets,
+		"twice-mixed":         {"group": "", "resource": "secrets"},
+	} {
+		err := create(name, secrets, twice)
+		g.Expect(err).To(MatchError(ContainSubstring("a resource is listed more than once in spec.resources")), name)
+	}
 }
