@@ -17,6 +17,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -573,4 +574,62 @@ rings:
 	g.Expect(string(out)).To(ContainSubstring("deployment.apps/sharder serverside-applied (server dry run)"))
 	g.Expect(string(out)).To(ContainSubstring("controllerring.sharder.dev/example serverside-applied (server dry run)"))
 	g.Expect(strings.Count(string(out), "(server dry run)")).To(Equal(len(objs)))
+}
+
+// TestRenderUninstallHook checks the pre-delete hook that deletes the rings
+// declared in the values while the sharder still runs: one container per
+// ring running `sharder uninstall`, with permissions for those rings only.
+func TestRenderUninstallHook(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	rings := `
+rings:
+- name: etcd-operator
+  spec:
+    leaseNamespace: etcd-operator-system
+    resources:
+    - group: etcd.example.sharder.dev
+      resource: etcdclusters
+      controlledResources:
+      - {group: apps, resource: statefulsets}
+- name: plain
+  spec:
+    leaseNamespace: plain-system
+    resources:
+    - {resource: configmaps}
+`
+	_, objs := render(t, rings)
+	job := as[batchv1.Job](t, find(objs, "Job")["sharder-uninstall"])
+	g.Expect(job.Annotations).To(HaveKeyWithValue("helm.sh/hook", "pre-delete"))
+	g.Expect(job.Spec.Template.Spec.ServiceAccountName).To(Equal("sharder-uninstall"))
+	containers := job.Spec.Template.Spec.Containers
+	g.Expect(containers).To(HaveLen(2))
+	g.Expect(containers[0].Args).To(Equal([]string{"uninstall", "etcd-operator", "--webhook-configuration-name=sharder", "--sharder-wait=2m"}))
+	g.Expect(containers[1].Args).To(HaveExactElements("uninstall", "plain", Not(BeEmpty()), Not(BeEmpty())))
+
+	role := as[rbacv1.ClusterRole](t, find(objs, "ClusterRole")["sharder-uninstall"])
+	g.Expect(role.Annotations).To(HaveKeyWithValue("helm.sh/hook", "pre-delete"))
+	granted := map[string][]string{}
+	for _, r := range role.Rules {
+		for _, group := range r.APIGroups {
+			for _, res := range r.Resources {
+				granted[group+"/"+res] = append(r.Verbs, r.ResourceNames...)
+			}
+		}
+	}
+	g.Expect(granted).To(Equal(map[string][]string{
+		"sharder.dev/controllerrings":                                  {"get", "delete", "patch", "update", "etcd-operator", "plain"},
+		"admissionregistration.k8s.io/mutatingwebhookconfigurations":   {"get", "delete", "update", "sharder"},
+		"admissionregistration.k8s.io/validatingwebhookconfigurations": {"get", "delete", "update", "sharder"},
+		"etcd.example.sharder.dev/etcdclusters":                        {"list", "patch"},
+		"apps/statefulsets":                                            {"list", "patch"},
+		"/configmaps":                                                  {"list", "patch"},
+	}))
+	binding := as[rbacv1.ClusterRoleBinding](t, find(objs, "ClusterRoleBinding")["sharder-uninstall"])
+	g.Expect(binding.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: "sharder-uninstall", Namespace: namespace}}))
+
+	_, objs = render(t, "")
+	g.Expect(find(objs, "Job")).To(BeEmpty(), "no rings, no hook")
+	_, objs = render(t, rings+"uninstallHook:\n  enabled: false\n")
+	g.Expect(find(objs, "Job")).To(BeEmpty(), "turned off")
 }

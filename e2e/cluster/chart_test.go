@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -25,15 +26,18 @@ import (
 )
 
 // What the scenarios install: the chart as release "sharder" in
-// sharder-system with its default values, and a ring of ConfigMaps in one
-// namespace whose instance is a Lease held for a pod.
+// sharder-system with its default values and one ring declared in them,
+// and a ring of ConfigMaps in one namespace whose instance is a Lease held
+// for a pod.
 const (
 	release          = "sharder"
 	sharderNamespace = "sharder-system"
 	ring             = "e2e"
 	objectsNamespace = "e2e-objects"
 	leaseNamespace   = "e2e-instances"
-	instance         = "instance-0"
+	// chartRing is the ring declared in the chart's values.
+	chartRing = "e2e-chart"
+	instance  = "instance-0"
 	// pauseImage is loaded into the cluster by make cluster (make images).
 	pauseImage = "ghcr.io/sharder-dev/pause:1.0"
 )
@@ -82,7 +86,22 @@ func TestSharderChart(t *testing.T) {
 func testInstall(t *testing.T) {
 	g := NewWithT(t)
 	ctx := t.Context()
-	if _, err := helm(ctx, "install", release, filepath.Join(repoRoot, "charts", "sharder"), "--namespace", sharderNamespace, "--create-namespace"); err != nil {
+	// The default values, and one ring declared in them (which the
+	// uninstall must not leave terminating): Secrets of namespaces that do
+	// not exist, so that its webhook stands in nobody's way.
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte(`rings:
+- name: `+chartRing+`
+  spec:
+    leaseNamespace: `+sharderNamespace+`
+    namespaceSelector:
+      matchLabels: {e2e.sharder.dev/chart-ring: "true"}
+    resources:
+    - {resource: secrets}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := helm(ctx, "install", release, filepath.Join(repoRoot, "charts", "sharder"), "--namespace", sharderNamespace, "--create-namespace", "--values", values); err != nil {
 		t.Fatal(err)
 	}
 
@@ -237,6 +256,10 @@ func testUninstall(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		g.Expect(podNames(ctx, g, sharderNamespace, "app.kubernetes.io/name=sharder")).To(BeEmpty())
 	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	// The ring declared in the values went before the sharder (the chart's
+	// pre-delete hook), not left terminating under its finalizer.
+	err := k8sClient.Get(ctx, client.ObjectKey{Name: chartRing}, &sharderv1alpha1.ControllerRing{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "ControllerRing %s left behind by helm uninstall (get: %v)", chartRing, err)
 
 	// The ring fails closed: a webhook configuration left behind, pointing
 	// at the deleted Service, refuses these writes.
@@ -253,7 +276,7 @@ func testUninstall(t *testing.T) {
 			t.Errorf("changing a shard label after uninstall: %v", err)
 		}
 	}
-	err := k8sClient.Get(ctx, client.ObjectKey{Name: release}, &admissionregistrationv1.ValidatingWebhookConfiguration{})
+	err = k8sClient.Get(ctx, client.ObjectKey{Name: release}, &admissionregistrationv1.ValidatingWebhookConfiguration{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("the sharder's ValidatingWebhookConfiguration %q is left behind after uninstall (get: %v)", release, err)
 	}
