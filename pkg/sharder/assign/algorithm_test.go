@@ -2,6 +2,8 @@ package assign_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -61,12 +63,30 @@ func TestUnknownAlgorithm(t *testing.T) {
 
 	// Objects of the unknown ring: some already on "a", of which a working
 	// ring would move those it hashes to "b", and some unassigned.
-	var onA []string
-	for _, name := range []string{"cm-0", "cm-1", "cm-2", "cm-3", "cm-4", "cm-5", "cm-6", "cm-7"} {
+	// Chosen so that a working ring has work in both steps below, whatever
+	// the namespace's random name: one object it moves to "b", one it moves
+	// to "c" once "c" joins.
+	grown := []string{"a", "b", "c"}
+	pick := func(want string, members []string) string {
+		for i := 0; ; i++ {
+			if name := fmt.Sprintf("cm-%d", i); expected(t, members, unknown, name) == want {
+				return name
+			}
+		}
+	}
+	onA := []string{pick("b", ready)}
+	if toC := pick("c", grown); toC != onA[0] {
+		onA = append(onA, toC)
+	}
+	for i := 0; len(onA) < 8; i++ {
+		if name := fmt.Sprintf("cm-%d", i); !slices.Contains(onA, name) {
+			onA = append(onA, name)
+		}
+	}
+	for _, name := range onA {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: unknown, Name: name,
 			Labels: map[string]string{v1alpha1.ShardLabel(unknown): "a"}}}
 		g.Expect(env().Client.Create(ctx, cm)).To(Succeed())
-		onA = append(onA, name)
 	}
 	unassigned := createConfigMaps(t, unknown, "new", 4)
 	wouldMove := 0
@@ -113,7 +133,6 @@ func TestUnknownAlgorithm(t *testing.T) {
 	assigned := labelsOf(g, unknown)
 	setAlgorithm(g, unknown, unregistered)
 	expectUnknownAlgorithm(g, unknown)
-	grown := []string{"a", "b", "c"}
 	toC := 0
 	for name := range assigned {
 		if expected(t, grown, unknown, name) == "c" {
