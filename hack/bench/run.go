@@ -66,6 +66,8 @@ type params struct {
 	// leaderLease is the sharder's leader election lease duration; zero
 	// for localrun's short default.
 	leaderLease time.Duration
+	// revision is the commit the sharder is built from (scale mode).
+	revision string
 }
 
 // row is one line of the results table.

@@ -55,6 +55,7 @@ func runScale(ctx context.Context, p params) error {
 	// its leadership, and exit, on a loaded machine. These are client-go's
 	// defaults.
 	p.leaderLease = 15 * time.Second
+	p.revision = sourceRevision() // before the build, which reads the working tree
 	return onCluster(p, "sharder-bench-scale-", func(b *bench) error {
 		start := time.Now()
 		s := &scale{bench: b}

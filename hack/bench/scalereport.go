@@ -72,8 +72,10 @@ time, so they move less with the machine's load than times do.
   release's renewTime; a killed instance's, two lease durations after its
   last renewTime, when the sharder may take its Lease (docs/design.md §3).
 - **Steady CPU**: the sharder's user+system time (/proc/<pid>/stat) over %s
-  once every object is on its instance and the machine settled, while every
-  Lease renews; a profile of the sharder covers up to %s of it.
+  once every object is on its instance, while every Lease renews; before
+  it, and before each change, the run waits up to 15 s for the machine's
+  CPUs to be quiet (a busy machine never is: see the load average). A
+  profile of the sharder covers up to %s of it.
 - **CPU per change**: the sharder's CPU from just before the change (a
   second before the added instance's Lease is due; a second before the
   killed instance expires, one lease duration after its last renewal, so
@@ -88,7 +90,7 @@ time, so they move less with the machine's load than times do.
   does); one stopped gracefully (its Lease released); one killed (its
   holder stops renewing without a release, as after SIGKILL, and gives up
   at its renew deadline).
-`, machine(p), sourceRevision(), "`"+benchLabel+"`", "`"+cmp.Or(p.algorithm, sharderv1alpha1.DefaultAlgorithm)+"`", sharderv1alpha1.DefaultVirtualNodes, p.objects,
+`, machine(p), p.revision, "`"+benchLabel+"`", "`"+cmp.Or(p.algorithm, sharderv1alpha1.DefaultAlgorithm)+"`", sharderv1alpha1.DefaultVirtualNodes, p.objects,
 		extraArgs(append(append([]string(nil), p.sharderEnv...), p.sharderArgs...)),
 		p.instances, p.leaseDuration, p.steady, scaleProfileCount, changeTail, p.profileDuration)
 	return os.WriteFile(p.output, []byte(s.String()), 0o644) //nolint:gosec // a document of the repository, meant to be read
