@@ -256,8 +256,15 @@ func testUninstall(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		g.Expect(podNames(ctx, g, sharderNamespace, "app.kubernetes.io/name=sharder")).To(BeEmpty())
 	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
-	// The ring declared in the values went before the sharder (the chart's
-	// pre-delete hook), not left terminating under its finalizer.
+	// The ring declared in the values went before the sharder, through the
+	// chart's pre-delete hook (its Job completed; the Job itself is deleted
+	// then, its events stay), not left terminating under its finalizer.
+	g.Eventually(func(g Gomega) {
+		out, err := kubectl(ctx, "get", "events", "--namespace", sharderNamespace, "-o", "name", "--field-selector",
+			"involvedObject.kind=Job,involvedObject.name="+release+"-uninstall,reason=Completed")
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		g.Expect(strings.TrimSpace(out)).NotTo(BeEmpty(), "the pre-delete hook's Job never completed")
+	}).WithTimeout(30 * time.Second).WithPolling(time.Second).Should(Succeed())
 	err := k8sClient.Get(ctx, client.ObjectKey{Name: chartRing}, &sharderv1alpha1.ControllerRing{})
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "ControllerRing %s left behind by helm uninstall (get: %v)", chartRing, err)
 
