@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,7 +38,6 @@ type acknowledger struct {
 	ring     string
 	informer cache.SharedIndexInformer
 	queue    workqueue.TypedRateLimitingInterface[string]
-	acked    atomic.Int64
 
 	mu     sync.Mutex
 	last   map[string]labelState
@@ -184,10 +182,7 @@ func (a *acknowledger) acknowledge(ctx context.Context, key string) error {
 		obj.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
 		err := drain.Acknowledge(ctx, a.client, obj, a.ring)
 		switch {
-		case err == nil:
-			a.acked.Add(1)
-			return nil
-		case apierrors.IsNotFound(err):
+		case err == nil, apierrors.IsNotFound(err):
 			return nil
 		case !apierrors.IsConflict(err) || attempt == acknowledgeAttempts:
 			return err

@@ -24,11 +24,11 @@
 // renews, and for one instance added, one stopped and one killed, the time
 // to the first object moved and the sharder's CPU for the change:
 //
-//	go run ./hack/bench --scale --instances 1000 --output docs/benchmarks-scale.md
+//	go run ./hack/bench --scale --instances 1000 --algorithm consistent-hash-dense --output docs/benchmarks-scale.md
 //
-// Simulated instances are processes of this program (`bench instance`):
-// each holds its instance Lease and acknowledges drains at once through the
-// instance library, reconciling nothing else.
+// Otherwise, simulated instances are processes of this program (`bench
+// instance`): each holds its instance Lease and acknowledges drains at once
+// through the instance library, reconciling nothing else.
 package main
 
 import (
