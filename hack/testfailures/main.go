@@ -4,7 +4,7 @@
 // of lines, and whoever reads only the end of the log still learns what
 // failed and where.
 //
-//	testfailures [--max-lines N] FILE
+//	testfailures [--max-lines N] [--width N] FILE...
 package main
 
 import (
@@ -111,20 +111,27 @@ func main() {
 	maxLines := flag.Int("max-lines", 8, "Lines printed per message at most; 0 prints every line.")
 	width := flag.Int("width", 400, "Characters printed per line at most; 0 prints whole lines.")
 	flag.Parse()
-	if flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: testfailures [--max-lines N] [--width N] FILE")
+	if flag.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "usage: testfailures [--max-lines N] [--width N] FILE...")
 		os.Exit(2)
 	}
-	f, err := os.Open(flag.Arg(0))
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "testfailures: %v\n", err)
-		os.Exit(1)
-	}
-	fs, err := failures(f)
-	_ = f.Close()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "testfailures: reading %s: %v\n", flag.Arg(0), err)
-		os.Exit(1)
+	var fs []failure
+	for _, path := range flag.Args() {
+		f, err := os.Open(path)
+		if os.IsNotExist(err) {
+			continue // that run did not start
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "testfailures: %v\n", err)
+			os.Exit(1)
+		}
+		more, err := failures(f)
+		_ = f.Close()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "testfailures: reading %s: %v\n", path, err)
+			os.Exit(1)
+		}
+		fs = append(fs, more...)
 	}
 	if len(fs) == 0 {
 		return
