@@ -68,7 +68,7 @@ const (
 )
 
 // ControllerRingSpec declares which resources are sharded over which instances.
-// +kubebuilder:validation:XValidation:rule="self.resources.all(r, self.resources.exists_one(o, (has(o.group) ? o.group : '') == (has(r.group) ? r.group : '') && o.resource == r.resource))",message="a resource is listed more than once in spec.resources"
+// +kubebuilder:validation:XValidation:rule="self.resources.all(r, self.resources.exists_one(o, o.resource == r.resource && (((has(o.group) ? o.group.size() : 0) == 0 && (has(r.group) ? r.group.size() : 0) == 0) || (has(o.group) && has(r.group) && o.group == r.group))))",message="a resource is listed more than once in spec.resources"
 type ControllerRingSpec struct {
 	// LeaseNamespace is the namespace holding the instances' Leases, each
 	// labelled sharder.dev/ring=<ring name>.
