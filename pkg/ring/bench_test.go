@@ -130,3 +130,28 @@ func BenchmarkBuild(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDerive reports the time and CPU of a ring of 1,000 instances
+// derived from the one before after an instance joins or leaves
+// (ring.NewFrom), beside BenchmarkBuild's build from nothing.
+func BenchmarkDerive(b *testing.B) {
+	ms := members("instance", 1000, 512)
+	prev := mustNew(b, ring.ConsistentHashDense, ms)
+	for _, c := range []struct {
+		name    string
+		members []ring.Member
+	}{
+		{"joined", append(ms[:len(ms):len(ms)], ring.Member{ID: "instance-new", VirtualNodes: 512})},
+		{"left", ms[1:]},
+	} {
+		b.Run(fmt.Sprintf("%s/instances=1000/%s", ring.ConsistentHashDense, c.name), func(b *testing.B) {
+			cpu := processCPU()
+			for b.Loop() {
+				if _, err := ring.NewFrom(ring.ConsistentHashDense, prev, c.members); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}

@@ -75,8 +75,10 @@ const (
 // pass and a storing pass), keeps the first point of every partition, and
 // fills the partitions without a point from their successors in one
 // backward pass. Its time is linear in the number of points plus the number
-// of partitions; it holds 8 bytes per point while it runs, and the ring 2
-// bytes per partition (8 MiB).
+// of partitions; it holds 8 bytes per point while it runs, and the ring
+// 4 bytes and a bit per partition (16.5 MiB): the table, and each
+// partition's first point, from which the next ring is derived
+// (deriveDense).
 func buildDense(members []Member) (Ring, error) {
 	members, err := Normalize(members)
 	if err != nil {
@@ -90,7 +92,9 @@ func buildDense(members []Member) (Ring, error) {
 	case len(members) > MaxDenseMembers:
 		return nil, fmt.Errorf("%d members exceed the %d a %s ring holds", len(members), MaxDenseMembers, ConsistentHashDense)
 	}
-	return &denseRing{memberList: members, owners: denseOwners(members, densePointCounts(members))}, nil
+	r := &denseRing{memberList: members, firstPoint: make([]uint16, densePartitions), hasPoint: make([]uint64, densePartitions/64)}
+	r.owners = denseOwners(members, densePointCounts(members), r.firstPoint, r.hasPoint)
+	return r, nil
 }
 
 // denseOwners returns the partition table of members with points[i] points
@@ -107,7 +111,11 @@ func buildDense(members []Member) (Ring, error) {
 // stores the points of its share of the members, then fills the table for
 // its share of the buckets. The table does not depend on how the work was
 // shared: the points of a bucket are compared by value, in any order.
-func denseOwners(members []Member, points []int) []uint16 {
+//
+// It also records, in fine and hasPoint, which partitions hold a point
+// and the position within its partition of each one's first point: what a
+// derived ring starts from (deriveDense).
+func denseOwners(members []Member, points []int, fine []uint16, hasPoint []uint64) []uint16 {
 	total := 0
 	for _, n := range points {
 		total += n
@@ -202,6 +210,9 @@ func denseOwners(members []Member, points []int) []uint16 {
 			for p := bucketPartitions - 1; p >= 0; p-- {
 				if first[p] != denseEmpty {
 					owner = int(first[p] & 0xffff)
+					at := b*bucketPartitions + p
+					fine[at] = uint16(first[p] >> 16)
+					hasPoint[at/64] |= 1 << (at % 64)
 					firstPoint[k] = b*bucketPartitions + p
 					if lastPoint[k] < 0 {
 						lastPoint[k] = firstPoint[k]
@@ -271,6 +282,12 @@ var storedPoints = sync.Pool{New: func() any { return new([]uint64) }}
 type denseRing struct {
 	memberList
 	owners []uint16
+	// firstPoint is, for each partition with a point, the position of its
+	// first point within the partition (the denseFineBits below the
+	// partition's bits); hasPoint has the bit of each such partition. Lookup
+	// does not read them: a derived ring starts from them (deriveDense).
+	firstPoint []uint16
+	hasPoint   []uint64
 }
 
 func (r *denseRing) Lookup(key string) (string, error) {

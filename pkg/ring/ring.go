@@ -76,11 +76,23 @@ func (f AlgorithmFunc) Build(members []Member) (Ring, error) { return f(members)
 
 var _ Algorithm = AlgorithmFunc(nil)
 
+// Deriver is an Algorithm that can build a ring from one it built before for
+// a membership that differs by a few members, faster than from nothing.
+// Derive must return the ring Build(members) returns: the same placement of
+// every key.
+type Deriver interface {
+	Algorithm
+	// Derive returns the ring of members (normalized) from prev, a ring
+	// this algorithm built or derived; it may build from nothing whenever
+	// deriving does not pay.
+	Derive(prev Ring, members []Member) (Ring, error)
+}
+
 var (
 	registryMu sync.RWMutex
 	registry   = map[string]Algorithm{
 		ConsistentHash:      defaultConsistentHash,
-		ConsistentHashDense: AlgorithmFunc(buildDense),
+		ConsistentHashDense: denseAlgorithm{},
 		Rendezvous:          AlgorithmFunc(buildRendezvous),
 		HashMod:             AlgorithmFunc(buildHashMod),
 		Range:               AlgorithmFunc(buildRange),
@@ -133,6 +145,15 @@ func Registered(name string) bool {
 // Normalize). An unknown name gives an error wrapping ErrUnknownAlgorithm.
 // New never panics: a panic inside an algorithm is returned as an error.
 func New(algorithm string, members []Member) (r Ring, err error) {
+	return NewFrom(algorithm, nil, members)
+}
+
+// NewFrom is New for a ring that replaces prev, a ring built by NewFrom or New
+// with the same algorithm: an algorithm that is a Deriver derives the new
+// ring from prev (consistent-hash-dense, after a few members changed). The
+// ring is the one New returns; prev is not changed. A nil prev, or a prev
+// of another algorithm, builds from nothing.
+func NewFrom(algorithm string, prev Ring, members []Member) (r Ring, err error) {
 	if algorithm == "" {
 		algorithm = ConsistentHash
 	}
@@ -151,7 +172,11 @@ func New(algorithm string, members []Member) (r Ring, err error) {
 			r, err = nil, fmt.Errorf("building %s ring of %d members: %v", algorithm, len(normalized), p)
 		}
 	}()
-	r, err = a.Build(normalized)
+	if d, ok := a.(Deriver); ok && prev != nil {
+		r, err = d.Derive(prev, normalized)
+	} else {
+		r, err = a.Build(normalized)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("building %s ring of %d members: %w", algorithm, len(normalized), err)
 	}
