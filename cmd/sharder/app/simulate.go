@@ -2,7 +2,6 @@ package app
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -37,7 +36,7 @@ type simulateOptions struct {
 	partitions    int
 	loadFactor    float64
 	add, remove   int
-	output        string
+	output        outputFormat
 
 	build func([]ring.Member) (ring.Ring, error) // set by validate
 	sizes []int                                  // set by validate from --sweep
@@ -103,7 +102,7 @@ keys per instance.`,
 	f.Float64Var(&o.loadFactor, "load-factor", ring.DefaultLoadFactor, "consistent-hash: bound on a virtual node's load relative to the mean (0: no bound, else > 1)")
 	f.IntVar(&o.add, "add", 0, "instances to add for the membership change")
 	f.IntVar(&o.remove, "remove", 0, "instances to remove for the membership change (the highest ordinals for statefulset names)")
-	f.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	addOutputFlag(cmd, &o.output)
 	return cmd
 }
 
@@ -159,9 +158,6 @@ func (o *simulateOptions) validate(cmd *cobra.Command) error {
 		errs = append(errs, fmt.Errorf("--remove must not be negative, got %d", o.remove))
 	} else if o.instances >= 1 && o.remove >= o.instances {
 		errs = append(errs, fmt.Errorf("--remove %d must leave at least one of the %d instances", o.remove, o.instances))
-	}
-	if o.output != "table" && o.output != "json" {
-		errs = append(errs, fmt.Errorf("--output must be table or json, got %q", o.output))
 	}
 	if o.partitions < 1 {
 		errs = append(errs, fmt.Errorf("--partitions must be at least 1, got %d", o.partitions))
@@ -264,10 +260,8 @@ func (o *simulateOptions) run(stdin io.Reader, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("simulating: %w", err)
 	}
-	if o.output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+	if o.output.structured() {
+		return writeStructured(out, o.output, res)
 	}
 	if sizes, ok := res.([]simulation.Size); ok {
 		return writeSweepTable(out, o.algorithm, sizes)

@@ -6,9 +6,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 )
 
 // simulate runs `sharder simulate args...` and returns its output.
@@ -199,6 +202,32 @@ func TestSimulateTable(t *testing.T) {
 	}
 }
 
+// TestSimulateYAML: -o yaml prints the same result as -o json.
+func TestSimulateYAML(t *testing.T) {
+	args := []string{"--instances", "4", "--add", "1", "--keys", "2000"}
+	asJSON, err := simulate(t, "", append(args, "-o", "json")...)
+	if err != nil {
+		t.Fatalf("simulate -o json: %v\n%s", err, asJSON)
+	}
+	asYAML, err := simulate(t, "", append(args, "-o", "yaml")...)
+	if err != nil {
+		t.Fatalf("simulate -o yaml: %v\n%s", err, asYAML)
+	}
+	var fromJSON, fromYAML map[string]any
+	if err := json.Unmarshal([]byte(asJSON), &fromJSON); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal([]byte(asYAML), &fromYAML); err != nil {
+		t.Fatalf("output is not YAML: %v\n%s", err, asYAML)
+	}
+	// The build time is measured again by each run.
+	delete(fromJSON, "buildSeconds")
+	delete(fromYAML, "buildSeconds")
+	if !reflect.DeepEqual(fromJSON, fromYAML) {
+		t.Fatalf("-o yaml and -o json differ:\n%s\n%s", asYAML, asJSON)
+	}
+}
+
 func TestSimulateFlagValidation(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -224,7 +253,7 @@ func TestSimulateFlagValidation(t *testing.T) {
 		{[]string{"--add", "-1"}, "--add must not be negative"},
 		{[]string{"--remove", "-1"}, "--remove must not be negative"},
 		{[]string{"--instances", "3", "--remove", "3"}, "must leave at least one"},
-		{[]string{"-o", "yaml"}, "--output must be table or json"},
+		{[]string{"-o", "xml"}, `invalid argument "xml" for "-o, --output" flag: must be table, json or yaml`},
 		{[]string{"--algorithm", "maglev"}, `--algorithm "maglev" is not one of`},
 		{[]string{"--partitions", "0"}, "--partitions must be at least 1"},
 		{[]string{"--partitions", "16777217"}, "partition count"},

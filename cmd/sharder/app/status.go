@@ -15,18 +15,13 @@ import (
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
 
-// Output formats of `sharder status`.
-const (
-	outputTable = "table"
-	outputJSON  = "json"
-	outputYAML  = "yaml"
-)
-
 type statusOptions struct {
 	cluster clusterFlags
-	output  string
+	output  outputFormat
 	recount bool
-	now     func() time.Time
+	// drains and unassigned list the objects behind those counts.
+	drains, unassigned bool
+	now                func() time.Time
 	// wrap, when set, wraps the transport of every request (tests count
 	// requests with it).
 	wrap transport.WrapperFunc
@@ -52,19 +47,24 @@ long expired), which usually means the sharder is not running.
 With --recount the command counts everything itself from the objects' labels
 and the Leases, whether or not the sharder runs: it lists the metadata of every
 object of the rings' resources, and adds per instance its controlled objects,
-its drains, and the instances objects are labelled with that have no Lease.`,
+its drains, and the instances objects are labelled with that have no Lease.
+
+--drains lists each drain in flight: the main object, the instance holding it
+(none once a forced move released it), the instance the drain hands it to, and
+how long ago the drain label was last written, as the API server recorded it in
+the object's managedFields. The drain's timeout counts from when the leading
+sharder saw the drain begin, which only its memory holds: a drain older than
+the ring's drainTimeout is forced once the leader's own count ends.
+
+--unassigned lists the main objects without a shard label, and the controlled
+objects without one whose controller is of the ring's resources. Both list only
+the objects concerned, with a label selector, in the rings' namespaces.`,
 		Example: `  sharder status
   sharder status etcd-operator
   sharder status etcd-operator --recount
+  sharder status etcd-operator --drains --unassigned
   sharder status etcd-operator -o json`,
 		Args: cobra.MaximumNArgs(1),
-		PreRunE: func(*cobra.Command, []string) error {
-			switch o.output {
-			case outputTable, outputJSON, outputYAML:
-				return nil
-			}
-			return fmt.Errorf("--output %q: must be table, json or yaml", o.output)
-		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd.Context(), cmd.OutOrStdout(), args)
 		},
@@ -76,10 +76,13 @@ its drains, and the instances objects are labelled with that have no Lease.`,
 		},
 	}
 	o.cluster.addFlags(cmd.Flags())
-	cmd.Flags().StringVarP(&o.output, "output", "o", outputTable, "Output format: table, json or yaml.")
+	addOutputFlag(cmd, &o.output)
 	cmd.Flags().BoolVar(&o.recount, "recount", false,
 		"Count objects from their labels instead of reading the rings' status. Lists the metadata of every object of the rings' resources.")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{outputTable, outputJSON, outputYAML}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.Flags().BoolVar(&o.drains, "drains", false,
+		"List the drains in flight: each main object carrying the drain label, its instance, its target and since when the label is written. Lists the objects carrying the drain label.")
+	cmd.Flags().BoolVar(&o.unassigned, "unassigned", false,
+		"List the objects of the rings' resources without a shard label. Lists the objects without it.")
 	return cmd
 }
 
@@ -150,6 +153,11 @@ func (o *statusOptions) run(ctx context.Context, out io.Writer, args []string) e
 	}
 	if err != nil {
 		return err
+	}
+	if o.drains || o.unassigned {
+		if err := listRingObjects(ctx, c, m, rings, report, o.drains, o.unassigned); err != nil {
+			return err
+		}
 	}
 	return writeStatus(out, o.output, report)
 }

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,22 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 )
 
-func writeStatus(out io.Writer, format string, report *StatusReport) error {
-	switch format {
-	case outputJSON:
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(report)
-	case outputYAML:
-		data, err := yaml.Marshal(report)
-		if err != nil {
-			return fmt.Errorf("encoding YAML: %w", err)
-		}
-		_, err = out.Write(data)
-		return err
+func writeStatus(out io.Writer, format outputFormat, report *StatusReport) error {
+	if format.structured() {
+		return writeStructured(out, format, report)
 	}
 	return writeStatusTable(out, report)
 }
@@ -81,37 +69,124 @@ func writeStatusTable(out io.Writer, report *StatusReport) error {
 		for _, p := range r.Problems {
 			printf(out, "  problem: %s\n", oneLine(p))
 		}
-		if len(r.Instances) == 0 {
-			continue
+		if len(r.Instances) > 0 {
+			printf(out, "\n")
+			errs = append(errs, writeInstances(out, report, &r))
 		}
-		printf(out, "\n")
-		recounted := r.Source == sourceLabels
-		assigned := r.Objects - r.Unassigned
-		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		if recounted {
-			printf(tw, "  INSTANCE\tSTATE\tWEIGHT\tOBJECTS\tSHARE\tCONTROLLED\tDRAINS\tRENEWED\tNOTE\n")
-		} else {
-			printf(tw, "  INSTANCE\tSTATE\tWEIGHT\tOBJECTS\tSHARE\tRENEWED\tNOTE\n")
+		if r.DrainList != nil {
+			printf(out, "\n")
+			errs = append(errs, writeDrains(out, report, &r))
 		}
-		for _, inst := range r.Instances {
-			share := "-"
-			if assigned > 0 {
-				share = fmt.Sprintf("%.1f%%", 100*float64(inst.Objects)/float64(assigned))
-			}
-			weight := "-"
-			if inst.State != stateUnknownInstance {
-				weight = fmt.Sprint(inst.VirtualNodes)
-			}
-			counts := ""
-			if recounted {
-				counts = fmt.Sprintf("%d\t%d\t", ptr.Deref(inst.Controlled, 0), ptr.Deref(inst.Drains, 0))
-			}
-			printf(tw, "  %s\t%s\t%s\t%d\t%s\t%s%s\t%s\n",
-				inst.Name, inst.State, weight, inst.Objects, share, counts, renewed(inst.RenewTime, report.Time.Time), oneLine(inst.Note))
+		if r.UnassignedList != nil {
+			printf(out, "\n")
+			errs = append(errs, writeUnassigned(out, report, &r))
 		}
-		errs = append(errs, tw.Flush())
 	}
 	return errors.Join(errs...)
+}
+
+// writeInstances prints the table of the ring's instances.
+func writeInstances(out io.Writer, report *StatusReport, r *RingReport) error {
+	var errs []error
+	printf := func(w io.Writer, format string, a ...any) {
+		_, err := fmt.Fprintf(w, format, a...)
+		errs = append(errs, err)
+	}
+	recounted := r.Source == sourceLabels
+	assigned := r.Objects - r.Unassigned
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	if recounted {
+		printf(tw, "  INSTANCE\tSTATE\tWEIGHT\tOBJECTS\tSHARE\tCONTROLLED\tDRAINS\tRENEWED\tNOTE\n")
+	} else {
+		printf(tw, "  INSTANCE\tSTATE\tWEIGHT\tOBJECTS\tSHARE\tRENEWED\tNOTE\n")
+	}
+	for _, inst := range r.Instances {
+		share := "-"
+		if assigned > 0 {
+			share = fmt.Sprintf("%.1f%%", 100*float64(inst.Objects)/float64(assigned))
+		}
+		weight := "-"
+		if inst.State != stateUnknownInstance {
+			weight = fmt.Sprint(inst.VirtualNodes)
+		}
+		counts := ""
+		if recounted {
+			counts = fmt.Sprintf("%d\t%d\t", ptr.Deref(inst.Controlled, 0), ptr.Deref(inst.Drains, 0))
+		}
+		printf(tw, "  %s\t%s\t%s\t%d\t%s\t%s%s\t%s\n",
+			inst.Name, inst.State, weight, inst.Objects, share, counts, renewed(inst.RenewTime, report.Time.Time), oneLine(inst.Note))
+	}
+	errs = append(errs, tw.Flush())
+	return errors.Join(errs...)
+}
+
+// writeDrains prints the ring's drains in flight (--drains).
+func writeDrains(out io.Writer, report *StatusReport, r *RingReport) error {
+	if len(r.DrainList) == 0 {
+		_, err := fmt.Fprintf(out, "  No drains in flight (listed from the labels just now).\n")
+		return err
+	}
+	timeout := r.DrainTimeout.Duration
+	_, err := fmt.Fprintf(out, "  Drains in flight (listed from the labels just now):\n")
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	_, err2 := fmt.Fprintf(tw, "  NAMESPACE\tOBJECT\tINSTANCE\tTARGET\tLABELLED\tNOTE\n")
+	errs := []error{err, err2}
+	for _, d := range r.DrainList {
+		instance, target, labelled, note := d.Instance, d.Target, "-", ""
+		if instance == "" {
+			instance = "-"
+			note = "released by a forced move: assigned after the release grace"
+		}
+		if target == "" {
+			target = "-"
+			if d.Instance != "" {
+				note = "no target: acknowledged by removing both labels"
+			}
+		}
+		if d.Labelled != nil {
+			age := report.Time.Sub(d.Labelled.Time)
+			labelled = duration.HumanDuration(age) + " ago"
+			if d.Instance != "" && timeout > 0 && age > timeout {
+				note = joinNotes(note, fmt.Sprintf("labelled longer ago than drainTimeout %s: forced when the leader's own count ends", timeout))
+			}
+		}
+		_, err := fmt.Fprintf(tw, "  %s\t%s/%s\t%s\t%s\t%s\t%s\n", orDash(d.Namespace), d.Resource, d.Name, instance, target, labelled, note)
+		errs = append(errs, err)
+	}
+	return errors.Join(append(errs, tw.Flush())...)
+}
+
+// writeUnassigned prints the ring's objects without an assignment
+// (--unassigned).
+func writeUnassigned(out io.Writer, report *StatusReport, r *RingReport) error {
+	if len(r.UnassignedList) == 0 {
+		_, err := fmt.Fprintf(out, "  No unassigned objects (listed from the labels just now).\n")
+		return err
+	}
+	_, err := fmt.Fprintf(out, "  Unassigned objects (listed from the labels just now):\n")
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	_, err2 := fmt.Fprintf(tw, "  NAMESPACE\tOBJECT\tCREATED\tNOTE\n")
+	errs := []error{err, err2}
+	for _, u := range r.UnassignedList {
+		var note string
+		switch {
+		case u.Controller != "":
+			note = "follows its controller " + u.Controller
+		case u.Released:
+			note = "released by a forced move: assigned after the release grace"
+		}
+		_, err := fmt.Fprintf(tw, "  %s\t%s/%s\t%s\t%s\n", orDash(u.Namespace), u.Resource, u.Name,
+			duration.HumanDuration(report.Time.Sub(u.Created.Time))+" ago", note)
+		errs = append(errs, err)
+	}
+	return errors.Join(append(errs, tw.Flush())...)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // renewed says how long before now the Lease was last renewed.

@@ -38,6 +38,8 @@ type RingReport struct {
 	Name           string `json:"name"`
 	Algorithm      string `json:"algorithm"`
 	LeaseNamespace string `json:"leaseNamespace"`
+	// DrainTimeout is the ring's drainTimeout (its default when unset).
+	DrainTimeout metav1.Duration `json:"drainTimeout"`
 	// Source says where the counts and states come from: "status" (the
 	// ring's status as the sharder last wrote it) or "labels" (counted from
 	// the objects' labels and the Leases by the command, with --recount).
@@ -71,6 +73,11 @@ type RingReport struct {
 	// has no Lease in the ring: nobody reconciles them until the sharder
 	// moves them.
 	ObjectsWithoutLease int `json:"objectsWithoutLease,omitempty"`
+	// DrainList lists the drains in flight one by one (with --drains only),
+	// UnassignedList the objects without an assignment (with --unassigned
+	// only), both listed from the labels when the command ran.
+	DrainList      []DrainReport      `json:"drainList,omitzero"`
+	UnassignedList []UnassignedReport `json:"unassignedList,omitzero"`
 	// Problems are what the command could not read (resources not served or
 	// forbidden, Leases it may not list).
 	Problems []string `json:"problems,omitempty"`
@@ -109,6 +116,7 @@ func newRingReport(ring *v1alpha1.ControllerRing, source string) RingReport {
 		Name:               ring.Name,
 		Algorithm:          ring.Spec.EffectiveAlgorithm(),
 		LeaseNamespace:     ring.Spec.LeaseNamespace,
+		DrainTimeout:       metav1.Duration{Duration: ring.Spec.EffectiveDrainTimeout()},
 		Source:             source,
 		Generation:         ring.Generation,
 		ObservedGeneration: ring.Status.ObservedGeneration,

@@ -492,7 +492,7 @@ func TestStatusErrors(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring(`ControllerRing "no-such-ring" not found`)))
 
 	_, err = runStatus(t, "-o", "xml")
-	g.Expect(err).To(MatchError(ContainSubstring(`--output "xml"`)))
+	g.Expect(err).To(MatchError(`invalid argument "xml" for "-o, --output" flag: must be table, json or yaml`))
 
 	_, err = runStatus(t, "a", "b")
 	g.Expect(err).To(HaveOccurred())
