@@ -178,6 +178,17 @@ SCALE_ALGORITHM ?= consistent-hash-dense
 bench-scale: control-plane ## Measure one ring of SCALE_INSTANCES instances on a local control plane: the sharder's CPU while every Lease renews, and per membership change (writes docs/benchmarks-scale.md).
 	$(GO) run ./hack/bench --scale --instances $(SCALE_INSTANCES) --algorithm $(SCALE_ALGORITHM) --output docs/benchmarks-scale.md
 
+# One ring of BENCH_OBJECTS objects and 10 instances: BENCH_WATCHED_OBJECTS of
+# them assigned from the sharder's watch, the rest created in admission mode.
+# A million takes about half an hour, several GiB of memory and all of a small
+# machine, so it is run by hand.
+BENCH_OBJECTS ?= 1000000
+BENCH_WATCHED_OBJECTS ?= 100000
+
+.PHONY: bench-objects
+bench-objects: control-plane ## Measure one ring of BENCH_OBJECTS objects on a local control plane: the sharder's memory per object, start-up and scale-out, beside the API server's own figures (writes docs/benchmarks-objects.md).
+	$(GO) run ./hack/bench --many-objects --objects $(BENCH_OBJECTS) --watched-objects $(BENCH_WATCHED_OBJECTS) --create-workers 64 --output docs/benchmarks-objects.md
+
 # make demo runs on a local control plane; make demo CLUSTER=real on the real
 # one-node cluster, which it starts (make cluster) and leaves running.
 CLUSTER ?= local

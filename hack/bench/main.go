@@ -69,6 +69,9 @@ func main() {
 	flag.StringVar(&p.algorithm, "algorithm", "", "the ring's spec.algorithm (empty: the API's default); the normal mode's figures assume the default")
 	flag.DurationVar(&p.steady, "steady-duration", time.Minute, "--scale: length of the steady CPU measurement")
 	flag.IntVar(&p.workers, "create-workers", 32, "parallel requests when creating objects")
+	flag.BoolVar(&p.manyObjects, "many-objects", false, "measure one ring of --objects objects instead (make bench-objects), --instances instances (default 10) whose Leases this process holds; of the other flags only --algorithm, --output, --dir, --keep, --watched-objects, --create-workers, --profile-duration, --lease-duration, --sharder-arg and --sharder-env apply")
+	flag.IntVar(&p.watchedObjects, "watched-objects", 100000, "--many-objects: objects created before the sharder starts, assigned from its watch; the rest are created in admission mode")
+	flag.IntVar(&p.admittedObjects, "admitted-objects", 20000, "--many-objects: objects created through the sharder's assigning webhook; the rest are created with the label it gives, by the sharder's identity")
 	flag.Func("sharder-arg", "extra argument for `sharder run` (repeatable), e.g. --sharder-arg=--kube-api-qps=1000", func(s string) error {
 		p.sharderArgs = append(p.sharderArgs, s)
 		return nil
@@ -83,6 +86,23 @@ func main() {
 	})
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this benchmark process (not of the sharder) to the file")
 	flag.Parse()
+	if p.manyObjects {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["lease-duration"] {
+			p.leaseDuration = 15 * time.Second // the instance library's default
+		}
+		if !set["instances"] {
+			p.instances = 10
+		}
+		if !set["profile-duration"] {
+			p.profileDuration = 20 * time.Second
+		}
+		if p.watchedObjects < 1 || p.objects < p.watchedObjects+1 || p.leaseDuration < 3*time.Second {
+			fmt.Fprintln(os.Stderr, "bench: --many-objects needs --objects above --watched-objects (at least 1) and a --lease-duration of at least 3s")
+			os.Exit(2)
+		}
+	}
 	if p.scale {
 		leaseSet := false
 		flag.Visit(func(f *flag.Flag) { leaseSet = leaseSet || f.Name == "lease-duration" })

@@ -68,6 +68,13 @@ type params struct {
 	leaderLease time.Duration
 	// revision is the commit the sharder is built from (scale mode).
 	revision string
+	// The objects mode (objects.go).
+	manyObjects     bool
+	watchedObjects  int
+	admittedObjects int
+	// apiServerFlags and etcdFlags are added to the control plane's
+	// command lines.
+	apiServerFlags, etcdFlags map[string]string
 }
 
 // row is one line of the results table.
@@ -115,6 +122,9 @@ type bench struct {
 func run(ctx context.Context, p params) error {
 	if p.scale {
 		return runScale(ctx, p)
+	}
+	if p.manyObjects {
+		return runObjects(ctx, p)
 	}
 	return onCluster(p, "sharder-bench-", func(b *bench) error {
 		start := time.Now()
@@ -179,7 +189,8 @@ func onCluster(p params, pattern string, fn func(*bench) error) (err error) {
 	}
 	p.loadBefore = loadAverage()
 	fmt.Println("building the sharder and starting the local control plane ...")
-	cl, err := localrun.NewCluster(localrun.ClusterOptions{Dir: dir, CRDs: []string{"config/crd/bases"}})
+	cl, err := localrun.NewCluster(localrun.ClusterOptions{Dir: dir, CRDs: []string{"config/crd/bases"},
+		APIServerFlags: p.apiServerFlags, EtcdFlags: p.etcdFlags})
 	if err != nil {
 		return err
 	}

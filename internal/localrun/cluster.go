@@ -34,6 +34,9 @@ type ClusterOptions struct {
 	PlainController bool
 	// Scheme of the admin client. Default: Scheme().
 	Scheme *runtime.Scheme
+	// APIServerFlags and EtcdFlags are added to kube-apiserver's and etcd's
+	// command lines (testenv.Options). Default: none.
+	APIServerFlags, EtcdFlags map[string]string
 }
 
 // Cluster is a local control plane with the sharder's binaries and the
@@ -70,7 +73,8 @@ func NewCluster(opts ClusterOptions) (*Cluster, error) {
 	if c.Binaries, err = Build(BuildOptions{Dir: filepath.Join(opts.Dir, "bin"), Operator: opts.Operator, PlainController: opts.PlainController}); err != nil {
 		return nil, err
 	}
-	if c.ControlPlane, err = StartControlPlane(ControlPlaneOptions{Dir: filepath.Join(opts.Dir, "kubeconfigs"), CRDs: opts.CRDs, Scheme: opts.Scheme}); err != nil {
+	if c.ControlPlane, err = StartControlPlane(ControlPlaneOptions{Dir: filepath.Join(opts.Dir, "kubeconfigs"), CRDs: opts.CRDs, Scheme: opts.Scheme,
+		APIServerFlags: opts.APIServerFlags, EtcdFlags: opts.EtcdFlags}); err != nil {
 		return nil, err
 	}
 	if c.SharderUser, err = c.ControlPlane.AddUser("sharder", SharderUserName, "system:masters"); err != nil {

@@ -43,6 +43,9 @@ type ControlPlaneOptions struct {
 	// Scheme is the scheme of the admin client. Default: client-go's scheme
 	// plus the sharder's API.
 	Scheme *runtime.Scheme
+	// APIServerFlags and EtcdFlags are added to kube-apiserver's and etcd's
+	// command lines (testenv.Options). Default: none.
+	APIServerFlags, EtcdFlags map[string]string
 }
 
 // ControlPlane is a running etcd and kube-apiserver.
@@ -75,7 +78,8 @@ func StartControlPlane(opts ControlPlaneOptions) (*ControlPlane, error) {
 	if opts.Scheme == nil {
 		opts.Scheme = Scheme()
 	}
-	env, err := testenv.Start(testenv.Options{CRDDirectoryPaths: opts.CRDs, Scheme: opts.Scheme})
+	env, err := testenv.Start(testenv.Options{CRDDirectoryPaths: opts.CRDs, Scheme: opts.Scheme,
+		APIServerFlags: opts.APIServerFlags, EtcdFlags: opts.EtcdFlags})
 	if err != nil {
 		return nil, err
 	}

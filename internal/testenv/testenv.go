@@ -44,6 +44,12 @@ type Options struct {
 
 	// WebhookInstallOptions are passed to envtest unchanged. Default: none.
 	WebhookInstallOptions envtest.WebhookInstallOptions
+
+	// APIServerFlags and EtcdFlags are set on kube-apiserver's and etcd's
+	// command lines (flag name without dashes to value), over envtest's
+	// defaults, e.g. a larger etcd quota for a benchmark with many objects.
+	// Default: none.
+	APIServerFlags, EtcdFlags map[string]string
 }
 
 // Env is a running control plane.
@@ -133,6 +139,15 @@ func Start(opts Options) (*Env, error) {
 		WebhookInstallOptions:    opts.WebhookInstallOptions,
 		ControlPlaneStartTimeout: 60 * time.Second,
 		ControlPlaneStopTimeout:  30 * time.Second,
+	}
+	for name, value := range opts.APIServerFlags {
+		te.ControlPlane.GetAPIServer().Configure().Set(name, value)
+	}
+	if len(opts.EtcdFlags) > 0 {
+		te.ControlPlane.Etcd = &envtest.Etcd{}
+		for name, value := range opts.EtcdFlags {
+			te.ControlPlane.Etcd.Configure().Set(name, value)
+		}
 	}
 	cfg, err := te.Start()
 	if err != nil {
