@@ -40,6 +40,23 @@ const (
 	// DrainLabelPrefix + ring name is the label asking the instance to let go
 	// of an object; its value is "true".
 	DrainLabelPrefix = "drain.sharder.dev/"
+
+	// SlotLabelPrefix + ring name is the label holding an object's slot in a
+	// ring of unit Slots: a decimal number below the ring's slot count, set
+	// once and never changed (docs/design.md §11).
+	SlotLabelPrefix = "slot.sharder.dev/"
+	// AnnotationSlotsAcknowledged on a held instance Lease of a ring of unit
+	// Slots is the instance's acknowledgement, "<ring UID>/<revision>": it
+	// holds none of the slots that the ring's slot table of that revision or
+	// an earlier one asked it to release, and reconciles none of their
+	// objects.
+	AnnotationSlotsAcknowledged = "sharder.dev/slots-acknowledged"
+	// AnnotationFenced on an instance Lease the sharder took says that it
+	// took the Lease to fence a ready instance that did not acknowledge a
+	// release within the ring's drainTimeout: the instance's slots are
+	// granted to others one lease duration of the instance after the
+	// takeover. The value is "true".
+	AnnotationFenced = "sharder.dev/fenced"
 )
 
 // ShardLabel returns the label key carrying the instance an object of ring is
@@ -48,6 +65,9 @@ func ShardLabel(ring string) string { return ShardLabelPrefix + ring }
 
 // DrainLabel returns the label key asking an instance of ring to drain an object.
 func DrainLabel(ring string) string { return DrainLabelPrefix + ring }
+
+// SlotLabel returns the label key carrying the slot of an object of ring.
+func SlotLabel(ring string) string { return SlotLabelPrefix + ring }
 
 // Built-in algorithms a ring can use; a sharder built with more registered
 // (ring.Register) accepts their names too.
@@ -65,9 +85,16 @@ const (
 	DefaultVirtualNodes = 512
 	DefaultDrainTimeout = 30 // seconds
 	DefaultRestartHold  = 30 // seconds
+	DefaultSlotCount    = 256
+	// MaxSlotCount bounds spec.assignment.slots.count: a table of that many
+	// scattered slots stays well under 100 KB of the ring's status.
+	MaxSlotCount = 16384
 )
 
 // ControllerRingSpec declares which resources are sharded over which instances.
+// +kubebuilder:validation:XValidation:rule="(has(self.assignment) && has(self.assignment.unit) ? self.assignment.unit : 'Objects') == (has(oldSelf.assignment) && has(oldSelf.assignment.unit) ? oldSelf.assignment.unit : 'Objects')",message="spec.assignment.unit cannot change: create a new ring instead"
+// +kubebuilder:validation:XValidation:rule="(has(self.assignment) && has(self.assignment.slots) && has(self.assignment.slots.count) ? self.assignment.slots.count : 256) == (has(oldSelf.assignment) && has(oldSelf.assignment.slots) && has(oldSelf.assignment.slots.count) ? oldSelf.assignment.slots.count : 256)",message="spec.assignment.slots.count cannot change: an object's slot depends on it"
+// +kubebuilder:validation:XValidation:rule="(has(self.assignment) && has(self.assignment.slots) && has(self.assignment.slots.key) ? self.assignment.slots.key : 'Object') == (has(oldSelf.assignment) && has(oldSelf.assignment.slots) && has(oldSelf.assignment.slots.key) ? oldSelf.assignment.slots.key : 'Object')",message="spec.assignment.slots.key cannot change: an object's slot depends on it"
 // +kubebuilder:validation:XValidation:rule="self.resources.all(r, self.resources.exists_one(o, o.resource == r.resource && (((has(o.group) ? o.group.size() : 0) == 0 && (has(r.group) ? r.group.size() : 0) == 0) || (has(o.group) && has(r.group) && o.group == r.group))))",message="a resource is listed more than once in spec.resources"
 type ControllerRingSpec struct {
 	// LeaseNamespace is the namespace holding the instances' Leases, each
@@ -151,8 +178,9 @@ type ControllerRingSpec struct {
 	// +optional
 	Webhook *RingWebhook `json:"webhook,omitempty"`
 
-	// Assignment chooses when new objects of the ring get their shard label.
-	// Default: mode Watch.
+	// Assignment chooses when new objects of the ring get their label, and
+	// whether the sharder assigns objects or slots to instances.
+	// Default: mode Watch, unit Objects.
 	// +optional
 	Assignment *RingAssignment `json:"assignment,omitempty"`
 }
@@ -168,7 +196,31 @@ const (
 	AssignmentAdmission = "Admission"
 )
 
+// Assignment units of a ring (spec.assignment.unit).
+const (
+	// AssignmentUnitObjects: the sharder assigns each object to an instance
+	// and writes the instance into the object's shard label; moves write
+	// the object (docs/design.md §5).
+	AssignmentUnitObjects = "Objects"
+	// AssignmentUnitSlots: every object carries a slot label written once;
+	// the sharder assigns slots to instances in the ring's status and moves
+	// slots without writing any object (docs/design.md §11).
+	AssignmentUnitSlots = "Slots"
+)
+
+// Keys of an object's slot (spec.assignment.slots.key).
+const (
+	// SlotKeyObject: the slot of a main object is computed from its hash
+	// key <group>/<Kind>/<namespace>/<name>, as object mode maps it.
+	SlotKeyObject = "Object"
+	// SlotKeyNamespace: the slot of a main object is computed from its
+	// namespace, with the hash of the API server's sharded list and watch,
+	// so that an instance may select its slots with a shard selector.
+	SlotKeyNamespace = "Namespace"
+)
+
 // RingAssignment configures how the ring's new objects are assigned.
+// +kubebuilder:validation:XValidation:rule="!has(self.slots) || (has(self.unit) && self.unit == 'Slots')",message="spec.assignment.slots applies to unit Slots only"
 type RingAssignment struct {
 	// Mode is Watch (the sharder labels new objects from its watch, after
 	// they are created) or Admission (a mutating webhook labels new objects
@@ -179,6 +231,50 @@ type RingAssignment struct {
 	// +kubebuilder:default=Watch
 	// +kubebuilder:validation:Enum=Watch;Admission
 	Mode string `json:"mode,omitempty"`
+
+	// Unit is what the sharder assigns to instances: Objects (each object's
+	// shard label names its instance, and a move writes the object) or
+	// Slots (each object's slot label, written once, names one of the ring's
+	// slots; the sharder assigns slots to instances in the ring's status and
+	// moves them without writing any object). Fixed when the ring is
+	// created. Rings of instances run by sharder agent need Objects.
+	// Default: Objects.
+	// +optional
+	// +kubebuilder:default=Objects
+	// +kubebuilder:validation:Enum=Objects;Slots
+	Unit string `json:"unit,omitempty"`
+
+	// Slots configures the slots of a ring of unit Slots. Fixed when the
+	// ring is created.
+	// Default: count 256, key Object.
+	// +optional
+	Slots *RingSlots `json:"slots,omitempty"`
+}
+
+// RingSlots configures the slots of a ring of unit Slots. Neither field can
+// change after the ring is created: an object's slot depends on both.
+type RingSlots struct {
+	// Count is the number of slots. Each ready instance holds its weighted
+	// share of them to within one slot, so choose well above the number of
+	// instances (at least 16 times the most expected).
+	// Default: 256.
+	// +optional
+	// +kubebuilder:default=256
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16384
+	Count int32 `json:"count,omitempty"`
+
+	// Key is what a main object's slot is computed from: Object (its hash
+	// key, as object mode maps it) or Namespace (its namespace, with the
+	// hash of the API server's sharded list and watch, so that all objects
+	// of a namespace share a slot and instances may select their slots with
+	// a shard selector). Controlled objects take their controller's slot
+	// either way.
+	// Default: Object.
+	// +optional
+	// +kubebuilder:default=Object
+	// +kubebuilder:validation:Enum=Object;Namespace
+	Key string `json:"key,omitempty"`
 }
 
 // RingResource is a main resource of a ring and the resources it controls.
@@ -272,6 +368,49 @@ type ControllerRingStatus struct {
 	// +listType=map
 	// +listMapKey=name
 	Members []MemberStatus `json:"members,omitempty"`
+	// Slots is the slot table of a ring of unit Slots: which instance holds
+	// which slot. Written by the leading sharder only, each write locked on
+	// the ring's resourceVersion (docs/design.md §11).
+	// +optional
+	Slots *SlotTable `json:"slots,omitempty"`
+}
+
+// SlotTable is the assignment of a ring's slots to its instances. A slot in
+// no instance's lists is unassigned.
+type SlotTable struct {
+	// Revision grows by one with every change of the table. Instances
+	// ignore a table older than one they acted on, and acknowledge releases
+	// by revision.
+	Revision int64 `json:"revision"`
+	// Instances are the instances holding slots, sorted by name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Instances []SlotHolder `json:"instances,omitempty"`
+}
+
+// SlotHolder is one instance's slots in a slot table. Slot lists are
+// comma-separated slot numbers and ranges, ascending ("0-63,128").
+type SlotHolder struct {
+	// Name is the instance ID (= Lease name).
+	Name string `json:"name"`
+	// Granted are the slots the instance watches and reconciles.
+	// +optional
+	Granted string `json:"granted,omitempty"`
+	// Releasing are the slots the instance is asked to let go of, grouped
+	// by the revision of the table that asked; it may still reconcile their
+	// objects until it acknowledges that revision.
+	// +optional
+	// +listType=atomic
+	Releasing []SlotRelease `json:"releasing,omitempty"`
+}
+
+// SlotRelease is a set of slots asked to be released by one table revision.
+type SlotRelease struct {
+	// Revision is the revision of the table that asked for the release.
+	Revision int64 `json:"revision"`
+	// Slots are the slots asked for.
+	Slots string `json:"slots"`
 }
 
 // MemberStatus is one instance of a ring.
@@ -287,6 +426,9 @@ type MemberStatus struct {
 	// Objects is the number of main objects assigned to the instance.
 	// +optional
 	Objects int32 `json:"objects"`
+	// Slots is the number of slots granted to the instance (unit Slots).
+	// +optional
+	Slots int32 `json:"slots,omitempty"`
 }
 
 // ControllerRing declares a ring: resources whose objects are spread over the

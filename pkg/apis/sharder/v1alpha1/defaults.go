@@ -76,3 +76,26 @@ func (s *ControllerRingSpec) EffectiveRestartHold() time.Duration {
 func (s *ControllerRingSpec) AssignsAtAdmission() bool {
 	return s.Assignment != nil && s.Assignment.Mode == AssignmentAdmission
 }
+
+// AssignsSlots reports whether spec.assignment.unit is Slots.
+func (s *ControllerRingSpec) AssignsSlots() bool {
+	return s.Assignment != nil && s.Assignment.Unit == AssignmentUnitSlots
+}
+
+// EffectiveSlotCount returns spec.assignment.slots.count, or
+// DefaultSlotCount when unset or not positive.
+func (s *ControllerRingSpec) EffectiveSlotCount() int {
+	if s.Assignment == nil || s.Assignment.Slots == nil || s.Assignment.Slots.Count < 1 {
+		return DefaultSlotCount
+	}
+	return int(s.Assignment.Slots.Count)
+}
+
+// EffectiveSlotKey returns spec.assignment.slots.key, or SlotKeyObject when
+// unset.
+func (s *ControllerRingSpec) EffectiveSlotKey() string {
+	if s.Assignment == nil || s.Assignment.Slots == nil || s.Assignment.Slots.Key == "" {
+		return SlotKeyObject
+	}
+	return s.Assignment.Slots.Key
+}
