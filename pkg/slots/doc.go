@@ -1,0 +1,20 @@
+// Package slots is slot mode without I/O (docs/design.md §11): a ring of
+// unit Slots labels every object once with its slot, and the sharder
+// assigns the ring's slots, not its objects, to instances.
+//
+// Most callers need:
+//
+//   - ForObjectKey, ForNamespace: the slot of a main object, from its hash
+//     key (ring.ObjectKey) or its namespace, for a ring's slot count.
+//   - Table, FromStatus and Table.Status: the slot table, as the ring's
+//     status carries it (v1alpha1.SlotTable).
+//   - Plan: where each slot belongs, from the table and the ready
+//     instances with their weights: balanced to within one slot of the
+//     weighted ideal, moving as few slots as such a balance allows.
+//   - Step: the table's state machine as one pure decision: which slots
+//     to grant, release, take back, or grant after an acknowledgement, and
+//     which instances to fence, from the table, the instances' states and
+//     acknowledgements, and the time.
+//   - Group and ShardSelector: how an instance selects its slots, by watch
+//     group, with a label selector or the API server's shard selector.
+package slots
