@@ -56,8 +56,11 @@ func newLeaderLock(cfg *rest.Config, le config.LeaderElection) (*leaderLock, err
 		return nil, fmt.Errorf("creating the leader election client: %w", err)
 	}
 	events := &laterRecorder{}
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, le.Namespace, le.LeaseName, core, coordination,
-		resourcelock.ResourceLockConfig{Identity: id, EventRecorder: events})
+	// The election writes the label with every acquisition and renewal, so
+	// the Lease names the version of the replica that last wrote it, and
+	// `sharder version` finds it by the label.
+	lock, err := resourcelock.NewWithLabels(resourcelock.LeasesResourceLock, le.Namespace, le.LeaseName, core, coordination,
+		resourcelock.ResourceLockConfig{Identity: id, EventRecorder: events}, map[string]string{labelVersion: versionLabelValue(Version())})
 	if err != nil {
 		return nil, fmt.Errorf("creating the leader election lock: %w", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -38,6 +39,55 @@ type uninstallOptions struct {
 	sharderWait time.Duration
 	// dryRun reads what uninstall would remove and changes nothing.
 	dryRun bool
+	output outputFormat
+
+	// report collects the steps as they are taken.
+	report UninstallReport
+}
+
+// Kinds of UninstallStep besides the API kinds of the objects removed.
+const (
+	kindVWC = "ValidatingWebhookConfiguration"
+	// kindResource: the objects of a resource of the ring, whose labels
+	// the step removes.
+	kindResource = "Resource"
+)
+
+// UninstallReport is what `sharder uninstall` did, or would do with
+// --dry-run, step by step in the order taken.
+type UninstallReport struct {
+	Ring   string          `json:"ring"`
+	DryRun bool            `json:"dryRun"`
+	Steps  []UninstallStep `json:"steps"`
+}
+
+// UninstallStep is one step of `sharder uninstall`.
+type UninstallStep struct {
+	// Kind is ControllerRing, ValidatingWebhookConfiguration,
+	// MutatingWebhookConfiguration or Resource (the objects of one of the
+	// ring's resources, whose labels the step removes).
+	Kind string `json:"kind"`
+	// Name is the object's name, or the resource as RESOURCE.GROUP.
+	Name string `json:"name"`
+	// Result says what the step did or, with --dry-run, would do.
+	Result string `json:"result"`
+	// Objects counts the objects whose labels the step removed, or would
+	// remove (kind Resource only).
+	Objects *int `json:"objects,omitempty"`
+}
+
+// step records s; in the table format it prints it at once, as a line of
+// progress.
+func (o *uninstallOptions) step(out io.Writer, s UninstallStep) {
+	o.report.Steps = append(o.report.Steps, s)
+	if o.output.structured() {
+		return
+	}
+	if s.Kind == kindResource {
+		fmt.Fprintf(out, "%s: %s\n", s.Name, s.Result)
+		return
+	}
+	fmt.Fprintf(out, "%s %s: %s\n", s.Kind, s.Name, s.Result)
 }
 
 // NewUninstallCommand returns `sharder uninstall`.
@@ -69,9 +119,14 @@ their objects by the shard label: once it is removed they see none, so stop
 them first. Running it again finishes what an interrupted run left.
 
 With --dry-run it reads the same and prints what it would remove, counting
-the labelled objects, and changes nothing.`,
+the labelled objects, and changes nothing.
+
+The table format prints each step as it is taken; -o json and -o yaml print
+all the steps at the end, also when a step failed (the error follows on
+standard error).`,
 		Example: `  sharder uninstall etcd-operator
   sharder uninstall etcd-operator --dry-run
+  sharder uninstall etcd-operator --dry-run -o json
   sharder uninstall etcd-operator --resource etcdclusters.etcd.example.sharder.dev --resource statefulsets.apps`,
 		Args: cobra.ExactArgs(1),
 		PreRunE: func(_ *cobra.Command, args []string) error {
@@ -83,7 +138,12 @@ the labelled objects, and changes nothing.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
 			defer cancel()
-			return o.run(ctx, cmd.OutOrStdout(), args[0])
+			o.report = UninstallReport{Ring: args[0], DryRun: o.dryRun, Steps: []UninstallStep{}}
+			err := o.run(ctx, cmd.OutOrStdout(), args[0])
+			if o.output.structured() {
+				err = errors.Join(err, writeStructured(cmd.OutOrStdout(), o.output, &o.report))
+			}
+			return err
 		},
 	}
 	o.cluster.addFlags(cmd.Flags())
@@ -95,6 +155,7 @@ the labelled objects, and changes nothing.`,
 	cmd.Flags().DurationVar(&o.sharderWait, "sharder-wait", time.Minute,
 		"How long the deleted ControllerRing waits for a running sharder to remove its labels (its finalizer "+v1alpha1.FinalizerLabels+") before uninstall removes the finalizer and the labels itself.")
 	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "Print what would be removed (the ring, its webhook entries, the number of labelled objects per resource) and change nothing.")
+	addOutputFlag(cmd, &o.output)
 	return cmd
 }
 
@@ -151,14 +212,14 @@ func (o *uninstallOptions) deleteRing(ctx context.Context, out io.Writer, c clie
 	ring := &v1alpha1.ControllerRing{}
 	if err := c.Get(ctx, types.NamespacedName{Name: ringName}, ring); err != nil {
 		if apierrors.IsNotFound(err) {
-			fmt.Fprintf(out, "ControllerRing %s: not found\n", ringName)
+			o.step(out, UninstallStep{Kind: "ControllerRing", Name: ringName, Result: "not found"})
 			return nil, nil
 		}
 		return nil, fmt.Errorf("reading ControllerRing %s: %w", ringName, err)
 	}
 	resources := append(ring.Spec.MainResources(), ring.Spec.ControlledResources()...)
 	if o.dryRun {
-		fmt.Fprintf(out, "ControllerRing %s: would be deleted\n", ringName)
+		o.step(out, UninstallStep{Kind: "ControllerRing", Name: ringName, Result: "would be deleted"})
 		return unique(resources), nil
 	}
 	if err := c.Delete(ctx, ring); err != nil && !apierrors.IsNotFound(err) {
@@ -181,7 +242,7 @@ func (o *uninstallOptions) deleteRing(ctx context.Context, out io.Writer, c clie
 	if err != nil {
 		return nil, fmt.Errorf("waiting for ControllerRing %s to be deleted: %w", ringName, err)
 	}
-	fmt.Fprintf(out, "ControllerRing %s: deleted\n", ringName)
+	o.step(out, UninstallStep{Kind: "ControllerRing", Name: ringName, Result: "deleted"})
 	return unique(resources), nil
 }
 
@@ -200,8 +261,8 @@ func (o *uninstallOptions) removeFinalizer(ctx context.Context, out io.Writer, c
 	case err != nil:
 		return fmt.Errorf("removing finalizer %s: %w", v1alpha1.FinalizerLabels, err)
 	}
-	fmt.Fprintf(out, "ControllerRing %s: no sharder removed its labels within %s: finalizer %s removed, the labels are removed here\n",
-		ring.Name, o.sharderWait, v1alpha1.FinalizerLabels)
+	o.step(out, UninstallStep{Kind: "ControllerRing", Name: ring.Name, Result: fmt.Sprintf(
+		"no sharder removed its labels within %s: finalizer %s removed, the labels are removed here", o.sharderWait, v1alpha1.FinalizerLabels)})
 	return nil
 }
 
@@ -212,7 +273,7 @@ func (o *uninstallOptions) removeWebhooks(ctx context.Context, out io.Writer, c 
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	if err := c.Get(ctx, types.NamespacedName{Name: o.configurationName}, cfg); err != nil {
 		if apierrors.IsNotFound(err) {
-			fmt.Fprintf(out, "ValidatingWebhookConfiguration %s: not found\n", o.configurationName)
+			o.step(out, UninstallStep{Kind: kindVWC, Name: o.configurationName, Result: "not found"})
 			return nil, nil
 		}
 		return nil, fmt.Errorf("reading ValidatingWebhookConfiguration %s: %w", o.configurationName, err)
@@ -237,7 +298,7 @@ func (o *uninstallOptions) removeWebhooks(ctx context.Context, out io.Writer, c 
 	}
 	switch {
 	case len(kept) == len(cfg.Webhooks):
-		fmt.Fprintf(out, "ValidatingWebhookConfiguration %s: no webhooks of ring %s\n", o.configurationName, ringName)
+		o.step(out, UninstallStep{Kind: kindVWC, Name: o.configurationName, Result: "no webhooks of ring " + ringName})
 		return nil, nil
 	case len(kept) == 0:
 		if !o.dryRun {
@@ -245,7 +306,7 @@ func (o *uninstallOptions) removeWebhooks(ctx context.Context, out io.Writer, c 
 				return nil, fmt.Errorf("deleting ValidatingWebhookConfiguration %s: %w", o.configurationName, err)
 			}
 		}
-		fmt.Fprintf(out, "ValidatingWebhookConfiguration %s: %s (no other ring)\n", o.configurationName, o.would("deleted", "would be deleted"))
+		o.step(out, UninstallStep{Kind: kindVWC, Name: o.configurationName, Result: o.would("deleted", "would be deleted") + " (no other ring)"})
 	default:
 		cfg.Webhooks = kept
 		if !o.dryRun {
@@ -253,7 +314,7 @@ func (o *uninstallOptions) removeWebhooks(ctx context.Context, out io.Writer, c 
 				return nil, fmt.Errorf("removing the webhooks of ring %s from ValidatingWebhookConfiguration %s: %w", ringName, o.configurationName, err)
 			}
 		}
-		fmt.Fprintf(out, "ValidatingWebhookConfiguration %s: webhooks of ring %s %s\n", o.configurationName, ringName, o.would("removed", "would be removed"))
+		o.step(out, UninstallStep{Kind: kindVWC, Name: o.configurationName, Result: "webhooks of ring " + ringName + " " + o.would("removed", "would be removed")})
 	}
 	return unique(resources), nil
 }
@@ -298,7 +359,8 @@ func (o *uninstallOptions) removeLabels(ctx context.Context, out io.Writer, c cl
 				return err
 			}
 		}
-		fmt.Fprintf(out, "%s: labels of ring %s %s %d objects\n", gr, ringName, o.would("removed from", "would be removed from"), removed)
+		o.step(out, UninstallStep{Kind: kindResource, Name: gr.String(), Objects: ptr.To(removed),
+			Result: fmt.Sprintf("labels of ring %s %s %d objects", ringName, o.would("removed from", "would be removed from"), removed)})
 	}
 	return nil
 }

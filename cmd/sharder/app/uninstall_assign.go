@@ -21,7 +21,7 @@ func (o *uninstallOptions) removeAssignWebhook(ctx context.Context, out io.Write
 	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
 	if err := c.Get(ctx, types.NamespacedName{Name: o.configurationName}, cfg); err != nil {
 		if apierrors.IsNotFound(err) {
-			fmt.Fprintf(out, "%s %s: not found\n", kind, o.configurationName)
+			o.step(out, UninstallStep{Kind: kind, Name: o.configurationName, Result: "not found"})
 			return nil
 		}
 		return fmt.Errorf("reading %s %s: %w", kind, o.configurationName, err)
@@ -35,14 +35,14 @@ func (o *uninstallOptions) removeAssignWebhook(ctx context.Context, out io.Write
 	}
 	switch {
 	case len(kept) == len(cfg.Webhooks):
-		fmt.Fprintf(out, "%s %s: no webhook of ring %s\n", kind, o.configurationName, ringName)
+		o.step(out, UninstallStep{Kind: kind, Name: o.configurationName, Result: "no webhook of ring " + ringName})
 	case len(kept) == 0:
 		if !o.dryRun {
 			if err := c.Delete(ctx, cfg, client.Preconditions{UID: &cfg.UID, ResourceVersion: &cfg.ResourceVersion}); err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("deleting %s %s: %w", kind, o.configurationName, err)
 			}
 		}
-		fmt.Fprintf(out, "%s %s: %s (no other ring in admission mode)\n", kind, o.configurationName, o.would("deleted", "would be deleted"))
+		o.step(out, UninstallStep{Kind: kind, Name: o.configurationName, Result: o.would("deleted", "would be deleted") + " (no other ring in admission mode)"})
 	default:
 		cfg.Webhooks = kept
 		if !o.dryRun {
@@ -50,7 +50,7 @@ func (o *uninstallOptions) removeAssignWebhook(ctx context.Context, out io.Write
 				return fmt.Errorf("removing the webhook of ring %s from %s %s: %w", ringName, kind, o.configurationName, err)
 			}
 		}
-		fmt.Fprintf(out, "%s %s: webhook of ring %s %s\n", kind, o.configurationName, ringName, o.would("removed", "would be removed"))
+		o.step(out, UninstallStep{Kind: kind, Name: o.configurationName, Result: "webhook of ring " + ringName + " " + o.would("removed", "would be removed")})
 	}
 	return nil
 }

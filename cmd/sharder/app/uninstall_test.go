@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
@@ -147,6 +149,22 @@ func TestUninstallRemovesARing(t *testing.T) {
 		g.Expect(got.GetLabels()).To(Equal(o.GetLabels()), "a dry run leaves the labels of %s", o.GetName())
 	}
 
+	// The same dry run for scripts: every step, in order, with the counts.
+	out, err = runUninstall(t, ring, "--webhook-configuration-name", vwc.Name, "--dry-run", "-o", "json")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	report := &UninstallReport{}
+	g.Expect(json.Unmarshal([]byte(out), report)).To(Succeed(), out)
+	g.Expect(report.Ring).To(Equal(ring))
+	g.Expect(report.DryRun).To(BeTrue())
+	g.Expect(report.Steps).To(Equal([]UninstallStep{
+		{Kind: "ControllerRing", Name: ring, Result: "would be deleted"},
+		{Kind: "MutatingWebhookConfiguration", Name: vwc.Name, Result: "webhook of ring " + ring + " would be removed"},
+		{Kind: "ValidatingWebhookConfiguration", Name: vwc.Name, Result: "webhooks of ring " + ring + " would be removed"},
+		{Kind: "Resource", Name: "configmaps", Result: "labels of ring " + ring + " would be removed from 3 objects", Objects: ptr.To(3)},
+		{Kind: "Resource", Name: "secrets", Result: "labels of ring " + ring + " would be removed from 1 objects", Objects: ptr.To(1)},
+	}))
+	g.Expect(env().Client.Get(ctx, types.NamespacedName{Name: ring}, &v1alpha1.ControllerRing{})).To(Succeed(), "a dry run deletes no ring")
+
 	out, err = runUninstall(t, ring, "--webhook-configuration-name", vwc.Name)
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(out).To(ContainSubstring("configmaps: labels of ring " + ring + " removed from 3 objects"))
@@ -188,8 +206,12 @@ func TestUninstallRemovesARing(t *testing.T) {
 	g.Expect(out).To(ContainSubstring("removed from 0 objects"))
 
 	// The last ring takes the configuration with it.
-	out, err = runUninstall(t, other, "--webhook-configuration-name", vwc.Name)
+	out, err = runUninstall(t, other, "--webhook-configuration-name", vwc.Name, "-o", "yaml")
 	g.Expect(err).NotTo(HaveOccurred(), out)
+	report = &UninstallReport{}
+	g.Expect(yaml.UnmarshalStrict([]byte(out), report)).To(Succeed(), out)
+	g.Expect(report.DryRun).To(BeFalse())
+	g.Expect(report.Steps).To(ContainElement(UninstallStep{Kind: "ValidatingWebhookConfiguration", Name: vwc.Name, Result: "deleted (no other ring)"}))
 	err = env().Client.Get(ctx, client.ObjectKeyFromObject(vwc), vwc)
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the configuration is deleted with its last ring: %v", err)
 	err = env().Client.Get(ctx, client.ObjectKeyFromObject(mwc), mwc)
