@@ -38,40 +38,77 @@ func RingMembers(algorithm string, ringDefault int, members []Member) ([]ring.Me
 }
 
 // Rings builds the ring of each named ring from its members and keeps the
-// last one built per ring, so that a ring is rebuilt only when its
+// last keptBuilds built per ring, so that a ring is rebuilt only when its
 // algorithm or its ready instances and their weights change, never per
-// object. It is safe for concurrent use: each ring has a lock of its own,
-// so a long build of one ring delays only other builds of the same ring.
+// object. One Rings is meant to be shared by every user of a process's rings
+// (the assignment and the webhook of a sharder): for a membership both have
+// seen, the second gets the first's ring; while they briefly see two
+// memberships (one has observed a Lease the other has not yet), each of the
+// two rings is built once, not once per turn. A new ring is derived from the
+// ring built last for the same name and algorithm where the algorithm can
+// (ring.NewFrom): after one instance joins or leaves, a consistent-hash-dense
+// ring of 1,000 instances costs a few milliseconds rather than a build.
+//
+// It is safe for concurrent use: each ring has a lock of its own, so a long
+// build of one ring delays only other builds of the same ring.
 type Rings struct {
+	// Built, when set, is called after each build with the ring's name
+	// (not when a kept ring is returned).
+	Built func(name string)
+
 	mu    sync.Mutex // guards slots, never held during a build
 	slots map[string]*ringSlot
 }
 
-// ringSlot is one ring's last build; mu serializes the ring's builds.
+// keptBuilds is how many builds Rings keeps per ring: the rings of the two
+// memberships that two users of one ring see while a change reaches one of
+// them before the other.
+const keptBuilds = 2
+
+// ringSlot is one ring's last builds, the most recent first; mu serializes
+// the ring's builds.
 type ringSlot struct {
-	mu          sync.Mutex
+	mu     sync.Mutex
+	builds []keptRing
+}
+
+// keptRing is a ring built for the membership fingerprint identifies.
+type keptRing struct {
 	fingerprint string
+	algorithm   string
 	ring        ring.Ring
 }
 
 // Build returns the ring named name over the ready members under algorithm,
 // with ringDefault virtual nodes for members that set no weight. rebuilt is
-// false when the ring built last time for name had the same membership and
-// was returned again. Concurrent builds of the same ring wait for each
-// other; builds of other rings do not.
+// false when a ring kept for name had the same membership and was returned
+// again. Concurrent builds of the same ring wait for each other; builds of
+// other rings do not.
 func (r *Rings) Build(name, algorithm string, ringDefault int, members []Member) (rg ring.Ring, rebuilt bool, err error) {
 	ready, fp := RingMembers(algorithm, ringDefault, members)
 	slot := r.slot(name)
 	slot.mu.Lock()
 	defer slot.mu.Unlock()
-	if slot.ring != nil && slot.fingerprint == fp {
-		return slot.ring, false, nil
+	var prev ring.Ring
+	for i, b := range slot.builds {
+		if b.fingerprint == fp {
+			// The most recent first: the next ring derives from it.
+			copy(slot.builds[1:i+1], slot.builds[:i])
+			slot.builds[0] = b
+			return b.ring, false, nil
+		}
+		if prev == nil && b.algorithm == algorithm {
+			prev = b.ring
+		}
 	}
-	built, err := ring.New(algorithm, ready)
+	built, err := ring.NewFrom(algorithm, prev, ready)
 	if err != nil {
 		return nil, false, fmt.Errorf("building the %s ring %q: %w", algorithm, name, err)
 	}
-	slot.fingerprint, slot.ring = fp, built
+	slot.builds = append([]keptRing{{fingerprint: fp, algorithm: algorithm, ring: built}}, slot.builds[:min(len(slot.builds), keptBuilds-1)]...)
+	if r.Built != nil {
+		r.Built(name)
+	}
 	return built, true, nil
 }
 

@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -53,4 +54,54 @@ func TestRingsLockPerRing(t *testing.T) {
 	_, rebuilt, err = rings.Build("fast", ring.Rendezvous, 10, members)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(rebuilt).To(BeTrue())
+}
+
+// TestRingsTwoMemberships checks that two users of one Rings that see two
+// memberships in turn (the webhook has observed a new Lease, the assignment
+// not yet) get each ring built once, not once per turn, and that Built
+// counts builds only.
+func TestRingsTwoMemberships(t *testing.T) {
+	g := NewWithT(t)
+	builds := 0
+	rings := Rings{Built: func(name string) {
+		g.Expect(name).To(Equal("r"))
+		builds++
+	}}
+	before := []Member{{ID: "a", State: StateReady}, {ID: "b", State: StateReady}}
+	after := []Member{before[0], before[1], {ID: "c", State: StateReady}}
+	first := map[int]ring.Ring{}
+	for turn := range 6 {
+		members := [][]Member{before, after}[turn%2]
+		rg, rebuilt, err := rings.Build("r", ring.ConsistentHashDense, 10, members)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(rebuilt).To(Equal(turn < 2), "turn %d", turn)
+		if turn < 2 {
+			first[turn] = rg
+		}
+		g.Expect(rg).To(BeIdenticalTo(first[turn%2]), "turn %d", turn)
+	}
+	g.Expect(builds).To(Equal(2))
+}
+
+// TestRingsDerive checks that a ring Rings derives from the one before
+// (consistent-hash-dense) places keys as a ring built from nothing.
+func TestRingsDerive(t *testing.T) {
+	g := NewWithT(t)
+	var rings Rings
+	var members []Member
+	for i := range 20 {
+		members = append(members, Member{ID: fmt.Sprintf("instance-%d", i), State: StateReady})
+	}
+	for _, ms := range [][]Member{members, members[1:], append(members[1:], Member{ID: "new", State: StateReady, VirtualNodes: 100})} {
+		derived, _, err := rings.Build("r", ring.ConsistentHashDense, 512, ms)
+		g.Expect(err).NotTo(HaveOccurred())
+		ready, _ := RingMembers(ring.ConsistentHashDense, 512, ms)
+		built, err := ring.New(ring.ConsistentHashDense, ready)
+		g.Expect(err).NotTo(HaveOccurred())
+		for k := range 2000 {
+			key := fmt.Sprintf("key-%d", k)
+			want, _ := built.Lookup(key)
+			g.Expect(derived.Lookup(key)).To(Equal(want), key)
+		}
+	}
 }

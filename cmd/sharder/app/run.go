@@ -35,6 +35,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/sharder/assign"
 	"github.com/sharder-dev/sharder/pkg/sharder/config"
 	"github.com/sharder-dev/sharder/pkg/sharder/eventrecorder"
@@ -411,6 +412,9 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string, leade
 		return fmt.Errorf("setting up the lease controller: %w", err)
 	}
 
+	// The assignment and the webhook share their rings: the leader builds
+	// each membership of a ring once, and derives the next ring from it.
+	rings := &membership.Rings{Built: metrics.CountRingRebuild}
 	resync := cfg.Controllers.Assignment.ResyncPeriod.Duration
 	// A label write must end before the webhook call it waits for gives
 	// up: under failure policy Ignore it would land unchecked after that.
@@ -424,6 +428,7 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string, leade
 		EventRecorder: recorder,
 		FieldManager:  leader.fieldManager(),
 		WriteTimeout:  &writeTimeout,
+		Rings:         rings,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the assignment controller: %w", err)
@@ -437,6 +442,7 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string, leade
 	}
 	opts := cfg.Webhook.Options(namespace)
 	opts.LeaderLease = leader.key()
+	opts.Rings = rings
 	if err := webhook.Setup(mgr, opts); err != nil {
 		return fmt.Errorf("setting up the webhook: %w", err)
 	}

@@ -161,6 +161,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := c.client.Get(ctx, req.NamespacedName, ring); err != nil {
 		if apierrors.IsNotFound(err) {
 			c.stopRing(req.Name)
+			c.opts.Rings.Forget(req.Name)
 			metrics.ForgetRing(req.Name)
 			logger.Info("Ring deleted: stopped its assignment")
 			return reconcile.Result{}, nil

@@ -8,7 +8,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
+	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 )
 
 // Defaults of Options.
@@ -79,6 +81,12 @@ type Options struct {
 	// Default: 2s (the webhook's default timeout is 5s).
 	WriteTimeout *time.Duration
 
+	// Rings keeps the rings built from the memberships. `sharder run` shares
+	// one with the webhook, so that each membership of a ring is built once
+	// in the process and the next ring is derived from it. Default: the
+	// controller's own, counting its builds in sharder_ring_rebuilds_total.
+	Rings *membership.Rings
+
 	// Clock is used for drain timeouts, latencies and periodic work.
 	// Default: the real clock.
 	Clock clock.WithTicker
@@ -121,6 +129,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Burst <= 0 {
 		o.Burst = DefaultBurst
+	}
+	if o.Rings == nil {
+		o.Rings = &membership.Rings{Built: metrics.CountRingRebuild}
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}

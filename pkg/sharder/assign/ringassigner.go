@@ -60,8 +60,6 @@ type ringAssigner struct {
 
 	cfg  atomic.Pointer[ringConfig]
 	view atomic.Pointer[ringView]
-	// rings keeps the ring built from the last membership.
-	rings membership.Rings
 	// unknownUntil ends the hold of instances that are not members; set
 	// once the caches have synced.
 	unknownUntil time.Time

@@ -29,13 +29,13 @@ func newUrgencyFixture(tb testing.TB, members []membership.Member, unknownUntil 
 	tb.Helper()
 	cfg := &ringConfig{name: "r", algorithm: v1alpha1.AlgorithmConsistentHash, virtualNodes: 16, drainTimeout: time.Minute}
 	r := &ringAssigner{
-		c:          &Controller{opts: Options{Clock: clock.RealClock{}}},
+		c:          &Controller{opts: Options{Clock: clock.RealClock{}, Rings: &membership.Rings{}}},
 		name:       cfg.name,
 		shardLabel: v1alpha1.ShardLabel(cfg.name),
 		drainLabel: v1alpha1.DrainLabel(cfg.name),
 		drains:     newDrainTimes(clock.RealClock{}),
 	}
-	view, _, err := buildView(&r.rings, cfg, members, unknownUntil)
+	view, _, err := buildView(r.c.opts.Rings, cfg, members, unknownUntil)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/ring"
-	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 )
 
 // ringView is a ring's membership and the ring built from its ready
@@ -48,9 +47,9 @@ func (v *ringView) stateOf(id string, now time.Time) (membership.State, bool, ti
 	return membership.StateDead, true, time.Time{}
 }
 
-// buildView builds the view of members under cfg. rings keeps the ring
+// buildView builds the view of members under cfg. rings keeps the rings
 // built last, so the ring is rebuilt only when its ready instances or their
-// weights changed.
+// weights changed; rebuilt reports whether this call built it.
 func buildView(rings *membership.Rings, cfg *ringConfig, members []membership.Member, unknownUntil time.Time) (*ringView, bool, error) {
 	v := &ringView{members: members, states: make(map[string]membership.Member, len(members)), unknownUntil: unknownUntil}
 	for _, m := range members {
@@ -75,16 +74,13 @@ func (r *ringAssigner) rebuild(ctx context.Context, all bool) {
 	cfg := r.cfg.Load()
 	prev := r.view.Load()
 	members := r.c.opts.Registry.Members(r.name)
-	v, rebuilt, err := buildView(&r.rings, cfg, members, r.unknownUntil)
+	v, _, err := buildView(r.c.opts.Rings, cfg, members, r.unknownUntil)
 	if err != nil {
 		r.logger.Error(err, "Cannot build ring", "algorithm", cfg.algorithm)
 		r.event(corev1.EventTypeWarning, "RingBuildFailed", "Cannot build the %s ring: %v", cfg.algorithm, err)
 		return
 	}
 	r.view.Store(v)
-	if rebuilt {
-		metrics.RingRebuildsTotal.WithLabelValues(r.name).Inc()
-	}
 	if prev != nil {
 		if change := describeMembershipChange(prev.members, members); change != "" {
 			r.logger.Info("Membership changed", "change", change)

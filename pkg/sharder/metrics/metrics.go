@@ -101,6 +101,10 @@ var (
 	}, []string{LabelRing})
 )
 
+// CountRingRebuild counts a build of ring in RingRebuildsTotal: the Built
+// hook of the membership.Rings a sharder builds its rings with.
+func CountRingRebuild(ring string) { RingRebuildsTotal.WithLabelValues(ring).Inc() }
+
 // ForgetRing deletes every assignment series of ring, so a deleted ring
 // leaves no stale gauges behind.
 func ForgetRing(ring string) {

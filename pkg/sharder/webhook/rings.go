@@ -50,7 +50,7 @@ type ringBuilds struct {
 	synced func() bool
 
 	tracker membership.Tracker
-	rings   membership.Rings
+	rings   *membership.Rings // shared with the assignment by sharder run
 
 	ctx    context.Context // the builders' context, cancelled by Start's end
 	cancel context.CancelFunc
@@ -83,9 +83,9 @@ type builtRing struct {
 	err  error
 }
 
-func newRingBuilds(cache client.Reader, clk clock.Clock, log logr.Logger, synced func() bool) *ringBuilds {
+func newRingBuilds(cache client.Reader, rings *membership.Rings, clk clock.Clock, log logr.Logger, synced func() bool) *ringBuilds {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &ringBuilds{cache: cache, clock: clk, log: log, synced: synced, ctx: ctx, cancel: cancel, byName: map[string]*ringBuild{}}
+	return &ringBuilds{cache: cache, rings: rings, clock: clk, log: log, synced: synced, ctx: ctx, cancel: cancel, byName: map[string]*ringBuild{}}
 }
 
 // Start waits for ctx to end and stops the builders.
@@ -283,15 +283,15 @@ func (b *ringBuilds) build(ctx context.Context, rb *ringBuild) (time.Time, error
 		return time.Time{}, fmt.Errorf("listing the Leases of ring %q: %w", rg.Name, err)
 	}
 	members, next := b.tracker.Members(rg.Name, rg.Spec.EffectiveRestartHold(), list.Items, b.clock.Now())
+	// The ring may come from the assignment's build (the Rings are
+	// shared): it is published whenever it is not the one published.
 	r, rebuilt, err := b.rings.Build(rg.Name, rg.Spec.EffectiveAlgorithm(), rg.Spec.EffectiveVirtualNodes(), members)
-	switch {
+	switch published := rb.built.Load(); {
 	case err != nil:
 		rb.built.Store(&builtRing{err: err})
-	case rebuilt || rb.built.Load() == nil || rb.built.Load().err != nil:
+	case published == nil || published.err != nil || published.ring != r:
 		rb.built.Store(&builtRing{ring: r})
-	}
-	if rebuilt {
-		b.log.V(1).Info("Built the ring", "ring", rg.Name, "members", len(members))
+		b.log.V(1).Info("Published the ring", "ring", rg.Name, "members", len(members), "built", rebuilt)
 	}
 	return next, nil
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/ring"
 )
 
@@ -24,7 +25,7 @@ func TestMainChoiceWithAStaleRing(t *testing.T) {
 	g := NewWithT(t)
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(now)
-	builds := newRingBuilds(nil, clk, logr.Discard(), func() bool { return true })
+	builds := newRingBuilds(nil, &membership.Rings{}, clk, logr.Discard(), func() bool { return true })
 	t.Cleanup(builds.cancel)
 	rg := &v1alpha1.ControllerRing{ObjectMeta: metav1.ObjectMeta{Name: "r"}, Spec: v1alpha1.ControllerRingSpec{LeaseNamespace: "ns"}}
 	builds.byName["r"] = &ringBuild{name: "r", wake: make(chan struct{}, 1), cancel: func() {}}

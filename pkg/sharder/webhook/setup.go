@@ -78,7 +78,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		synced:    func() bool { return ringInformer.HasSynced() && leaseInformer.HasSynced() },
 		identity:  id,
 		clock:     opts.Clock,
-		builds: newRingBuilds(mgr.GetCache(), opts.Clock, mgr.GetLogger().WithName("label-webhook").WithName("rings"),
+		builds: newRingBuilds(mgr.GetCache(), opts.Rings, opts.Clock, mgr.GetLogger().WithName("label-webhook").WithName("rings"),
 			func() bool { return ringInformer.HasSynced() && leaseInformer.HasSynced() }),
 	}
 	if err := h.builds.addEventHandlers(ringInformer, leaseInformer); err != nil {
