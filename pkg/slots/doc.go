@@ -15,6 +15,10 @@
 //     to grant, release, take back, or grant after an acknowledgement, and
 //     which instances to fence, from the table, the instances' states and
 //     acknowledgements, and the time.
-//   - Group and ShardSelector: how an instance selects its slots, by watch
-//     group, with a label selector or the API server's shard selector.
+//   - Record: an instance's own record of its slots, following newer
+//     tables only; FormatAcknowledgement and ParseAcknowledgement: the
+//     acknowledgement on its Lease.
+//   - Group, GroupSelectors and ShardSelector: how an instance selects its
+//     slots, one watch per group, with a label selector or the API server's
+//     shard selector.
 package slots
