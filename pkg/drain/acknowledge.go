@@ -55,7 +55,8 @@ func Acknowledge(ctx context.Context, c client.Client, obj client.Object, ring s
 // AcknowledgePatch returns the JSON merge patch that acknowledges the drain of
 // obj in ring: it sets the ring's shard label to the drain's target and
 // removes the drain label (Target), or, for a drain that names no target,
-// removes both labels; it carries obj's resourceVersion for optimistic
+// removes both labels; it removes the drain's start annotation
+// (v1alpha1.DrainStartedAnnotation) too; it carries obj's resourceVersion for optimistic
 // locking. It is the building block for controllers built on plain
 // client-go, which send it with their clientset:
 //
@@ -79,8 +80,13 @@ func AcknowledgePatch(obj metav1.Object, ring string) ([]byte, error) {
 	if target, ok := Target(obj, ring); ok {
 		next = &target
 	}
-	return LabelPatch(obj.GetResourceVersion(), map[string]*string{
+	labels := map[string]*string{
 		v1alpha1.ShardLabel(ring): next,
 		v1alpha1.DrainLabel(ring): nil,
-	}), nil
+	}
+	// Removing an annotation the object does not carry changes nothing: the
+	// patch removes it whether or not obj, perhaps read from a cache that
+	// drops annotations, shows it.
+	annotations := map[string]*string{v1alpha1.DrainStartedAnnotation(ring): nil}
+	return MetadataPatch(obj.GetResourceVersion(), labels, annotations), nil
 }

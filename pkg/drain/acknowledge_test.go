@@ -31,32 +31,32 @@ func TestAcknowledgePatch(t *testing.T) {
 		name:   "drain naming the target: hand-over",
 		labels: map[string]string{v1alpha1.ShardLabel(ring): "a", v1alpha1.DrainLabel(ring): "b", "app": "x"},
 		rv:     "42",
-		want:   `{"metadata":{"labels":{"drain.sharder.dev/web":null,"shard.sharder.dev/web":"b"},"resourceVersion":"42"}}`,
+		want:   `{"metadata":{"annotations":{"drain-started.sharder.dev/web":null},"labels":{"drain.sharder.dev/web":null,"shard.sharder.dev/web":"b"},"resourceVersion":"42"}}`,
 	}, {
 		name:   "drain naming no target",
 		labels: map[string]string{v1alpha1.ShardLabel(ring): "a", v1alpha1.DrainLabel(ring): drain.NoTarget, "app": "x"},
 		rv:     "42",
-		want:   `{"metadata":{"labels":{"drain.sharder.dev/web":null,"shard.sharder.dev/web":null},"resourceVersion":"42"}}`,
+		want:   `{"metadata":{"annotations":{"drain-started.sharder.dev/web":null},"labels":{"drain.sharder.dev/web":null,"shard.sharder.dev/web":null},"resourceVersion":"42"}}`,
 	}, {
 		name:   "drain value that is not an instance ID",
 		labels: map[string]string{v1alpha1.ShardLabel(ring): "a", v1alpha1.DrainLabel(ring): "Not_An_ID"},
 		rv:     "42",
-		want:   `{"metadata":{"labels":{"drain.sharder.dev/web":null,"shard.sharder.dev/web":null},"resourceVersion":"42"}}`,
+		want:   `{"metadata":{"annotations":{"drain-started.sharder.dev/web":null},"labels":{"drain.sharder.dev/web":null,"shard.sharder.dev/web":null},"resourceVersion":"42"}}`,
 	}, {
 		name:   "empty drain value",
 		labels: map[string]string{v1alpha1.ShardLabel(ring): "a", v1alpha1.DrainLabel(ring): ""},
 		rv:     "42",
-		want:   `{"metadata":{"labels":{"drain.sharder.dev/web":null,"shard.sharder.dev/web":null},"resourceVersion":"42"}}`,
+		want:   `{"metadata":{"annotations":{"drain-started.sharder.dev/web":null},"labels":{"drain.sharder.dev/web":null,"shard.sharder.dev/web":null},"resourceVersion":"42"}}`,
 	}, {
 		name:   "drain naming the current instance",
 		labels: map[string]string{v1alpha1.ShardLabel(ring): "a", v1alpha1.DrainLabel(ring): "a"},
 		rv:     "42",
-		want:   `{"metadata":{"labels":{"drain.sharder.dev/web":null,"shard.sharder.dev/web":null},"resourceVersion":"42"}}`,
+		want:   `{"metadata":{"annotations":{"drain-started.sharder.dev/web":null},"labels":{"drain.sharder.dev/web":null,"shard.sharder.dev/web":null},"resourceVersion":"42"}}`,
 	}, {
 		name:   "released object: no instance to hand over from",
 		labels: map[string]string{v1alpha1.DrainLabel(ring): "b"},
 		rv:     "42",
-		want:   `{"metadata":{"labels":{"drain.sharder.dev/web":null,"shard.sharder.dev/web":null},"resourceVersion":"42"}}`,
+		want:   `{"metadata":{"annotations":{"drain-started.sharder.dev/web":null},"labels":{"drain.sharder.dev/web":null,"shard.sharder.dev/web":null},"resourceVersion":"42"}}`,
 	}, {
 		name:    "not draining",
 		labels:  map[string]string{v1alpha1.ShardLabel(ring): "a"},
@@ -124,13 +124,23 @@ func TestAcknowledge(t *testing.T) {
 		defer cancel()
 		labels := draining()
 		labels[v1alpha1.DrainLabel(ring)] = "c"
-		cm := create(t, env.Namespace(t), labels)
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "cm-", Namespace: env.Namespace(t), Labels: labels,
+			Annotations: map[string]string{
+				v1alpha1.DrainStartedAnnotation(ring):    "2026-01-02T03:04:05.000Z",
+				v1alpha1.DrainStartedAnnotation("other"): "2026-01-02T03:04:05.000Z",
+				"note":                                   "kept",
+			}}}
+		g.Expect(c.Create(ctx, cm)).To(Succeed())
 
 		g.Expect(drain.Acknowledge(ctx, c, cm.DeepCopy(), ring)).To(Succeed())
 
 		got := &corev1.ConfigMap{}
 		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(cm), got)).To(Succeed())
 		g.Expect(got.Labels).To(Equal(map[string]string{v1alpha1.ShardLabel(ring): "c", "app": "x", v1alpha1.ShardLabel("other"): "b"}))
+		g.Expect(got.Annotations).To(Equal(map[string]string{
+			v1alpha1.DrainStartedAnnotation("other"): "2026-01-02T03:04:05.000Z",
+			"note":                                   "kept",
+		}), "the ring's drain start goes with the drain; nothing else changes")
 	})
 
 	t.Run("a drain naming no target: removes both labels and nothing else", func(t *testing.T) {

@@ -1,6 +1,8 @@
 package drain
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -54,8 +56,38 @@ func IsTarget(value string) bool {
 // since: the caller then re-reads the object and decides again, so a drain
 // is never requested on a state the sharder has not seen.
 func RequestPatch(ring, resourceVersion, target string) []byte {
+	return LabelPatch(resourceVersion, map[string]*string{v1alpha1.DrainLabel(ring): ptr.To(requestValue(target))})
+}
+
+// RequestPatchStarted is RequestPatch that also records when the drain
+// started, in the annotation v1alpha1.DrainStartedAnnotation: a sharder
+// elected while the drain is in flight counts its timeout from there
+// (Started).
+func RequestPatchStarted(ring, resourceVersion, target string, started time.Time) []byte {
+	return MetadataPatch(resourceVersion,
+		map[string]*string{v1alpha1.DrainLabel(ring): ptr.To(requestValue(target))},
+		map[string]*string{v1alpha1.DrainStartedAnnotation(ring): ptr.To(v1alpha1.FormatDrainStarted(started))})
+}
+
+// requestValue is the drain label's value that names target.
+func requestValue(target string) string {
 	if !IsTarget(target) {
-		target = NoTarget
+		return NoTarget
 	}
-	return LabelPatch(resourceVersion, map[string]*string{v1alpha1.DrainLabel(ring): ptr.To(target)})
+	return target
+}
+
+// Started returns when the drain of obj in ring started, as the sharder that
+// requested it recorded it (RequestPatchStarted); false when obj is not
+// draining or carries no valid record (a drain requested by a sharder that
+// did not record it).
+func Started(obj metav1.Object, ring string) (time.Time, bool) {
+	if !Requested(obj, ring) {
+		return time.Time{}, false
+	}
+	value, ok := obj.GetAnnotations()[v1alpha1.DrainStartedAnnotation(ring)]
+	if !ok {
+		return time.Time{}, false
+	}
+	return v1alpha1.ParseDrainStarted(value)
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/drain"
 	"github.com/sharder-dev/sharder/pkg/ring"
 	"github.com/sharder-dev/sharder/pkg/sharder/assign/internal/metacache"
@@ -81,7 +82,7 @@ func (r *ringAssigner) situation(view *ringView, cfg *ringConfig, gk schema.Grou
 		s.currentLag = view.states[s.current].MaxWatchLag
 	}
 	if s.draining {
-		s.drainStarted, _ = r.drains.Started(obj.UID)
+		s.drainStarted = r.drainStarted(obj, s.now, cfg.drainTimeout)
 		s.drainTarget, _ = drain.Target(obj, r.name)
 		if s.current == "" {
 			// Released by a forced move: which instance it left is not on
@@ -100,7 +101,8 @@ func (r *ringAssigner) act(ctx context.Context, w *resourceCache, obj *metacache
 	case actionAssign, actionRelabelGone, actionAssignForced:
 		return r.move(ctx, w, obj, children, s.target)
 	case actionForce:
-		return r.patchMain(ctx, w, obj, map[string]*string{r.shardLabel: nil})
+		// The drain label and its start stay: the object is released.
+		return r.patchMain(ctx, w, obj, map[string]*string{r.shardLabel: nil}, nil)
 	case actionRequestDrain, actionRetarget:
 		if err := r.labelChildren(ctx, children, s.current); err != nil {
 			return err
@@ -112,9 +114,9 @@ func (r *ringAssigner) act(ctx context.Context, w *resourceCache, obj *metacache
 		if len(children) > 0 {
 			target = ""
 		}
-		return r.requestDrain(ctx, w, obj, target)
+		return r.requestDrain(ctx, w, obj, target, s.drainStartedOrNow())
 	case actionWithdraw:
-		if err := r.patchMain(ctx, w, obj, map[string]*string{r.drainLabel: nil}); err != nil {
+		if err := r.patchMain(ctx, w, obj, map[string]*string{r.drainLabel: nil}, r.noDrainStart()); err != nil {
 			return err
 		}
 		return r.labelChildren(ctx, children, s.current)
@@ -157,10 +159,10 @@ func (r *ringAssigner) record(obj *metacache.Object, s situation, d decision) {
 		r.drains.End(obj.UID)
 		metrics.MovesTotal.WithLabelValues(r.name, metrics.MoveDead).Inc()
 	case actionRequestDrain:
-		r.drains.Begin(obj.UID)
+		r.drains.BeginAt(obj.UID, s.now)
 		metrics.DrainsTotal.WithLabelValues(r.name).Inc()
 	case actionWait, actionRetarget:
-		r.drains.Begin(obj.UID)
+		r.drains.BeginAt(obj.UID, s.drainStartedOrNow())
 	case actionForce:
 		grace := ForceGrace + s.currentLag
 		r.drains.Release(obj.UID, grace)
@@ -182,7 +184,7 @@ func (r *ringAssigner) move(ctx context.Context, w *resourceCache, obj *metacach
 	if err := r.labelChildren(ctx, children, instance); err != nil {
 		return err
 	}
-	return r.patchMain(ctx, w, obj, map[string]*string{r.shardLabel: &instance, r.drainLabel: nil})
+	return r.patchMain(ctx, w, obj, map[string]*string{r.shardLabel: &instance, r.drainLabel: nil}, r.noDrainStart())
 }
 
 // childWrites bounds the concurrent label writes to one main object's
@@ -217,10 +219,11 @@ func (r *ringAssigner) labelChildren(ctx context.Context, children []child, inst
 	return g.Wait()
 }
 
-// patchMain writes labels on a main object, locked on the cached
-// resourceVersion: a decision taken on a stale cache fails with a conflict.
-func (r *ringAssigner) patchMain(ctx context.Context, w *resourceCache, obj *metacache.Object, labels map[string]*string) error {
-	out, err := r.patchBytes(ctx, w, obj, drain.LabelPatch(obj.ResourceVersion, labels))
+// patchMain writes labels, and annotations where not nil, on a main object,
+// locked on the cached resourceVersion: a decision taken on a stale cache
+// fails with a conflict.
+func (r *ringAssigner) patchMain(ctx context.Context, w *resourceCache, obj *metacache.Object, labels, annotations map[string]*string) error {
+	out, err := r.patchBytes(ctx, w, obj, drain.MetadataPatch(obj.ResourceVersion, labels, annotations))
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -231,15 +234,40 @@ func (r *ringAssigner) patchMain(ctx context.Context, w *resourceCache, obj *met
 	return nil
 }
 
+// drainStarted returns when the drain of obj started: as this sharder
+// recorded it, else as the sharder that requested it wrote it on the object
+// (a drain in flight when this one was elected), else now (a drain with no
+// record gets a full timeout). A written start is read by this sharder's
+// wall clock, so it is kept within the last timeout: a start in the future
+// (a clock behind the writer's) counts as now, and one further back than
+// timeout as timeout ago.
+func (r *ringAssigner) drainStarted(obj *metacache.Object, now time.Time, timeout time.Duration) time.Time {
+	if started, ok := r.drains.Started(obj.UID); ok {
+		return started
+	}
+	written, ok := drain.Started(obj, r.name)
+	if !ok {
+		return time.Time{}
+	}
+	elapsed := min(max(now.Round(0).Sub(written), 0), timeout)
+	return now.Add(-elapsed) // keeps now's monotonic reading
+}
+
+// noDrainStart is the annotations of a write that ends a drain: its start
+// annotation goes with the drain label.
+func (r *ringAssigner) noDrainStart() map[string]*string {
+	return map[string]*string{v1alpha1.DrainStartedAnnotation(r.name): nil}
+}
+
 // errGone is returned by act when the object was deleted meanwhile, so that
 // nothing is recorded for it.
 var errGone = errors.New("object deleted")
 
-// requestDrain sets the drain label to target (empty: no target), locked on
-// the cached resourceVersion. It returns errGone when the object is gone: no
-// drain is then recorded.
-func (r *ringAssigner) requestDrain(ctx context.Context, w *resourceCache, obj *metacache.Object, target string) error {
-	out, err := r.patchBytes(ctx, w, obj, drain.RequestPatch(r.name, obj.ResourceVersion, target))
+// requestDrain sets the drain label to target (empty: no target) and its
+// start annotation to started, locked on the cached resourceVersion. It
+// returns errGone when the object is gone: no drain is then recorded.
+func (r *ringAssigner) requestDrain(ctx context.Context, w *resourceCache, obj *metacache.Object, target string, started time.Time) error {
+	out, err := r.patchBytes(ctx, w, obj, drain.RequestPatchStarted(r.name, obj.ResourceVersion, target, started))
 	if apierrors.IsNotFound(err) {
 		return errGone
 	}

@@ -91,8 +91,10 @@ type situation struct {
 	// drainTarget is the instance the drain label names (drain.Target);
 	// empty when it names none.
 	drainTarget string
-	// drainStarted is when the sharder saw the drain begin; zero when it did
-	// not (a drain requested before it started).
+	// drainStarted is when the drain began: as the sharder recorded it, or
+	// as the sharder that requested it wrote it on the object
+	// (ringAssigner.drainStarted); zero when neither did (a drain requested
+	// by a sharder that wrote no start).
 	drainStarted time.Time
 	// releasedAt, for an object released by a forced move (no shard label,
 	// a drain label), is when the sharder saw the release written, and
@@ -101,6 +103,15 @@ type situation struct {
 	releaseGrace time.Duration
 	drainTimeout time.Duration
 	now          time.Time
+}
+
+// drainStartedOrNow is when the drain began, now for a drain with no
+// recorded start (which gets a full timeout) or one requested now.
+func (s situation) drainStartedOrNow() time.Time {
+	if s.drainStarted.IsZero() {
+		return s.now
+	}
+	return s.drainStarted
 }
 
 // decision is an action and, for actionWait and a timed actionHold, when
@@ -143,11 +154,7 @@ func decide(s situation) decision {
 	case s.state.Ready() && !s.draining:
 		return decision{action: actionRequestDrain}
 	case s.state.Ready():
-		started := s.drainStarted
-		if started.IsZero() {
-			started = s.now // a drain from before the sharder started gets a full timeout
-		}
-		deadline := started.Add(s.drainTimeout)
+		deadline := s.drainStartedOrNow().Add(s.drainTimeout)
 		switch {
 		case !s.now.Before(deadline):
 			return decision{action: actionForce}

@@ -38,7 +38,9 @@
 //     retried with exponential backoff.
 //   - A restarted or newly elected sharder converges from the labels it finds:
 //     objects already on their instance are not touched, and a drain in
-//     flight is given a fresh drainTimeout.
+//     flight keeps its drainTimeout, counted from the start the drain
+//     request wrote on the object (v1alpha1.DrainStartedAnnotation; a
+//     drain without one gets a fresh timeout).
 //   - Every ring carries the finalizer v1alpha1.FinalizerLabels: a deleted
 //     ring stops being assigned at once, and goes once the controller has
 //     removed its shard and drain labels from every object of its

@@ -10,8 +10,9 @@ import (
 
 // drainTimes remembers when the drain of each object started, and when a
 // forced move released it, keyed by UID. It is safe for concurrent use. It
-// is the sharder's bookkeeping, in memory only: after a restart, Deadline
-// starts a fresh timeout for a drain it has not seen begin, and Released
+// is the sharder's bookkeeping, in memory: after a restart, a drain it has
+// not seen begin counts from the start written on the object
+// (ringAssigner.drainStarted), and Released
 // counts a release it has not seen written from when it first sees it.
 type drainTimes struct {
 	clock    clock.PassiveClock
@@ -45,6 +46,18 @@ func (t *drainTimes) Begin(uid types.UID) time.Time {
 		start = t.clock.Now()
 		t.started[uid] = start
 	}
+	return start
+}
+
+// BeginAt records that the drain of uid started at start, unless one is
+// already recorded, and returns the recorded start.
+func (t *drainTimes) BeginAt(uid types.UID, start time.Time) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if recorded, ok := t.started[uid]; ok {
+		return recorded
+	}
+	t.started[uid] = start
 	return start
 }
 

@@ -5,6 +5,9 @@ import (
 	"time"
 
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/sharder/assign/internal/metacache"
 )
 
 func TestDrainTimes(t *testing.T) {
@@ -66,4 +69,42 @@ func TestReleaseTimes(t *testing.T) {
 	if at, _ := tr.Released("a", time.Second); !at.Equal(now.Add(2 * time.Second)) {
 		t.Errorf("Released(a) after End = %v, want a fresh record at %v", at, now.Add(2*time.Second))
 	}
+}
+
+func TestDrainStartedFromTheObject(t *testing.T) {
+	const ring = "web"
+	now := time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
+	timeout := 30 * time.Second
+	draining := func(started string) *metacache.Object {
+		o := &metacache.Object{UID: "u", Labels: map[string]string{v1alpha1.DrainLabel(ring): "b"}}
+		if started != "" {
+			o.Annotations = map[string]string{v1alpha1.DrainStartedAnnotation(ring): started}
+		}
+		return o
+	}
+	for _, tc := range []struct {
+		name string
+		obj  *metacache.Object
+		want time.Time
+	}{
+		{"written 10 s ago", draining(v1alpha1.FormatDrainStarted(now.Add(-10 * time.Second))), now.Add(-10 * time.Second)},
+		{"written by a clock ahead of this one: now", draining(v1alpha1.FormatDrainStarted(now.Add(time.Minute))), now},
+		{"written longer ago than the timeout: one timeout ago", draining(v1alpha1.FormatDrainStarted(now.Add(-time.Hour))), now.Add(-timeout)},
+		{"malformed: no start", draining("soon"), time.Time{}},
+		{"none written: no start", draining(""), time.Time{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &ringAssigner{name: ring, drains: newDrainTimes(nil)}
+			if got := r.drainStarted(tc.obj, now, timeout); !got.Equal(tc.want) {
+				t.Errorf("drainStarted = %s, want %s", got, tc.want)
+			}
+		})
+	}
+	t.Run("the start this sharder recorded comes first", func(t *testing.T) {
+		r := &ringAssigner{name: ring, drains: newDrainTimes(nil)}
+		r.drains.BeginAt("u", now.Add(-time.Second))
+		if got := r.drainStarted(draining(v1alpha1.FormatDrainStarted(now.Add(-20*time.Second))), now, timeout); !got.Equal(now.Add(-time.Second)) {
+			t.Errorf("drainStarted = %s, want the recorded %s", got, now.Add(-time.Second))
+		}
+	})
 }

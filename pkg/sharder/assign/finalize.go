@@ -79,11 +79,12 @@ func (c *Controller) finalize(ctx context.Context, ring *v1alpha1.ControllerRing
 	return nil
 }
 
-// removeLabels removes the shard and drain labels of ring from every object
-// of gvr carrying either, and returns how many objects it changed.
+// removeLabels removes the shard and drain labels of ring, and its drain
+// start annotation, from every object of gvr carrying either label, and returns how many objects it changed.
 func (c *Controller) removeLabels(ctx context.Context, ring string, gvr schema.GroupVersionResource) (int64, error) {
 	shard, drainLabel := v1alpha1.ShardLabel(ring), v1alpha1.DrainLabel(ring)
-	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:null,%q:null}}}`, shard, drainLabel)
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:null},"labels":{%q:null,%q:null}}}`,
+		v1alpha1.DrainStartedAnnotation(ring), shard, drainLabel)
 	var removed int64
 	// Objects with a shard label first: the second list then finds only the
 	// drained objects without one (released by a forced move).

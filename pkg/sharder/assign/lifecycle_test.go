@@ -241,8 +241,9 @@ func TestDeletedRingLeavesNoObjectDrained(t *testing.T) {
 		return env().Client.Get(context.Background(), client.ObjectKeyFromObject(ring), &v1alpha1.ControllerRing{})
 	}, timeout, poll).Should(Satisfy(apierrors.IsNotFound))
 	g.Eventually(func(g Gomega) []string { return ringEvents(g, ns) }, timeout, poll).Should(ContainElement(HavePrefix("LabelsRemoved: ")))
-	for name, l := range labelsOf(g, ns) {
-		g.Expect(l).NotTo(HaveKey(v1alpha1.ShardLabel(ns)), name)
-		g.Expect(l).NotTo(HaveKey(v1alpha1.DrainLabel(ns)), name)
+	for name, m := range metadataOf(g, ns) {
+		g.Expect(m.Labels).NotTo(HaveKey(v1alpha1.ShardLabel(ns)), name)
+		g.Expect(m.Labels).NotTo(HaveKey(v1alpha1.DrainLabel(ns)), name)
+		g.Expect(m.Annotations).NotTo(HaveKey(v1alpha1.DrainStartedAnnotation(ns)), name)
 	}
 }

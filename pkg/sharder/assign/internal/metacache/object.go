@@ -26,6 +26,10 @@ type Object struct {
 	Labels map[string]string
 	// OwnerReferences holds the controller reference only.
 	OwnerReferences []metav1.OwnerReference
+	// Annotations holds the ring's drain start annotation only
+	// (v1alpha1.DrainStartedAnnotation), and only while the object carries
+	// the ring's drain label; nil otherwise.
+	Annotations map[string]string
 }
 
 var (
@@ -50,6 +54,12 @@ func (o *Object) DeepCopyObject() runtime.Object {
 		c.Labels = make(map[string]string, len(o.Labels))
 		for k, v := range o.Labels {
 			c.Labels[k] = v
+		}
+	}
+	if o.Annotations != nil {
+		c.Annotations = make(map[string]string, len(o.Annotations))
+		for k, v := range o.Annotations {
+			c.Annotations[k] = v
 		}
 	}
 	if o.OwnerReferences != nil {
@@ -83,8 +93,8 @@ func (o *Object) GetDeletionGracePeriodSeconds() *int64         { return nil }
 func (o *Object) SetDeletionGracePeriodSeconds(*int64)          {}
 func (o *Object) GetLabels() map[string]string                  { return o.Labels }
 func (o *Object) SetLabels(labels map[string]string)            { o.Labels = labels }
-func (o *Object) GetAnnotations() map[string]string             { return nil }
-func (o *Object) SetAnnotations(map[string]string)              {}
+func (o *Object) GetAnnotations() map[string]string             { return o.Annotations }
+func (o *Object) SetAnnotations(annotations map[string]string)  { o.Annotations = annotations }
 func (o *Object) GetFinalizers() []string                       { return nil }
 func (o *Object) SetFinalizers([]string)                        {}
 func (o *Object) GetManagedFields() []metav1.ManagedFieldsEntry { return nil }

@@ -15,18 +15,23 @@ import (
 // a handful of label sets (one per instance), a few namespaces and a few
 // owner kinds. It is safe for concurrent use.
 type ObjectTransform struct {
-	shardLabel, drainLabel string
-	shared                 interner
+	shardLabel, drainLabel, drainStarted string
+	shared                               interner
 }
 
 // NewObjectTransform returns the transform of the objects of ring.
 func NewObjectTransform(ring string) *ObjectTransform {
-	return &ObjectTransform{shardLabel: v1alpha1.ShardLabel(ring), drainLabel: v1alpha1.DrainLabel(ring)}
+	return &ObjectTransform{
+		shardLabel:   v1alpha1.ShardLabel(ring),
+		drainLabel:   v1alpha1.DrainLabel(ring),
+		drainStarted: v1alpha1.DrainStartedAnnotation(ring),
+	}
 }
 
 // Transform keeps only what assignment needs of an object of the ring:
-// name, namespace, uid, resourceVersion, the ring's shard and drain labels
-// and the controller ownerReference. It is idempotent and copies nothing it
+// name, namespace, uid, resourceVersion, the ring's shard and drain labels,
+// the ring's drain start annotation while the drain label is there, and the
+// controller ownerReference. It is idempotent and copies nothing it
 // drops: anything but a PartialObjectMetadata is returned as it is.
 //
 // The kept namespace, ownerReference apiVersion and kind, and the label map
@@ -46,6 +51,9 @@ func (t *ObjectTransform) Transform(obj any) (any, error) {
 	shard, hasShard := m.Labels[t.shardLabel]
 	drainValue, hasDrain := m.Labels[t.drainLabel]
 	out.Labels = t.shared.labels(t.shardLabel, shard, hasShard, t.drainLabel, drainValue, hasDrain)
+	if started, ok := m.Annotations[t.drainStarted]; ok && hasDrain {
+		out.Annotations = map[string]string{t.drainStarted: strings.Clone(started)}
+	}
 	if ref := metav1.GetControllerOfNoCopy(m); ref != nil {
 		kept := *ref
 		kept.APIVersion = t.shared.str(ref.APIVersion)

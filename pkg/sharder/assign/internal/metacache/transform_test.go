@@ -19,7 +19,8 @@ func TestTransformKeepsOnlyWhatAssignmentNeeds(t *testing.T) {
 				"shard.sharder.dev/web": "i1", "drain.sharder.dev/web": "true",
 				"shard.sharder.dev/other": "x", "app": "db",
 			},
-			Annotations:   map[string]string{"big": "value"},
+			Annotations: map[string]string{"big": "value",
+				"drain-started.sharder.dev/web": "2026-01-02T03:04:05.000Z", "drain-started.sharder.dev/other": "x"},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
 			Finalizers:    []string{"f"},
 			OwnerReferences: []metav1.OwnerReference{
@@ -44,6 +45,15 @@ func TestTransformKeepsOnlyWhatAssignmentNeeds(t *testing.T) {
 	}
 	if len(got.OwnerReferences) != 1 || got.OwnerReferences[0].UID != "u3" {
 		t.Errorf("ownerReferences = %v, want only the controller", got.OwnerReferences)
+	}
+	if len(got.Annotations) != 1 || got.Annotations["drain-started.sharder.dev/web"] != "2026-01-02T03:04:05.000Z" {
+		t.Errorf("annotations = %v, want only the ring's drain start", got.Annotations)
+	}
+	// A drain start left behind by a drain that ended is not kept.
+	ended := in.DeepCopy()
+	delete(ended.Labels, "drain.sharder.dev/web")
+	if out, _ := r.Transform(ended); out.(*Object).Annotations != nil {
+		t.Errorf("annotations of an object that is not draining = %v, want none", out.(*Object).Annotations)
 	}
 	again, _ := r.Transform(got)
 	if again != got {
