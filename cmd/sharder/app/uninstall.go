@@ -319,11 +319,12 @@ func (o *uninstallOptions) removeWebhooks(ctx context.Context, out io.Writer, c 
 	return unique(resources), nil
 }
 
-// removeLabels removes the ring's shard and drain labels from every object
-// of resources that carries either.
+// removeLabels removes the ring's shard and drain labels, and its drain
+// start annotation, from every object of resources that carries either label.
 func (o *uninstallOptions) removeLabels(ctx context.Context, out io.Writer, c client.Client, m metadata.Interface, ringName string, resources []schema.GroupResource) error {
 	shard, drain := v1alpha1.ShardLabel(ringName), v1alpha1.DrainLabel(ringName)
-	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:null,%q:null}}}`, shard, drain)
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:null},"labels":{%q:null,%q:null}}}`,
+		v1alpha1.DrainStartedAnnotation(ringName), shard, drain)
 	for _, gr := range resources {
 		gvr, err := c.RESTMapper().ResourceFor(gr.WithVersion(""))
 		if err != nil {

@@ -91,7 +91,8 @@ func TestUninstallRemovesARing(t *testing.T) {
 	})
 	objects := []client.Object{
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "assigned", Labels: map[string]string{shard: "inst-a", "team": "x"}}},
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "draining", Labels: map[string]string{shard: "inst-a", drain: "true"}}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "draining", Labels: map[string]string{shard: "inst-a", drain: "true"},
+			Annotations: map[string]string{v1alpha1.DrainStartedAnnotation(ring): "2026-01-02T03:04:05.000Z", "team": "x"}}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lone-drain", Labels: map[string]string{drain: "true"}}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other-ring", Labels: map[string]string{otherShard: "inst-z"}}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "child", Labels: map[string]string{shard: "inst-a"}}},
@@ -196,7 +197,11 @@ func TestUninstallRemovesARing(t *testing.T) {
 		} else {
 			g.Expect(got.GetLabels()).To(Equal(want[o.GetName()]), o.GetName())
 		}
+		g.Expect(got.GetAnnotations()).NotTo(HaveKey(v1alpha1.DrainStartedAnnotation(ring)), "%s: the drain's start goes with it", o.GetName())
 	}
+	draining := &corev1.ConfigMap{}
+	g.Expect(env().Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "draining"}, draining)).To(Succeed())
+	g.Expect(draining.Annotations).To(Equal(map[string]string{"team": "x"}), "other annotations stay")
 
 	// Nothing is left to name the ring's resources: --resource does.
 	out, err = runUninstall(t, ring, "--webhook-configuration-name", vwc.Name)
