@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -632,4 +633,20 @@ rings:
 	g.Expect(find(objs, "Job")).To(BeEmpty(), "no rings, no hook")
 	_, objs = render(t, rings+"uninstallHook:\n  enabled: false\n")
 	g.Expect(find(objs, "Job")).To(BeEmpty(), "turned off")
+}
+
+// TestSlotPolicyMatchesConfig: the chart's policy guarding the slot label is
+// config/policy's.
+func TestSlotPolicyMatchesConfig(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "policy", "slot_label_policy.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	objs, err := testenv.DecodeObjects(data)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(objs).To(HaveLen(1))
+	want := as[admissionregistrationv1.ValidatingAdmissionPolicy](t, objs[0])
+	_, rendered := render(t, "")
+	got := as[admissionregistrationv1.ValidatingAdmissionPolicy](t, find(rendered, "ValidatingAdmissionPolicy")[want.Name])
+	g.Expect(got.Spec).To(Equal(want.Spec), "charts/sharder/templates/slotpolicy.yaml differs from config/policy/slot_label_policy.yaml")
 }
