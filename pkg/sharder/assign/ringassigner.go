@@ -279,7 +279,7 @@ func (r *ringAssigner) run(ctx context.Context) {
 		case <-r.reconfig:
 			r.rebuild(ctx, true)
 		case <-resync.C():
-			r.enqueueAll()
+			r.resync()
 		}
 	}
 }
@@ -379,15 +379,6 @@ func (r *ringAssigner) triggerStatus() {
 
 func (r *ringAssigner) enqueue(w *resourceCache, obj metav1.Object) {
 	r.queue.Add(item{res: w, namespace: obj.GetNamespace(), name: obj.GetName()})
-}
-
-// enqueueAll adds every main object of the ring.
-func (r *ringAssigner) enqueueAll() {
-	for _, w := range r.mains {
-		for obj := range w.cache.List() {
-			r.enqueue(w, obj)
-		}
-	}
 }
 
 // selected reports whether objects of namespace belong to the ring.

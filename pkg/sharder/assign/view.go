@@ -68,8 +68,9 @@ func buildView(rings *membership.Rings, cfg *ringConfig, members []membership.Me
 }
 
 // rebuild takes the ring's current membership and configuration, reports
-// what changed and queues the objects that must move. all queues every main
-// object instead (start and configuration changes).
+// what changed and queues the objects that must move. all also queues the
+// objects that stay but need work (start and configuration changes: see
+// needsWork).
 func (r *ringAssigner) rebuild(ctx context.Context, all bool) {
 	cfg := r.cfg.Load()
 	prev := r.view.Load()
@@ -118,7 +119,7 @@ func (r *ringAssigner) rebuild(ctx context.Context, all bool) {
 					held++
 				}
 			}
-			if all || d.action != actionKeep {
+			if d.action != actionKeep || all && r.needsWork(obj, s, d) {
 				r.enqueue(w, obj)
 			}
 		}
