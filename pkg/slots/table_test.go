@@ -1,6 +1,7 @@
 package slots
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -74,4 +75,18 @@ func TestTableRefused(t *testing.T) {
 		_, err := FromStatus(8, status)
 		g.Expect(err).To(HaveOccurred(), name)
 	}
+}
+
+// TestStatusSize: the largest table, 16,384 slots over 1,000 instances,
+// each instance's slots scattered as far as they go, stays near 125 KB of
+// the ring's status, far below the API server's limit of an object.
+func TestStatusSize(t *testing.T) {
+	g := NewWithT(t)
+	table := NewTable(v1alpha1.MaxSlotCount)
+	for i := range table.Slots {
+		table.Slots[i] = Slot{Holder: "instance-" + strconv.Itoa(1000+i%1000)}
+	}
+	data, err := json.Marshal(table.Status())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(len(data)).To(BeNumerically("<=", 130_000))
 }

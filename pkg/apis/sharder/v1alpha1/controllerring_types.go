@@ -87,7 +87,8 @@ const (
 	DefaultRestartHold  = 30 // seconds
 	DefaultSlotCount    = 256
 	// MaxSlotCount bounds spec.assignment.slots.count: a table of that many
-	// scattered slots stays well under 100 KB of the ring's status.
+	// slots over 1,000 instances takes about 125 KB of the ring's status at
+	// worst (every instance's slots scattered).
 	MaxSlotCount = 16384
 )
 
