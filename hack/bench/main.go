@@ -70,8 +70,8 @@ func main() {
 	flag.DurationVar(&p.steady, "steady-duration", time.Minute, "--scale: length of the steady CPU measurement")
 	flag.IntVar(&p.workers, "create-workers", 32, "parallel requests when creating objects")
 	flag.BoolVar(&p.manyObjects, "many-objects", false, "measure one ring of --objects objects instead (make bench-objects), --instances instances (default 10) whose Leases this process holds; of the other flags only --algorithm, --output, --dir, --keep, --watched-objects, --create-workers, --profile-duration, --lease-duration, --sharder-arg and --sharder-env apply")
-	flag.IntVar(&p.watchedObjects, "watched-objects", 100000, "--many-objects: objects created before the sharder starts, assigned from its watch; the rest are created in admission mode")
-	flag.IntVar(&p.admittedObjects, "admitted-objects", 20000, "--many-objects: objects created through the sharder's assigning webhook; the rest are created with the label it gives, by the sharder's identity")
+	flag.IntVar(&p.watchedObjects, "watched-objects", 100000, "--many-objects: objects created without a label before the sharder starts, assigned from its watch")
+	flag.IntVar(&p.admittedObjects, "admitted-objects", 20000, "--many-objects: objects created through the sharder's assigning webhook once it runs; the rest of --objects are created before, with the label the webhook gives")
 	flag.Func("sharder-arg", "extra argument for `sharder run` (repeatable), e.g. --sharder-arg=--kube-api-qps=1000", func(s string) error {
 		p.sharderArgs = append(p.sharderArgs, s)
 		return nil
@@ -98,8 +98,8 @@ func main() {
 		if !set["profile-duration"] {
 			p.profileDuration = 20 * time.Second
 		}
-		if p.watchedObjects < 1 || p.objects < p.watchedObjects+1 || p.leaseDuration < 3*time.Second {
-			fmt.Fprintln(os.Stderr, "bench: --many-objects needs --objects above --watched-objects (at least 1) and a --lease-duration of at least 3s")
+		if p.watchedObjects < 1 || p.admittedObjects < 1 || p.objects < p.watchedObjects+p.admittedObjects+unassignedAtRestart || p.leaseDuration < 3*time.Second {
+			fmt.Fprintf(os.Stderr, "bench: --many-objects needs --watched-objects and --admitted-objects of at least 1, --objects at least %d above their sum, and a --lease-duration of at least 3s\n", unassignedAtRestart)
 			os.Exit(2)
 		}
 	}

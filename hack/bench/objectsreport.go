@@ -48,50 +48,52 @@ which rewrites this file. It runs by hand, not in `+"`make test`"+`.
 	fmt.Fprintf(&s, `
 ## Machine
 
-%s| sharder built from | %s |
+%[1]s| sharder built from | %[2]s |
 
 The control plane, the sharder and the benchmark process (which holds every
 instance's Lease, watches every object and creates them) share these CPUs.
 
 ## Method
 
-- One ring over ConfigMaps without data in one namespace labelled %s=true,
-  algorithm %s with %d virtual nodes per instance. The sharder runs as one
+- One ring over ConfigMaps without data in one namespace labelled %[3]s=true,
+  algorithm %[4]s with %[5]d virtual nodes per instance. The sharder runs as one
   replica with leader election (client-go's default timings), its webhook,
-  metrics and profiling endpoint on, and its default settings%s (so its
+  metrics and profiling endpoint on, and its default settings%[6]s (so its
   garbage collector's target is 50, and no soft memory limit is set).
 - The control plane runs with etcd's quota raised to 8 GiB and the API
   server's requests in flight to 1,000 (500 mutating); every client here
   authenticates as a member of system:masters, which API Priority and
   Fairness exempts.
-- **The instances** are %d leaseholder.Holders in the benchmark process
-  (lease duration %s), as in `+"`make bench-scale`"+`; one metadata watch of the
+- **The instances** are %[7]d leaseholder.Holders in the benchmark process
+  (lease duration %[8]s), as in `+"`make bench-scale`"+`; one metadata watch of the
   ring's objects answers their drains at once and records when each label
   changed.
-- **Assignment from the watch**: %d ConfigMaps exist before the sharder
-  starts; each gets its label in a write of its own.
+- **Objects**: before any sharder runs, this process creates the ring's
+  ConfigMaps by %[13]d parallel requests over protobuf: first all but
+  %[11]d + %[12]d of them with the shard label the assigning webhook gives
+  (the ring of the instances, looked up here, as a ring in admission mode
+  labels objects at creation), then %[11]d without a label.
+- **Starts**: from starting the sharder process to its log line that the
+  ring's caches synced, and to its first decision: the first object
+  without a label labelled, as the watch delivers it. The first start
+  assigns the %[11]d objects without a label (a write each). Then VmHWM
+  (peak RSS, the start-up included) and VmRSS once RSS stopped growing,
+  from /proc/<pid>/status, and the live heap: HeapAlloc right after a
+  garbage collection (heap profile with gc=1), divided by the objects
+  cached (so it includes the sharder's fixed heap).
 - **Admission mode**: the ring's spec.assignment.mode is then set to
-  Admission, and %d objects are created by %d parallel requests over
-  protobuf, each passing the sharder's assigning webhook, whose answer
-  carries the label. The rest are created with the label that webhook
-  gives (the ring of the live instances, looked up by this process), by
-  the sharder's identity, so that the API server calls no webhook: a
-  webhook call per create would make a million creations take hours on
-  this machine (its cost per admission is the figure above).
-- **Restart**: the sharder is stopped gracefully, the shard label of %d
-  objects is removed meanwhile, and a new sharder process starts on every
-  object. Caches synced is when it logs that the ring's caches synced; its
-  first decision is the first of those objects labelled again, as the
-  watch delivers it. Then VmHWM (peak RSS, the start-up included) and
-  VmRSS once RSS stopped growing, from /proc/<pid>/status; live heap is
-  HeapAlloc right after a garbage collection (heap profile with gc=1). Per
-  object is the difference from the live heap of the first sharder with
-  the objects assigned from the watch cached, divided by the objects
-  added.
+  Admission, and %[12]d objects are created through the sharder's assigning
+  webhook, whose answer carries the label. A million creations through the
+  webhook would take hours on this machine; its cost per admission is the
+  figure above.
+- **Restart**: the sharder is stopped gracefully, the shard label of %[14]d
+  objects is removed meanwhile (as the sharder, whose writes the
+  validating webhook lets through), and a new sharder process starts on
+  every object, measured as the first start.
 - **Scale-out**: one more instance's holder starts. The decisions' CPU is
-  the samples of the sharder's CPU profile (%s from a second before the new
+  the samples of the sharder's CPU profile (%[9]s from a second before the new
   Lease is due) in the pass that decides from the caches which objects
-  move (the focus %s), no LIST meaning none in the API server's
+  move (the focus %[10]s), no LIST meaning none in the API server's
   apiserver_request_total for configmaps meanwhile. The whole move is
   timed until every object is on its instance, none draining; every
   object's place is then checked against the ring.
@@ -101,6 +103,6 @@ instance's Lease, watches every object and creates them) share these CPUs.
   RSS and CPU of kube-apiserver and etcd from /proc.
 `, machine(p), p.revision, "`"+benchLabel+"`", "`"+cmp.Or(p.algorithm, sharderv1alpha1.DefaultAlgorithm)+"`", sharderv1alpha1.DefaultVirtualNodes,
 		extraArgs(append(append([]string(nil), p.sharderEnv...), p.sharderArgs...)),
-		p.instances, p.leaseDuration, p.watchedObjects, p.admittedObjects, p.workers, unassignedAtRestart, p.profileDuration, "`"+decisionFocus+"`")
+		p.instances, p.leaseDuration, p.profileDuration, "`"+decisionFocus+"`", p.watchedObjects, p.admittedObjects, p.workers, unassignedAtRestart)
 	return os.WriteFile(p.output, []byte(s.String()), 0o644) //nolint:gosec // a document of the repository, meant to be read
 }

@@ -92,7 +92,8 @@ kube-apiserver on the same machine), produced by ` + "`make bench`" + `
 Every time is compared with the floor: how long the API server itself takes
 for the label patches the operation needs, measured in the same run with the
 same processes running.
-One ring of 1,000 instances (` + "`" + `make bench-scale` + "`" + `) has its own page: [benchmarks-scale.md](benchmarks-scale.md).
+One ring of 1,000 instances (` + "`" + `make bench-scale` + "`" + `) has its own page: [benchmarks-scale.md](benchmarks-scale.md);
+so has one ring of a million objects (` + "`" + `make bench-objects` + "`" + `): [benchmarks-objects.md](benchmarks-objects.md).
 
 ## Results
 
