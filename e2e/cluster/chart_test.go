@@ -49,6 +49,11 @@ const (
 // without it.
 var operatorLogs string
 
+// plainLogs is the node's folder for the reconcile logs of the plain
+// controller, which its scenario installs and the scenarios after it scale
+// and check until the chart's test ends, for the same reasons.
+var plainLogs string
+
 // TestSharderChart installs the chart, checks that it works as the docs say,
 // collects an instance's Lease with its pod, and uninstalls it. The steps
 // build on each other: a failed step ends the test.
@@ -59,6 +64,7 @@ func TestSharderChart(t *testing.T) {
 		}
 	})
 	operatorLogs = reconcileLogDir(t)
+	plainLogs = reconcileLogDir(t)
 	steps := []struct {
 		name string
 		fn   func(t *testing.T)
@@ -67,6 +73,7 @@ func TestSharderChart(t *testing.T) {
 		{"lease of a deleted pod is collected", testLeaseCollectedWithPod},
 		{"plain controller with the agent sidecar rolls without overlap", testPlainControllerWithAgent},
 		{"flow control keeps the Leases through a rebalance of many objects", testFlowControl},
+		{"a rollout of the sharder keeps each drain's timeout", testSharderRolloutKeepsDrains},
 		{"etcd operator scales from 3 to 4 instances", testEtcdOperator},
 		{"an EtcdCluster of 3 runs real etcd", testRealEtcd},
 		{"an EtcdCluster with TLS and auth forms while its instance is killed", testRealEtcdTLS},

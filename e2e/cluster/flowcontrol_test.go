@@ -90,7 +90,6 @@ func testFlowControl(t *testing.T) {
 	}
 
 	By(t, fmt.Sprintf("3 plain controller pods, %d more ConfigMaps", objects))
-	keepReconcileLogDir(ctx, t, g)
 	scaleStatefulSet(ctx, g, plainNamespace, plainName, 3)
 	waitStatefulSetReady(ctx, g, plainNamespace, plainName, 3)
 	ids3 := []string{plainName + "-0", plainName + "-1", plainName + "-2"}
@@ -146,23 +145,6 @@ func testFlowControl(t *testing.T) {
 		joined.Round(time.Millisecond), moved, total, rebalanced.Round(time.Millisecond), lost, localrun.FormatCounts(after.Counts()))
 	if !without {
 		g.Expect(lost).To(BeEmpty(), "no instance and no sharder replica lost its Lease")
-	}
-}
-
-// keepReconcileLogDir creates the node folder the plain controller's pods
-// mount for their reconcile logs again: the scenario that applied them
-// removed it when it ended, and a new pod cannot start without it. It is
-// removed when this scenario ends.
-func keepReconcileLogDir(ctx context.Context, t *testing.T, g Gomega) {
-	var sts appsv1.StatefulSet
-	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: plainNamespace, Name: plainName}, &sts)).To(Succeed())
-	for _, v := range sts.Spec.Template.Spec.Volumes {
-		if v.HostPath != nil {
-			g.Expect(os.MkdirAll(v.HostPath.Path, 0o777)).To(Succeed())
-			// The pods' user writes there, as in the folder they had.
-			g.Expect(os.Chmod(v.HostPath.Path, 0o777)).To(Succeed())
-			t.Cleanup(func() { _ = os.RemoveAll(v.HostPath.Path) })
-		}
 	}
 }
 

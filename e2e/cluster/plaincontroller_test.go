@@ -71,7 +71,7 @@ func testPlainControllerWithAgent(t *testing.T) {
 	elapsed := func() time.Duration { return time.Since(began).Round(100 * time.Millisecond) }
 
 	By(t, "the plain controller's kustomization, with each pod's reconcile log on the node")
-	logs := reconcileLogDir(t)
+	logs := plainLogs
 	applyWithReconcileLog(ctx, t, g, filepath.Join(repoRoot, "e2e", "plaincontroller", "config"), plainName, logs, func(sts *appsv1.StatefulSet, _ *corev1.Container) {
 		agents := sts.Spec.Template.Spec.InitContainers
 		g.Expect(agents).To(HaveLen(1))
