@@ -30,12 +30,15 @@ type DrainReport struct {
 	// Target is the instance the drain label names; empty when it names
 	// none (the value "true", or any value that is not an instance ID).
 	Target string `json:"target,omitempty"`
+	// Started is when the sharder requested the drain, as it recorded it on
+	// the object (the annotation drain-started.sharder.dev/<ring>), by its
+	// own clock: a newly elected leader counts the drain's timeout from it.
+	// Absent when the sharder that requested the drain recorded no start.
+	Started *metav1.Time `json:"started,omitempty"`
 	// Labelled is when the drain label was last written, as the API server
 	// recorded it in the object's managedFields: the last time the field
 	// manager owning the label changed a field of the object. Absent when
-	// the object records no owner of the label. The drain's timeout counts
-	// from when the leading sharder saw the drain start, which only its
-	// memory holds.
+	// the object records no owner of the label.
 	Labelled *metav1.Time `json:"labelled,omitempty"`
 	// Manager is the field manager owning the drain label.
 	Manager string `json:"manager,omitempty"`
@@ -102,6 +105,9 @@ func listDrains(ctx context.Context, mapper meta.RESTMapper, m metadata.Interfac
 			d := DrainReport{Resource: gr.String(), Namespace: obj.Namespace, Name: obj.Name, Instance: obj.Labels[shardLabel]}
 			if target := obj.Labels[drainLabel]; drain.IsTarget(target) {
 				d.Target = target
+			}
+			if started, ok := drain.Started(obj, ring.Name); ok {
+				d.Started = &metav1.Time{Time: started}
 			}
 			d.Manager, d.Labelled = labelWriter(obj.ManagedFields, drainLabel)
 			out = append(out, d)

@@ -38,6 +38,13 @@ func drainsFixture(t *testing.T) (ring, ns string, drainWritten time.Time) {
 	patch := []byte(`{"metadata":{"labels":{"` + drain + `":"instance-b"}}}`)
 	g.Expect(env().Client.Patch(ctx, moving, client.RawPatch(types.MergePatchType, patch), client.FieldOwner("sharder/leader-1"))).To(Succeed())
 
+	// A drain whose start the sharder recorded on the object, two minutes
+	// before the label was written (by a leader since replaced).
+	recorded := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "recorded",
+		Labels:      map[string]string{shard: "instance-b", drain: "instance-a"},
+		Annotations: map[string]string{v1alpha1.DrainStartedAnnotation(ring): v1alpha1.FormatDrainStarted(drainWritten.Add(-2 * time.Minute))}}}
+	g.Expect(env().Client.Create(ctx, recorded)).To(Succeed())
+
 	owner := &corev1.ConfigMap{}
 	g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "new1"}, owner)).To(Succeed())
 	secrets := []*corev1.Secret{
@@ -79,6 +86,7 @@ func TestStatusDrainsAndUnassigned(t *testing.T) {
 	g.Expect(drains).To(Equal([]drainRow{
 		{"a2", "instance-a", ""}, // drain label "true": no target
 		{"moving", "instance-a", "instance-b"},
+		{"recorded", "instance-b", "instance-a"},
 		{"released", "", "instance-b"},
 	}))
 	moving := r.DrainList[1]
@@ -86,7 +94,11 @@ func TestStatusDrainsAndUnassigned(t *testing.T) {
 	g.Expect(moving.Labelled).NotTo(BeNil())
 	// managedFields times are whole seconds.
 	g.Expect(moving.Labelled.Time).To(BeTemporally("~", written, 2*time.Second))
-	g.Expect(r.DrainList[2].Labelled).NotTo(BeNil(), "the creator of an object created with the label owns it")
+	g.Expect(moving.Started).To(BeNil(), "no start recorded on the object")
+	recorded := r.DrainList[2]
+	g.Expect(recorded.Started).NotTo(BeNil())
+	g.Expect(recorded.Started.Time).To(BeTemporally("~", written.Add(-2*time.Minute), time.Second))
+	g.Expect(r.DrainList[3].Labelled).NotTo(BeNil(), "the creator of an object created with the label owns it")
 
 	type unassignedRow struct {
 		Resource, Name, Controller string
@@ -127,10 +139,13 @@ func TestStatusDrainsTable(t *testing.T) {
 	g.Expect(o.run(context.Background(), &buf, []string{ring})).To(Succeed())
 	out := buf.String()
 	g.Expect(out).To(ContainSubstring("  Drains in flight (listed from the labels just now):\n"))
-	g.Expect(out).To(MatchRegexp(`(?m)^\s+NAMESPACE\s+OBJECT\s+INSTANCE\s+TARGET\s+LABELLED\s+NOTE$`))
-	g.Expect(out).To(MatchRegexp(`(?m)^\s+` + ns + `\s+configmaps/a2\s+instance-a\s+-\s+5m\d*s? ago\s+no target: acknowledged by removing both labels; labelled longer ago than drainTimeout 30s`))
-	g.Expect(out).To(MatchRegexp(`(?m)^\s+` + ns + `\s+configmaps/moving\s+instance-a\s+instance-b\s+5m\d*s? ago\s+labelled longer ago than drainTimeout 30s: forced when the leader's own count ends$`))
-	g.Expect(out).To(MatchRegexp(`(?m)^\s+` + ns + `\s+configmaps/released\s+-\s+instance-b\s+5m\d*s? ago\s+released by a forced move: assigned after the release grace$`))
+	g.Expect(out).To(MatchRegexp(`(?m)^\s+NAMESPACE\s+OBJECT\s+INSTANCE\s+TARGET\s+STARTED\s+LABELLED\s+NOTE$`))
+	g.Expect(out).To(MatchRegexp(`(?m)^\s+` + ns + `\s+configmaps/a2\s+instance-a\s+-\s+-\s+5m\d*s? ago\s+no target: acknowledged by removing both labels; labelled longer ago than drainTimeout 30s, start not recorded`))
+	g.Expect(out).To(MatchRegexp(`(?m)^\s+` + ns + `\s+configmaps/moving\s+instance-a\s+instance-b\s+-\s+5m\d*s? ago\s+` +
+		`labelled longer ago than drainTimeout 30s, start not recorded: forced when the leader's own count ends$`))
+	g.Expect(out).To(MatchRegexp(`(?m)^\s+` + ns + `\s+configmaps/recorded\s+instance-b\s+instance-a\s+7m\d*s? ago\s+5m\d*s? ago\s+` +
+		`started longer ago than drainTimeout 30s: the leader forces it$`))
+	g.Expect(out).To(MatchRegexp(`(?m)^\s+` + ns + `\s+configmaps/released\s+-\s+instance-b\s+-\s+5m\d*s? ago\s+released by a forced move: assigned after the release grace$`))
 	g.Expect(out).To(ContainSubstring("  Unassigned objects (listed from the labels just now):\n"))
 	g.Expect(out).To(MatchRegexp(`(?m)^\s+NAMESPACE\s+OBJECT\s+CREATED\s+NOTE$`))
 	g.Expect(out).To(MatchRegexp(`(?m)^\s+` + ns + `\s+configmaps/new1\s+5m\d*s? ago\s*$`))

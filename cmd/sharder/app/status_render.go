@@ -129,10 +129,10 @@ func writeDrains(out io.Writer, report *StatusReport, r *RingReport) error {
 	timeout := r.DrainTimeout.Duration
 	_, err := fmt.Fprintf(out, "  Drains in flight (listed from the labels just now):\n")
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	_, err2 := fmt.Fprintf(tw, "  NAMESPACE\tOBJECT\tINSTANCE\tTARGET\tLABELLED\tNOTE\n")
+	_, err2 := fmt.Fprintf(tw, "  NAMESPACE\tOBJECT\tINSTANCE\tTARGET\tSTARTED\tLABELLED\tNOTE\n")
 	errs := []error{err, err2}
 	for _, d := range r.DrainList {
-		instance, target, labelled, note := d.Instance, d.Target, "-", ""
+		instance, target, started, labelled, note := d.Instance, d.Target, "-", "-", ""
 		if instance == "" {
 			instance = "-"
 			note = "released by a forced move: assigned after the release grace"
@@ -144,13 +144,20 @@ func writeDrains(out io.Writer, report *StatusReport, r *RingReport) error {
 			}
 		}
 		if d.Labelled != nil {
-			age := report.Time.Sub(d.Labelled.Time)
-			labelled = duration.HumanDuration(age) + " ago"
-			if d.Instance != "" && timeout > 0 && age > timeout {
-				note = joinNotes(note, fmt.Sprintf("labelled longer ago than drainTimeout %s: forced when the leader's own count ends", timeout))
+			labelled = ago(d.Labelled.Time, report.Time.Time)
+		}
+		switch overdue := d.Instance != "" && timeout > 0; {
+		case d.Started != nil:
+			started = ago(d.Started.Time, report.Time.Time)
+			if overdue && report.Time.Sub(d.Started.Time) > timeout {
+				note = joinNotes(note, fmt.Sprintf("started longer ago than drainTimeout %s: the leader forces it", timeout))
+			}
+		case d.Labelled != nil:
+			if overdue && report.Time.Sub(d.Labelled.Time) > timeout {
+				note = joinNotes(note, fmt.Sprintf("labelled longer ago than drainTimeout %s, start not recorded: forced when the leader's own count ends", timeout))
 			}
 		}
-		_, err := fmt.Fprintf(tw, "  %s\t%s/%s\t%s\t%s\t%s\t%s\n", orDash(d.Namespace), d.Resource, d.Name, instance, target, labelled, note)
+		_, err := fmt.Fprintf(tw, "  %s\t%s/%s\t%s\t%s\t%s\t%s\t%s\n", orDash(d.Namespace), d.Resource, d.Name, instance, target, started, labelled, note)
 		errs = append(errs, err)
 	}
 	return errors.Join(append(errs, tw.Flush())...)
@@ -191,13 +198,19 @@ func orDash(s string) string {
 
 // renewed says how long before now the Lease was last renewed.
 func renewed(t *metav1.MicroTime, now time.Time) string {
-	switch {
-	case t == nil:
+	if t == nil {
 		return "-"
-	case t.After(now):
+	}
+	return ago(t.Time, now)
+}
+
+// ago says how long before now t was ("in ..." for a time after now,
+// written by a clock ahead of the command's).
+func ago(t, now time.Time) string {
+	if t.After(now) {
 		return "in " + duration.HumanDuration(t.Sub(now))
 	}
-	return duration.HumanDuration(now.Sub(t.Time)) + " ago"
+	return duration.HumanDuration(now.Sub(t)) + " ago"
 }
 
 func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
