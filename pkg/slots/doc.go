@@ -4,8 +4,9 @@
 //
 // Most callers need:
 //
-//   - ForObjectKey, ForNamespace: the slot of a main object, from its hash
-//     key (ring.ObjectKey) or its namespace, for a ring's slot count.
+//   - ForMainObject: the slot of a main object of a ring, from its hash key
+//     (ring.ObjectKey) or its namespace as the ring says (ForObjectKey,
+//     ForNamespace); ParseLabel: the slot a slot label names.
 //   - Table, FromStatus and Table.Status: the slot table, as the ring's
 //     status carries it (v1alpha1.SlotTable).
 //   - Plan: where each slot belongs, from the table and the ready

@@ -7,6 +7,9 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"k8s.io/apimachinery/pkg/sharding"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/ring"
 )
 
 // Of returns the slot of hash h among count slots: the index of the one of
@@ -93,3 +96,20 @@ func ShardSelector(slots []int, count int) sharding.Selector {
 	}
 	return sharding.NewSelector(reqs...)
 }
+
+// ForMainObject returns the slot of a main object of a ring in slot mode,
+// from its hash key or its namespace as spec.assignment.slots.key says,
+// among the ring's slot count. A controlled object takes its controller's
+// slot instead, whatever this says of it.
+func ForMainObject(spec *v1alpha1.ControllerRingSpec, group, kind, namespace, name string) int {
+	count := spec.EffectiveSlotCount()
+	if spec.EffectiveSlotKey() == v1alpha1.SlotKeyNamespace {
+		return ForNamespace(namespace, count)
+	}
+	return ForObjectKey(ring.ObjectKey(group, kind, namespace, name), count)
+}
+
+// ParseLabel returns the slot a slot label's value names among count
+// slots, or an error when it names none (the ring's policy refuses such a
+// value on every object it guards).
+func ParseLabel(value string, count int) (int, error) { return parseSlot(value, count) }

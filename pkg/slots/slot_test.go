@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/sharding"
 
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/ring"
 )
 
@@ -111,4 +112,23 @@ func TestGroups(t *testing.T) {
 		g.Expect(slices.Max(size)-slices.Min(size)).To(BeNumerically("<=", 1), "count %d", count)
 		g.Expect(slices.Min(size)).To(BeNumerically(">=", 1), "count %d", count)
 	}
+}
+
+// TestForMainObject: a ring's key chooses what a main object's slot comes
+// from, with the ring's count (256 when unset).
+func TestForMainObject(t *testing.T) {
+	g := NewWithT(t)
+	objects := &v1alpha1.ControllerRingSpec{Assignment: &v1alpha1.RingAssignment{Unit: v1alpha1.AssignmentUnitSlots}}
+	g.Expect(ForMainObject(objects, "apps", "StatefulSet", "team-a", "db")).To(Equal(ForObjectKey("apps/StatefulSet/team-a/db", 256)))
+	namespaces := &v1alpha1.ControllerRingSpec{Assignment: &v1alpha1.RingAssignment{
+		Unit: v1alpha1.AssignmentUnitSlots, Slots: &v1alpha1.RingSlots{Count: 1024, Key: v1alpha1.SlotKeyNamespace},
+	}}
+	for _, name := range []string{"db", "cache", "web"} {
+		g.Expect(ForMainObject(namespaces, "apps", "StatefulSet", "team-a", name)).To(Equal(ForNamespace("team-a", 1024)))
+	}
+	slot, err := ParseLabel("1023", 1024)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(slot).To(Equal(1023))
+	_, err = ParseLabel("1024", 1024)
+	g.Expect(err).To(HaveOccurred())
 }
