@@ -190,7 +190,9 @@ func (c *Controller) ringOf(ctx context.Context, lease *coordinationv1.Lease) (*
 func (c *Controller) reconcileRing(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	name := req.Name
 	ring := &v1alpha1.ControllerRing{}
-	if err := c.client.Get(ctx, req.NamespacedName, ring); err != nil {
+	// The cached ring itself, read only: a copy would copy its status, which
+	// lists every member, at each publication.
+	if err := c.client.Get(ctx, req.NamespacedName, ring, client.UnsafeDisableDeepCopy); err != nil {
 		if apierrors.IsNotFound(err) {
 			c.tracker.Forget(name)
 			c.publish(ctx, name, nil)

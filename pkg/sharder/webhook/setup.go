@@ -180,7 +180,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			MaxConcurrentReconciles: 1,
 			NeedLeaderElection:      ptr.To(true),
 		}).
-		Watches(&v1alpha1.ControllerRing{}, toKey).
+		Watches(&v1alpha1.ControllerRing{}, toKey, builder.WithPredicates(ringSpecChanged)).
 		Watches(&admissionregistrationv1.ValidatingWebhookConfiguration{}, toKey,
 			builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetName() == opts.ConfigurationName }))).
 		Watches(&admissionregistrationv1.MutatingWebhookConfiguration{}, toKey,
@@ -192,3 +192,15 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	return nil
 }
+
+// ringSpecChanged passes every ring event but an update that leaves what the
+// configurations are made of as it was: the ring's spec (its generation),
+// its identity and its deletion. The assignment writes a ring's status up to
+// once a second while objects move, and with 1,000 instances that status
+// lists 1,000 members: rewriting the configurations after each would read
+// (and copy) every ring for nothing.
+var ringSpecChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	return e.ObjectOld == nil || e.ObjectNew == nil || e.ObjectOld.GetUID() != e.ObjectNew.GetUID() ||
+		e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+		e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+}}
