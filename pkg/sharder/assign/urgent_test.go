@@ -115,3 +115,18 @@ func BenchmarkUrgentObject(b *testing.B) {
 		f.r.urgentObject(f.view, f.cfg, f.gk, f.objs[i%len(f.objs)])
 	}
 }
+
+// BenchmarkSituationDecide is what a membership change costs per cached
+// object of the ring (rebuild): its situation and the decision about it.
+func BenchmarkSituationDecide(b *testing.B) {
+	f := newUrgencyFixture(b, fixtureMembers(membership.StateReady, membership.StateReady, membership.StateDead, membership.StateExpired), time.Now().Add(-time.Hour))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		s, err := f.r.situation(f.view, f.cfg, f.gk, f.objs[i%len(f.objs)])
+		if err != nil {
+			b.Fatal(err)
+		}
+		decide(s)
+	}
+}
