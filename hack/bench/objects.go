@@ -66,8 +66,10 @@ type objectsRun struct {
 	// creator creates the objects over protobuf as the admin, asSharder as
 	// the sharder.
 	creator, asSharder kubernetes.Interface
-	// total is the number of objects of the ring created so far.
-	total int
+	// total is the number of objects of the ring created so far; created
+	// counts them as they are created.
+	total   int
+	created atomic.Int64
 	// unassigned holds the keys of the objects without a label when the
 	// sharder starts.
 	unassigned map[string]bool
@@ -289,6 +291,7 @@ func (o *objectsRun) create(ctx context.Context, from, to int, labelled bool) (c
 			return err
 		}
 		nCreated.Add(1)
+		o.created.Add(1)
 		if got.Labels[shard] != "" {
 			nCarried.Add(1)
 		}
@@ -317,8 +320,9 @@ func (o *objectsRun) leaderFieldManager(ctx context.Context) (string, error) {
 // ring returns the ring of the fleet's live instances, each with the
 // default weight.
 func (o *objectsRun) ring() (ring.Ring, error) {
-	members := []ring.Member{}
-	for _, id := range o.fleet.live() {
+	live := o.fleet.live()
+	members := make([]ring.Member, 0, len(live))
+	for _, id := range live {
 		members = append(members, ring.Member{ID: id, VirtualNodes: sharderv1alpha1.DefaultVirtualNodes})
 	}
 	return ring.New(o.p.algorithm, members)
@@ -336,10 +340,9 @@ func (o *objectsRun) tally() tally {
 	defer o.acks.mu.Unlock()
 	for _, s := range o.acks.last {
 		t.objects++
-		switch {
-		case s.instance == "":
+		if s.instance == "" {
 			t.unassigned++
-		default:
+		} else {
 			t.perInstance[s.instance]++
 		}
 		if s.draining {
@@ -379,8 +382,7 @@ func (o *objectsRun) failure() error {
 // firstStart starts the sharder on every object: it assigns those
 // without a label from its watch.
 func (o *objectsRun) firstStart(ctx context.Context) error {
-	_, err := o.startSharderOn(ctx, "sharder", "first start")
-	return err
+	return o.startSharderOn(ctx, "sharder", "first start")
 }
 
 // admissionCreation turns the ring's admission mode on and creates the
@@ -426,7 +428,7 @@ func (o *objectsRun) admissionCreation(ctx context.Context) error {
 	return o.waitAssigned(ctx, 10*time.Minute)
 }
 
-// progress prints the objects seen on the watch every 30 s until the
+// progress prints the objects created so far every 30 s until the
 // returned function is called.
 func (o *objectsRun) progress(ctx context.Context, what string, t0 time.Time) func() {
 	ctx, cancel := context.WithCancel(ctx)
@@ -438,10 +440,7 @@ func (o *objectsRun) progress(ctx context.Context, what string, t0 time.Time) fu
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				o.acks.mu.Lock()
-				n := len(o.acks.last)
-				o.acks.mu.Unlock()
-				fmt.Printf("%s: %d objects seen after %s\n", what, n, time.Since(t0).Round(time.Second))
+				fmt.Printf("%s: %d objects after %s\n", what, o.created.Load(), time.Since(t0).Round(time.Second))
 			}
 		}
 	}()
@@ -476,8 +475,7 @@ func (o *objectsRun) restart(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = o.startSharderOn(ctx, "sharder-restarted", "restart")
-	return err
+	return o.startSharderOn(ctx, "sharder-restarted", "restart")
 }
 
 // startFigures are the times of one start of the sharder, from the
@@ -490,11 +488,11 @@ type startFigures struct {
 // the time to its caches' sync and to its first decision (the first of
 // o.unassigned labelled), waits until every object is assigned, and
 // reads its memory.
-func (o *objectsRun) startSharderOn(ctx context.Context, name, what string) (startFigures, error) {
+func (o *objectsRun) startSharderOn(ctx context.Context, name, what string) error {
 	var f startFigures
 	t0 := time.Now()
 	if err := o.startSharder(ctx, name); err != nil {
-		return f, err
+		return err
 	}
 	err := localrun.Poll(ctx, 10*time.Minute, 20*time.Millisecond, func() error {
 		if err := o.failure(); err != nil {
@@ -507,19 +505,19 @@ func (o *objectsRun) startSharderOn(ctx context.Context, name, what string) (sta
 		return nil
 	})
 	if err != nil {
-		return f, err
+		return err
 	}
 	if err := o.waitAssigned(ctx, 30*time.Minute); err != nil {
-		return f, err
+		return err
 	}
 	events := o.acks.labelEvents(t0)
 	first, ok := firstArrivalOf(events, o.unassigned)
 	if !ok {
-		return f, errors.New("no object without a label was assigned")
+		return errors.New("no object without a label was assigned")
 	}
 	f.first, f.assigned = first.Sub(t0), lastEvent(events).Sub(t0)
 	if f.cpu, err = cpuTime(o.sharder.Pid()); err != nil {
-		return f, err
+		return err
 	}
 	okStart := f.first <= targetStartUp
 	o.add(fmt.Sprintf("%s on %d objects: from the sharder's start to its caches synced, and to its first decision (the first of the %d objects without a label labelled)", what, o.total, len(o.unassigned)),
@@ -527,26 +525,26 @@ func (o *objectsRun) startSharderOn(ctx context.Context, name, what string) (sta
 	// Go returns the memory of the start-up's garbage to the system
 	// gradually: steady is what is left a while later.
 	if err := sleep(ctx, steadyAfter); err != nil {
-		return f, err
+		return err
 	}
 	o.add(fmt.Sprintf("  the %d objects without a label assigned (from the sharder's start to the last label; one write each)", len(o.unassigned)),
 		fmt.Sprintf("%s (%.0f/s), sharder CPU %s", seconds(f.assigned), float64(len(o.unassigned))/f.assigned.Seconds(), seconds(f.cpu)), "", "", true)
 	m, err := o.sharder.Memory()
 	if err != nil {
-		return f, err
+		return err
 	}
 	o.steadyRSS, o.peakRSS = m.RSS, m.Peak
 	ratio := float64(m.Peak) / float64(m.RSS)
 	o.add(fmt.Sprintf("  sharder peak RSS from its start (VmHWM) / RSS %s after every object was assigned", steadyAfter),
 		fmt.Sprintf("**%.2f** (%s / %s)", ratio, mib(m.Peak), mib(m.RSS)), "", fmt.Sprintf("≤ %.1f", targetPeakToSteady), ratio <= targetPeakToSteady)
 	if o.heap, err = o.liveHeap(ctx); err != nil {
-		return f, err
+		return err
 	}
 	perObject := o.heap / float64(o.total)
 	o.add("  sharder live heap (after GC) per cached object, everything else included",
 		fmt.Sprintf("**%.0f B** (%s)", perObject, mib(uint64(o.heap))), "", fmt.Sprintf("≤ %d B", targetHeapPerObject), perObject <= targetHeapPerObject)
 	o.heapTop, err = o.heapProfile(ctx)
-	return f, err
+	return err
 }
 
 // firstArrivalOf returns the time of the first event that labelled one of

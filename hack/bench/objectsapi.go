@@ -135,7 +135,7 @@ func parseMetrics(body []byte) metricSamples {
 			continue
 		}
 		var m metricSample
-		rest := line
+		var rest string
 		if i := strings.IndexByte(line, '{'); i >= 0 {
 			j := strings.LastIndexByte(line, '}')
 			if j < i {
