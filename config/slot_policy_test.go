@@ -6,14 +6,17 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/sharder/slotpolicy"
 )
 
 // impersonating returns a client of the test's control plane acting as user.
@@ -43,8 +46,8 @@ func create(t *testing.T, obj client.Object) {
 }
 
 // TestSlotLabelPolicy applies the policy guarding the slot label and binds
-// it to a ring of 8 slots for ConfigMaps of one namespace, as the sharder
-// binds it. A user who may write ConfigMaps (alice) may create one with a
+// it, as the sharder does (slotpolicy.Binding), to a ring of 8 slots for
+// ConfigMaps of one namespace. A user who may write ConfigMaps (alice) may create one with a
 // slot of the ring or none, and change nothing about its slot afterwards;
 // the sharder (who may write the ring's status) may also set the slot on an
 // object without one, and remove it only while the ring is being deleted.
@@ -57,33 +60,27 @@ func TestSlotLabelPolicy(t *testing.T) {
 
 	const ring, key = "slotted", "slot.sharder.dev/slotted"
 	ns := env().Namespace(t)
-	r := slotRing(ring, map[string]any{"unit": "Slots", "slots": map[string]any{"count": 8}})
-	r.SetFinalizers([]string{"test.sharder.dev/keep"})
+	typed := &v1alpha1.ControllerRing{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ControllerRing"},
+		ObjectMeta: metav1.ObjectMeta{Name: ring, Finalizers: []string{"test.sharder.dev/keep"}},
+		Spec: v1alpha1.ControllerRingSpec{
+			LeaseNamespace:    "default",
+			Resources:         []v1alpha1.RingResource{{Resource: "configmaps"}},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
+			Assignment:        &v1alpha1.RingAssignment{Unit: v1alpha1.AssignmentUnitSlots, Slots: &v1alpha1.RingSlots{Count: 8}},
+		},
+	}
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(typed)
+	g.Expect(err).NotTo(HaveOccurred())
+	r := &unstructured.Unstructured{Object: content}
 	create(t, r)
 	t.Cleanup(func() {
 		// Let the ring go once the test is done with it.
 		_ = env().Client.Patch(ctx, slotRing(ring, nil), client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`)))
 	})
-	create(t, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: ring + ".slot-label.sharder.dev"},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        "slot-label.sharder.dev",
-			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-			ParamRef: &admissionregistrationv1.ParamRef{
-				Name:                    ring,
-				ParameterNotFoundAction: ptr.To(admissionregistrationv1.DenyAction),
-			},
-			MatchResources: &admissionregistrationv1.MatchResources{
-				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
-				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-					Rule: admissionregistrationv1.Rule{
-						APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"},
-					},
-				}}},
-			},
-		},
-	})
+	typed.UID = r.GetUID()
+	// The binding as the sharder writes it.
+	create(t, slotpolicy.Binding(typed))
 
 	// alice writes ConfigMaps; the sharder writes them and the ring's status.
 	create(t, &rbacv1.ClusterRole{
@@ -125,6 +122,9 @@ func TestSlotLabelPolicy(t *testing.T) {
 			g.Expect(err).To(MatchError(ContainSubstring("must name a slot of ring slotted")), "slot %q", value)
 		}
 	}
+	elsewhere := configMap("elsewhere", map[string]string{key: "99"})
+	elsewhere.Namespace = env().Namespace(t)
+	g.Expect(alice.Create(ctx, elsewhere, client.DryRunAll)).To(Succeed(), "a namespace the ring does not select is not guarded")
 	g.Expect(alice.Create(ctx, configMap("unlabelled", nil))).To(Succeed())
 	g.Expect(alice.Create(ctx, configMap("labelled", map[string]string{key: "3"}))).To(Succeed())
 
