@@ -111,7 +111,11 @@ func testSharderRolloutKeepsDrains(t *testing.T) {
 	// The first time another replica holds the leader's Lease, polled from
 	// before the upgrade on: helm returns only once the new pods are ready,
 	// which may be after the new leader took over.
-	electedAt := make(chan time.Time, 1)
+	type takeover struct {
+		at     time.Time
+		holder string
+	}
+	electedAt := make(chan takeover, 1)
 	go func() {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
@@ -126,7 +130,7 @@ func testSharderRolloutKeepsDrains(t *testing.T) {
 				continue
 			}
 			if h := ptr.Deref(l.Spec.HolderIdentity, ""); h != "" && h != before {
-				electedAt <- time.Now()
+				electedAt <- takeover{at: time.Now(), holder: h}
 				return
 			}
 		}
@@ -134,9 +138,10 @@ func testSharderRolloutKeepsDrains(t *testing.T) {
 	out, err := helm(ctx, "upgrade", release, filepath.Join(repoRoot, "charts", "sharder"), "--namespace", sharderNamespace, "--reuse-values",
 		"--set-string", "podAnnotations.e2e\\.sharder\\.dev/rollout="+strconv.FormatInt(time.Now().Unix(), 10), "--wait", "--timeout", "3m")
 	g.Expect(err).NotTo(HaveOccurred(), out)
-	var elected time.Time
-	g.Eventually(electedAt).WithTimeout(time.Minute).Should(Receive(&elected), "another replica leads")
-	t.Logf("leader %s after %s (was %s); the last drain started %s before", leader(g), elected.Sub(began).Round(100*time.Millisecond),
+	var first takeover
+	g.Eventually(electedAt).WithTimeout(time.Minute).Should(Receive(&first), "another replica leads")
+	elected := first.at
+	t.Logf("leader %s after %s (was %s); the last drain started %s before", first.holder, elected.Sub(began).Round(100*time.Millisecond),
 		before, elected.Sub(latest).Round(100*time.Millisecond))
 	// Had the new leader restarted the timeouts, the releases would come a
 	// drainTimeout after it took over: later than the slack allows.
