@@ -215,15 +215,16 @@ func (o *objectsRun) setUp(ctx context.Context) error {
 		return err
 	}
 	err = localrun.Poll(ctx, 10*time.Minute, 100*time.Millisecond, func() error {
-		if t := o.tally(); t.objects != o.total {
-			return fmt.Errorf("the benchmark's watch holds %d of %d objects", t.objects, o.total)
+		// The watch records an object once it carries a label.
+		if t := o.tally(); t.objects != o.total-len(o.unassigned) {
+			return fmt.Errorf("the benchmark's watch holds %d of %d labelled objects", t.objects, o.total-len(o.unassigned))
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Printf("  the benchmark's watch holds the %d objects after %s\n", o.total, time.Since(t0).Round(time.Millisecond))
+	fmt.Printf("  the benchmark's watch holds the %d labelled objects after %s\n", o.total-len(o.unassigned), time.Since(t0).Round(time.Millisecond))
 	return localrun.Poll(ctx, 2*time.Minute+o.p.leaseDuration, 100*time.Millisecond, func() error {
 		if err := o.fleet.failure(); err != nil {
 			return err
