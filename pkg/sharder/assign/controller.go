@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -180,6 +181,11 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 
+	if ring.Spec.AssignsSlots() {
+		c.stopRing(ring.Name)
+		logger.Info("Ring is of unit Slots, which this sharder does not serve yet: leaving it alone")
+		return reconcile.Result{}, c.writeNotReadyStatus(ctx, ring, v1alpha1.ReasonAssignmentUnitNotServed, slotsNotServed)
+	}
 	if msg := unknownAlgorithm(ring.Spec.EffectiveAlgorithm()); msg != "" {
 		c.stopRing(ring.Name)
 		logger.Info("Ring names an algorithm this sharder does not know", "algorithm", ring.Spec.EffectiveAlgorithm())
@@ -232,8 +238,14 @@ func (c *Controller) stopRing(name string) {
 	}
 }
 
+// slotsNotServed is the Ready message of a ring of unit Slots.
+const slotsNotServed = "This sharder does not serve slot mode yet (spec.assignment.unit: Slots); " +
+	"objects of this ring are not assigned: the sharder writes none of their labels and its webhooks do not serve the ring. " +
+	"Use unit Objects (a ring's unit cannot change: create the ring anew)."
+
 // writeNotReadyStatus reports a ring the controller does not run: Ready is
-// False with reason and message.
+// False with reason and message, and a warning event says so when the
+// reason or the message is new.
 func (c *Controller) writeNotReadyStatus(ctx context.Context, ring *v1alpha1.ControllerRing, reason, message string) error {
 	status := ring.Status.DeepCopy()
 	status.ObservedGeneration = ring.Generation
@@ -244,5 +256,15 @@ func (c *Controller) writeNotReadyStatus(ctx context.Context, ring *v1alpha1.Con
 		Message:            message,
 		ObservedGeneration: ring.Generation,
 	})
-	return patchStatus(ctx, c.client, ring, status, c.opts.FieldManager)
+	if err := patchStatus(ctx, c.client, ring, status, c.opts.FieldManager); err != nil {
+		return err
+	}
+	if old := meta.FindStatusCondition(ring.Status.Conditions, v1alpha1.ConditionReady); old == nil || old.Reason != reason || old.Message != message {
+		ref := &v1alpha1.ControllerRing{
+			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ControllerRing"},
+			ObjectMeta: metav1.ObjectMeta{Name: ring.Name, UID: ring.UID},
+		}
+		c.recorder.Eventf(ref, corev1.EventTypeWarning, reason, "%s", message)
+	}
+	return nil
 }

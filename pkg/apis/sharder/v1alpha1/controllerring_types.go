@@ -337,6 +337,10 @@ const (
 	// ReasonUnknownAlgorithm: spec.algorithm names no algorithm the running
 	// sharder knows; nothing of the ring is assigned or moved.
 	ReasonUnknownAlgorithm = "UnknownAlgorithm"
+	// ReasonAssignmentUnitNotServed: spec.assignment.unit is Slots, which
+	// this sharder does not serve yet (docs/design.md §11); nothing of the
+	// ring is assigned, moved or labelled, and no webhook serves it.
+	ReasonAssignmentUnitNotServed = "AssignmentUnitNotServed"
 )
 
 // ControllerRingStatus is the ring as the sharder last observed it.
