@@ -59,7 +59,7 @@ func TestSlotsRingNotServed(t *testing.T) {
 		g.Expect(cond.Message).To(ContainSubstring("does not serve slot mode yet"))
 	}, timeout, poll).Should(Succeed())
 	g.Eventually(func(g Gomega) []string { return ringEvents(g, slots) }, timeout, poll).Should(
-		ContainElement(HavePrefix(v1alpha1.ReasonAssignmentUnitNotServed+": ")))
+		ContainElement(HavePrefix(v1alpha1.ReasonAssignmentUnitNotServed + ": ")))
 	g.Consistently(func(g Gomega) {
 		g.Expect(labelsOf(g, slots)).To(Equal(initial))
 	}, 2*time.Second, 100*time.Millisecond).Should(Succeed(), "nothing of the slot ring is labelled or drained")
