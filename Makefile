@@ -15,6 +15,15 @@ ETCD_VERSION := v3.6.8
 CONTROL_PLANE := $(BIN)/k8s/$(KUBERNETES_VERSION)-etcd-$(ETCD_VERSION)
 export KUBEBUILDER_ASSETS := $(CONTROL_PLANE)
 KUBECTL := $(CONTROL_PLANE)/kubectl
+# The oldest Kubernetes minor the sharder supports, at its latest patch:
+# make test-compat runs the suites that need only an API server against its
+# kube-apiserver (hack/tools/compat/go.mod pins the same version), behind the
+# etcd and kubectl above. docs/versioning.md says why this minor.
+COMPAT_KUBERNETES_VERSION := v1.30.14
+COMPAT_CONTROL_PLANE := $(BIN)/k8s/$(COMPAT_KUBERNETES_VERSION)-etcd-$(ETCD_VERSION)
+# The packages whose tests start an API server, less the end-to-end suites
+# and the benchmarks.
+COMPAT_PACKAGES ?= $$($(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/testenv/ {print $$1}' | grep -v -e '/e2e$$' -e '/e2e/' -e '/hack/')
 # The real one-node cluster (make cluster): the node's binaries, from the same
 # tools module plus containerd, and its state folder (kubeconfig, logs).
 CONTAINERD_VERSION := v2.3.7
@@ -131,6 +140,11 @@ test: control-plane node images $(HELM) $(GOTESTSUM) ## Run every test: unit, in
 	if [ $$status != 0 ]; then $(GO) run ./hack/testfailures $(BIN)/test-output.json $(BIN)/test-output-cluster.json $(BIN)/test-output-e2e.json; fi; \
 	exit $$status
 
+.PHONY: test-compat
+test-compat: control-plane compat-control-plane $(HELM) $(GOTESTSUM) ## Run the suites that need only an API server against the oldest supported Kubernetes (COMPAT_KUBERNETES_VERSION); make test runs them against the newest.
+	KUBEBUILDER_ASSETS=$(COMPAT_CONTROL_PLANE) $(GOTESTSUM) --format testname --jsonfile $(BIN)/test-output-compat.json -- \
+		$(RACE) -count=1 -timeout $(TEST_TIMEOUT) $(COMPAT_PACKAGES) || { $(GO) run ./hack/testfailures $(BIN)/test-output-compat.json; exit 1; }
+
 .PHONY: e2e
 e2e: control-plane node images $(HELM) ## Run only the end-to-end tests: processes on a local control plane, and the chart on a real cluster (as root).
 	@# -p 1: the two suites one after the other (see test).
@@ -229,6 +243,12 @@ control-plane: $(CONTROL_PLANE)/kube-apiserver ## Build etcd, kube-apiserver and
 
 $(CONTROL_PLANE)/kube-apiserver:
 	hack/build-control-plane.sh $(CONTROL_PLANE)
+
+.PHONY: compat-control-plane
+compat-control-plane: $(COMPAT_CONTROL_PLANE)/kube-apiserver ## Build the oldest supported minor's kube-apiserver from Go modules (cached), beside the local control plane's etcd and kubectl.
+
+$(COMPAT_CONTROL_PLANE)/kube-apiserver: | $(CONTROL_PLANE)/kube-apiserver
+	hack/build-control-plane.sh $(COMPAT_CONTROL_PLANE) hack/tools/compat $(CONTROL_PLANE)
 
 .PHONY: node
 node: ## Build the local cluster's kubelet, controller manager, scheduler, kube-proxy and containerd (cached).
