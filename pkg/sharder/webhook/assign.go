@@ -30,6 +30,7 @@ const (
 	assignReasonLabelled  = "already-labelled"
 	assignReasonNotCreate = "not-a-create"
 	assignReasonWatchMode = "watch-mode"
+	assignReasonSlots     = "slots-not-served"
 )
 
 // assignHandler answers the create requests of rings in admission mode
@@ -108,7 +109,7 @@ func (h *assignHandler) handle(ctx context.Context, req admission.Request, ringN
 		return skip(reason, err)
 	}
 	if patch == nil {
-		if reason == assignReasonWatchMode || reason == assignReasonLabelled {
+		if reason == assignReasonWatchMode || reason == assignReasonLabelled || reason == assignReasonSlots {
 			return skip(reason, nil)
 		}
 		log.V(1).Info("Leaving the new object to the sharder", "why", reason)
@@ -123,6 +124,10 @@ func (h *assignHandler) handle(ctx context.Context, req admission.Request, ringN
 // instance, no label.
 func assignment(rg *v1alpha1.ControllerRing, obj *metav1.PartialObjectMetadata, choose choice) (*jsonpatch.JsonPatchOperation, string, error) {
 	switch {
+	case rg.Spec.AssignsSlots():
+		// Slot mode is not served yet (docs/design.md §11): the ring has no
+		// assigning webhook, and a configuration lagging behind gets nothing.
+		return nil, assignReasonSlots, nil
 	case !rg.Spec.AssignsAtAdmission():
 		// The configuration lags behind a ring switched back to watch mode.
 		return nil, assignReasonWatchMode, nil

@@ -28,6 +28,8 @@ func TestAssignment(t *testing.T) {
 	watch.Spec.Assignment.Mode = v1alpha1.AssignmentWatch
 	unset := *admission.DeepCopy()
 	unset.Spec.Assignment = nil
+	slots := *admission.DeepCopy()
+	slots.Spec.Assignment.Unit = v1alpha1.AssignmentUnitSlots
 
 	ready := []membership.Member{
 		{ID: "inst-a", State: membership.StateReady},
@@ -100,6 +102,7 @@ func TestAssignment(t *testing.T) {
 			wantPatch: &jsonpatch.JsonPatchOperation{Operation: "add", Path: "/metadata/labels/shard.sharder.dev~1web", Value: "inst-a"}},
 		{name: "watch mode", ring: watch, obj: obj(nil), choose: mustNotChoose, wantWhy: assignReasonWatchMode},
 		{name: "mode unset", ring: unset, obj: obj(nil), choose: mustNotChoose, wantWhy: assignReasonWatchMode},
+		{name: "unit Slots, not served", ring: slots, obj: obj(nil), choose: mustNotChoose, wantWhy: assignReasonSlots},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			patch, why, err := assignment(&tc.ring, tc.obj, tc.choose)

@@ -48,8 +48,8 @@ func buildMutatingConfiguration(rings []v1alpha1.ControllerRing, p configParams)
 	slices.SortFunc(rings, func(a, b v1alpha1.ControllerRing) int { return cmp.Compare(a.Name, b.Name) })
 	for i := range rings {
 		ring := &rings[i]
-		if !ring.Spec.AssignsAtAdmission() {
-			continue
+		if !ring.Spec.AssignsAtAdmission() || ring.Spec.AssignsSlots() {
+			continue // slot mode is not served yet (docs/design.md §11)
 		}
 		rules := createRules(&ring.Spec)
 		if len(rules) == 0 {
