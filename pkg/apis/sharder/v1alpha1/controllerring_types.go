@@ -239,6 +239,9 @@ type RingAssignment struct {
 	// slots; the sharder assigns slots to instances in the ring's status and
 	// moves them without writing any object). Fixed when the ring is
 	// created. Rings of instances run by sharder agent need Objects.
+	// This release does not serve Slots yet: a ring of unit Slots is
+	// reported not ready (reason AssignmentUnitNotServed) and left alone,
+	// its objects neither labelled nor assigned.
 	// Default: Objects.
 	// +optional
 	// +kubebuilder:default=Objects
