@@ -123,7 +123,7 @@ func TestDefaultOverlayDeployment(t *testing.T) {
 func TestSamplesDryRun(t *testing.T) {
 	g := NewWithT(t)
 	manifests, objs := build(t, "samples")
-	g.Expect(objs).To(HaveLen(3))
+	g.Expect(objs).To(HaveLen(2), "the ring and its ClusterRole, aggregated into the sharder's rings role")
 	out := kubectl(t, manifests, "apply", "--server-side", "--dry-run=server", "--field-manager=test", "-f", "-")
 	g.Expect(string(out)).To(ContainSubstring("controllerring.sharder.dev/etcd-operator serverside-applied (server dry run)"))
 }

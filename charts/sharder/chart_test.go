@@ -443,7 +443,14 @@ rings:
 		"/services":                             verbs,
 		"/configmaps":                           verbs,
 	}))
-	binding := as[rbacv1.ClusterRoleBinding](t, find(objs, "ClusterRoleBinding")["sharder:ring:etcd-operator"])
+	g.Expect(role.Labels).To(HaveKeyWithValue("sharder.dev/aggregate-to-sharder", "true"), "aggregated into the sharder's rings role")
+	g.Expect(find(objs, "ClusterRoleBinding")).NotTo(HaveKey("sharder:ring:etcd-operator"), "the rings role is bound once, not per ring")
+	ringsRole := as[rbacv1.ClusterRole](t, find(objs, "ClusterRole")["sharder-rings"])
+	g.Expect(ringsRole.AggregationRule).To(Equal(&rbacv1.AggregationRule{ClusterRoleSelectors: []metav1.LabelSelector{
+		{MatchLabels: map[string]string{"sharder.dev/aggregate-to-sharder": "true"}},
+	}}))
+	binding := as[rbacv1.ClusterRoleBinding](t, find(objs, "ClusterRoleBinding")["sharder-rings"])
+	g.Expect(binding.RoleRef.Name).To(Equal("sharder-rings"))
 	g.Expect(binding.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: "sharder", Namespace: namespace}}))
 	g.Expect(find(objs, "ClusterRole")).NotTo(HaveKey("sharder:ring:unmanaged"), "rbac: false")
 }

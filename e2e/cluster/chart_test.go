@@ -25,13 +25,14 @@ import (
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
 
-// What the scenarios install: the chart as release "sharder" in
-// sharder-system with its default values and one ring declared in them,
+// What the scenarios install: the chart as release "ring-sharder" in
+// sharding-system with its default values and one ring declared in them,
 // and a ring of ConfigMaps in one namespace whose instance is a Lease held
-// for a pod.
+// for a pod. Neither name is the default of config/default or of the
+// examples: the examples' ring RBAC must work for any release.
 const (
-	release          = "sharder"
-	sharderNamespace = "sharder-system"
+	release          = "ring-sharder"
+	sharderNamespace = "sharding-system"
 	ring             = "e2e"
 	objectsNamespace = "e2e-objects"
 	leaseNamespace   = "e2e-instances"
@@ -303,7 +304,8 @@ func testUninstall(t *testing.T) {
 
 // createRing declares ring "e2e": the ConfigMaps of one namespace, failing
 // closed (so that a webhook that cannot answer shows), with the RBAC its
-// owner grants the chart's sharder.
+// owner grants the chart's sharder: a ClusterRole aggregated into the
+// chart's rings role.
 func createRing(ctx context.Context, g Gomega) {
 	for _, ns := range []*corev1.Namespace{
 		{ObjectMeta: metav1.ObjectMeta{Name: objectsNamespace, Labels: map[string]string{"sharder.dev/e2e": ring}}},
@@ -311,15 +313,10 @@ func createRing(ctx context.Context, g Gomega) {
 	} {
 		g.Expect(k8sClient.Create(ctx, ns)).To(Succeed())
 	}
-	name := "sharder:ring:" + ring
+	// Aggregated into the chart's rings role: it names no service account.
 	g.Expect(k8sClient.Create(ctx, &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: ring + ":sharded-resources", Labels: map[string]string{"sharder.dev/aggregate-to-sharder": "true"}},
 		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "patch"}}},
-	})).To(Succeed())
-	g.Expect(k8sClient.Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: sharderNamespace, Name: release}},
 	})).To(Succeed())
 	g.Expect(k8sClient.Create(ctx, &sharderv1alpha1.ControllerRing{
 		ObjectMeta: metav1.ObjectMeta{Name: ring},

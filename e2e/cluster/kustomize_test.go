@@ -16,6 +16,9 @@ import (
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
 
+// kustomizeNamespace is where config/default installs the sharder.
+const kustomizeNamespace = "sharder-system"
+
 // TestKustomizeInstall installs the sharder as the getting-started guide's
 // second path says, `kubectl apply -k config/default`, checks that its
 // replicas become Ready and that its webhook guards the ring TestSharderChart
@@ -34,14 +37,14 @@ func TestKustomizeInstall(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			dumpState(t, sharderNamespace, "app.kubernetes.io/name=sharder")
+			dumpState(t, kustomizeNamespace, "app.kubernetes.io/name=sharder")
 		}
 	})
 
 	By(t, "kubectl apply -k config/default: the replicas become Ready")
 	out, err := kubectl(ctx, "apply", "-k", install)
 	g.Expect(err).NotTo(HaveOccurred(), out)
-	out, err = kubectl(ctx, "rollout", "status", "deployment/sharder", "--namespace", sharderNamespace, "--timeout", "3m")
+	out, err = kubectl(ctx, "rollout", "status", "deployment/sharder", "--namespace", kustomizeNamespace, "--timeout", "3m")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 
 	By(t, "the webhook guards the ring's labels")
@@ -86,7 +89,7 @@ func TestKustomizeInstall(t *testing.T) {
 	out, err = kubectl(ctx, "delete", "-k", install, "--wait", "--timeout", "3m", "--ignore-not-found")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Eventually(func(g Gomega) {
-		g.Expect(podNames(ctx, g, sharderNamespace, "app.kubernetes.io/name=sharder")).To(BeEmpty())
+		g.Expect(podNames(ctx, g, kustomizeNamespace, "app.kubernetes.io/name=sharder")).To(BeEmpty())
 		err := k8sClient.Get(ctx, client.ObjectKey{Name: "sharder"}, &admissionregistrationv1.ValidatingWebhookConfiguration{})
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the webhook configuration is left behind (get: %v)", err)
 	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())

@@ -70,7 +70,7 @@ func TestManifestsApply(t *testing.T) {
 	}
 	g.Expect(kinds).To(Equal(map[string]int{
 		"CustomResourceDefinition": 3, "Namespace": 1, "StatefulSet": 1, "ServiceAccount": 1,
-		"ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1, "ControllerRing": 1,
+		"ClusterRole": 2, "ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "ControllerRing": 1,
 	}))
 	err := env().Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "etcd-operator-system"}})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -112,7 +112,16 @@ func TestRingAndRBACAgree(t *testing.T) {
 	var ring sharderv1alpha1.ControllerRing
 	decode(t, objs, "ControllerRing", "etcd-operator", &ring)
 	var sharderRole, operatorRole rbacv1.ClusterRole
-	decode(t, objs, "ClusterRole", "sharder:ring:etcd-operator", &sharderRole)
+	decode(t, objs, "ClusterRole", "etcd-operator:sharded-resources", &sharderRole)
+	// Granted through aggregation into the sharder's rings role, whatever
+	// its service account: nothing binds it.
+	g.Expect(sharderRole.Labels).To(HaveKeyWithValue("sharder.dev/aggregate-to-sharder", "true"))
+	for _, o := range objs {
+		if o.GetKind() == "ClusterRoleBinding" || o.GetKind() == "RoleBinding" {
+			ref, _, _ := unstructured.NestedString(o.Object, "roleRef", "name")
+			g.Expect(ref).NotTo(Equal(sharderRole.Name), "%s %s binds the ring's role to a service account of the sharder", o.GetKind(), o.GetName())
+		}
+	}
 	decode(t, objs, "ClusterRole", "etcd-operator", &operatorRole)
 
 	// The clusters (with everything they control), the backups and the
