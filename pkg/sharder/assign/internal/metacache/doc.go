@@ -3,8 +3,8 @@
 // reduces every object to an Object (name, namespace, uid,
 // resourceVersion, the ring's shard and drain labels, the controller
 // ownerReference) and shares equal values between the objects of a ring, so
-// that the sharder's memory grows by little more than a hundred bytes per
-// object.
+// that each cached object costs the sharder a few hundred bytes of heap
+// (docs/benchmarks-objects.md measures it).
 //
 // A ring builds one ObjectTransform, a Cache per main and controlled
 // resource with NewObjects (controlled ones indexed by controller) and a
