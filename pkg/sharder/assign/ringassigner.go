@@ -402,6 +402,9 @@ func (r *ringAssigner) mainChanged(w *resourceCache, oldObj, newObj any) {
 	if obj.Labels[r.shardLabel] == "" && r.selected(obj.Namespace) {
 		r.seen.LoadOrStore(obj.UID, r.c.opts.Clock.Now())
 	}
+	if !r.synced.Load() {
+		return // the first pass after the caches sync queues what needs work
+	}
 	if old, ok := oldObj.(*metacache.Object); ok && !r.labelsChanged(old, obj) {
 		return
 	}
@@ -425,8 +428,8 @@ func (r *ringAssigner) mainDeleted(obj any) {
 
 func (r *ringAssigner) controlledChanged(w *resourceCache, oldObj, newObj any) {
 	obj, ok := newObj.(*metacache.Object)
-	if !ok {
-		return
+	if !ok || !r.synced.Load() {
+		return // the first pass after the caches sync looks at every controlled object's owner
 	}
 	if old, ok := oldObj.(*metacache.Object); ok &&
 		!r.labelsChanged(old, obj) && old.ControllerUID() == obj.ControllerUID() {

@@ -28,6 +28,7 @@ const indexController = "controller"
 type Cache struct {
 	resource schema.GroupResource
 	informer toolscache.SharedIndexInformer
+	handlers []toolscache.ResourceEventHandlerRegistration
 
 	mu       sync.Mutex
 	watchErr error // last list or watch error; cleared by a list or watch the API server accepts
@@ -111,14 +112,27 @@ func newCache(client metadata.Interface, gvr schema.GroupVersionResource, indexe
 // a time, in the order of the cache's events; add them before Run.
 func (c *Cache) AddEventHandler(handler toolscache.ResourceEventHandler) {
 	// An error only comes from an informer that was stopped.
-	_, _ = c.informer.AddEventHandler(handler)
+	if reg, err := c.informer.AddEventHandler(handler); err == nil {
+		c.handlers = append(c.handlers, reg)
+	}
 }
 
 // Run lists and watches the resource until ctx is done.
 func (c *Cache) Run(ctx context.Context) { c.informer.RunWithContext(ctx) }
 
-// HasSynced reports whether the cache holds every object of its first list.
-func (c *Cache) HasSynced() bool { return c.informer.HasSynced() }
+// HasSynced reports whether the cache holds every object of its first list
+// and its handlers have been called for each of them.
+func (c *Cache) HasSynced() bool {
+	if !c.informer.HasSynced() {
+		return false
+	}
+	for _, reg := range c.handlers {
+		if !reg.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
 
 // Get returns the object namespace/name (namespace empty for a
 // cluster-scoped resource).

@@ -127,3 +127,27 @@ func TestNotServed(t *testing.T) {
 		t.Errorf("NotServed = %+v", p)
 	}
 }
+
+// A cache has synced once its handlers were called for every object of its
+// first list, not when the informer's store holds them: the ring's first
+// pass, which decides about every object, then follows every call of the
+// handlers for the first list, so they can leave those objects to it.
+func TestHasSyncedWaitsForHandlers(t *testing.T) {
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	createConfigMap(t, ns, "a", nil)
+	client, err := metadata.NewForConfig(env().Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewObjects(client, configMaps, NewObjectTransform("web"), Options{})
+	release := make(chan struct{})
+	c.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: func(any) { <-release }})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go c.Run(ctx)
+	g.Eventually(c.informer.HasSynced).Should(BeTrue())
+	g.Consistently(c.HasSynced, "200ms").Should(BeFalse(), "synced while a handler had not seen the first list")
+	close(release)
+	g.Eventually(c.HasSynced).Should(BeTrue())
+}
