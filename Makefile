@@ -193,9 +193,10 @@ bench-scale: control-plane ## Measure one ring of SCALE_INSTANCES instances on a
 	$(GO) run ./hack/bench --scale --instances $(SCALE_INSTANCES) --algorithm $(SCALE_ALGORITHM) --output docs/benchmarks-scale.md
 
 # One ring of BENCH_OBJECTS objects and 10 instances: BENCH_WATCHED_OBJECTS of
-# them assigned from the sharder's watch, the rest created in admission mode.
-# A million takes about half an hour, several GiB of memory and all of a small
-# machine, so it is run by hand.
+# them assigned from the sharder's watch, the rest labelled at creation as in
+# admission mode. The control plane creates a few hundred objects a second on
+# a small machine (200,000 took 25 minutes on 2 busy cores, a million takes
+# well over an hour) and needs several GiB of memory, so it is run by hand.
 BENCH_OBJECTS ?= 1000000
 BENCH_WATCHED_OBJECTS ?= 100000
 
