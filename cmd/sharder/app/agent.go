@@ -58,7 +58,9 @@ func NewAgentCommand() *cobra.Command {
 		Short: "Hold an instance Lease for a controller that cannot be changed (sidecar)",
 		Long: `agent holds the instance Lease of the pod it runs in, for a controller that
 cannot hold it itself (any language): it creates the Lease in the ring's lease
-namespace and renews it while the controller's health endpoint answers.
+namespace and renews it while the controller's health endpoint answers. The
+ring must be of unit Objects (spec.assignment.unit, the default): the agent
+does not read the ring, and a controller it runs beside cannot follow slots.
 
 On SIGTERM it keeps the Lease as long as the controller still runs, so that
 the sharder moves nothing while a reconcile may be in flight: it goes on
