@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,6 +34,6 @@ func (e *Env) ServerMinor(t testing.TB) int {
 func (e *Env) SkipBefore(t testing.TB, minor int, feature string) {
 	t.Helper()
 	if got := e.ServerMinor(t); got < minor {
-		t.Skip(fmt.Sprintf("%s needs Kubernetes 1.%d or later; this API server is 1.%d", feature, minor, got))
+		t.Skipf("%s needs Kubernetes 1.%d or later; this API server is 1.%d", feature, minor, got)
 	}
 }
