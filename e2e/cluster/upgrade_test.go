@@ -12,6 +12,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -117,23 +118,17 @@ func testSharderRolloutKeepsDrains(t *testing.T) {
 	}
 	electedAt := make(chan takeover, 1)
 	go func() {
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+		_ = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, false, func(ctx context.Context) (bool, error) {
 			var l coordinationv1.Lease
 			if k8sClient.Get(ctx, client.ObjectKey{Namespace: sharderNamespace, Name: release}, &l) != nil {
-				continue
+				return false, nil
 			}
 			if h := ptr.Deref(l.Spec.HolderIdentity, ""); h != "" && h != before {
 				electedAt <- takeover{at: time.Now(), holder: h}
-				return
+				return true, nil
 			}
-		}
+			return false, nil
+		})
 	}()
 	out, err := helm(ctx, "upgrade", release, filepath.Join(repoRoot, "charts", "sharder"), "--namespace", sharderNamespace, "--reuse-values",
 		"--set-string", "podAnnotations.e2e\\.sharder\\.dev/rollout="+strconv.FormatInt(time.Now().Unix(), 10), "--wait", "--timeout", "3m")
