@@ -119,11 +119,10 @@ func testSharderRolloutKeepsDrains(t *testing.T) {
 	electedAt := make(chan takeover, 1)
 	go func() {
 		_ = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, false, func(ctx context.Context) (bool, error) {
+			// A failed read is read again at the next poll.
 			var l coordinationv1.Lease
-			if k8sClient.Get(ctx, client.ObjectKey{Namespace: sharderNamespace, Name: release}, &l) != nil {
-				return false, nil
-			}
-			if h := ptr.Deref(l.Spec.HolderIdentity, ""); h != "" && h != before {
+			read := k8sClient.Get(ctx, client.ObjectKey{Namespace: sharderNamespace, Name: release}, &l) == nil
+			if h := ptr.Deref(l.Spec.HolderIdentity, ""); read && h != "" && h != before {
 				electedAt <- takeover{at: time.Now(), holder: h}
 				return true, nil
 			}
