@@ -478,6 +478,25 @@ func (e *ringEnv) newCluster(name string) *etcdv1alpha1.EtcdCluster {
 	}
 }
 
+// waitProtected waits until the ring's validating webhook guards the
+// EtcdCluster name of the ring's namespace: a dry-run move of it to another
+// instance, which changes nothing, is denied. The sharder writes a new
+// ring's webhook entries on its own schedule (after its CA bundle is
+// loaded, and the API server applies a changed configuration a moment
+// later), so a ring settles before it is guarded; a forbidden edit made
+// in that window would land.
+func (e *ringEnv) waitProtected(name string, timeout time.Duration) {
+	e.t.Helper()
+	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:"someone-else"}}}`, sharderv1alpha1.ShardLabel(e.ring)))
+	e.g.Eventually(func() error {
+		err := e.c.Patch(e.ctx, e.newCluster(name), client.RawPatch(types.MergePatchType, patch), client.DryRunAll)
+		if !isDenied(err) {
+			return fmt.Errorf("a dry-run move of %s was not denied: %v", name, err)
+		}
+		return nil
+	}).WithTimeout(timeout).WithPolling(200*time.Millisecond).Should(gomega.Succeed(), "ring %s's validating webhook guards its objects", e.ring)
+}
+
 // createClusters creates n EtcdClusters named prefix-<i>.
 func (e *ringEnv) createClusters(prefix string, n int) []string {
 	e.t.Helper()

@@ -111,6 +111,7 @@ func LeaderKilledSpec(t *testing.T, in LeaderKilledInput) {
 	e.createClusters("before", in.Objects)
 	e.waitSettled(in.Objects, in.Timeout)
 	probe := e.namespace + "/before-000"
+	e.waitProtected("before-000", in.Timeout)
 	e.g.Expect(e.tryForbiddenEdit(e.ctx, probe)).To(gomega.Succeed())
 
 	old := e.leader()

@@ -42,6 +42,7 @@ func ForbiddenEditsSpec(t *testing.T, in ForbiddenEditsInput) {
 	e.createClusters("obj", 1)
 	a := e.waitSettled(1, in.Timeout)
 	name := "obj-000"
+	e.waitProtected(name, in.Timeout)
 	owner := a[0].Instance
 	shard, drain := sharderv1alpha1.ShardLabel(e.ring), sharderv1alpha1.DrainLabel(e.ring)
 
@@ -137,6 +138,7 @@ func DrainIdentitySpec(t *testing.T, in DrainIdentityInput) {
 	e.createClusters("obj", in.Objects)
 	e.waitSettled(in.Objects, in.Timeout)
 	e.expectReconciledByOwner(in.Timeout)
+	e.waitProtected("obj-000", in.Timeout)
 
 	// Freeze instance-0 so it cannot acknowledge, then add an instance:
 	// some of instance-0's objects are asked to drain and stay so.
