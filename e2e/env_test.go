@@ -490,8 +490,11 @@ func (e *ringEnv) waitProtected(name string, timeout time.Duration) {
 	patch := []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:"someone-else"}}}`, sharderv1alpha1.ShardLabel(e.ring)))
 	e.g.Eventually(func() error {
 		err := e.c.Patch(e.ctx, e.newCluster(name), client.RawPatch(types.MergePatchType, patch), client.DryRunAll)
-		if !isDenied(err) {
-			return fmt.Errorf("a dry-run move of %s was not denied: %v", name, err)
+		switch {
+		case err == nil:
+			return fmt.Errorf("a dry-run move of %s was allowed", name)
+		case !isDenied(err):
+			return fmt.Errorf("a dry-run move of %s: want a denial: %w", name, err)
 		}
 		return nil
 	}).WithTimeout(timeout).WithPolling(200*time.Millisecond).Should(gomega.Succeed(), "ring %s's validating webhook guards its objects", e.ring)

@@ -52,6 +52,11 @@ func (r *ringAssigner) reconcile(ctx context.Context, it item) (time.Duration, e
 		if errors.Is(err, errGone) {
 			return 0, nil // deleted meanwhile: its deletion ends everything
 		}
+		if errors.Is(err, errNotMovable) {
+			// The hold ended after this view was built: decided again on
+			// the membership that says so.
+			return notMovableRetry, nil
+		}
 		return 0, err
 	}
 	r.record(obj, s, d)
@@ -98,7 +103,16 @@ func (r *ringAssigner) situation(view *ringView, cfg *ringConfig, gk schema.Grou
 func (r *ringAssigner) act(ctx context.Context, w *resourceCache, obj *metacache.Object, s situation, d decision) error {
 	children := r.descendants(obj)
 	switch d.action {
-	case actionAssign, actionRelabelGone, actionAssignForced:
+	case actionRelabelGone:
+		// Counted in flight until the writes return: the lease controller
+		// releases the instance's Lease only after that.
+		done, ok := r.c.opts.Registry.BeginMove(r.name, s.current)
+		if !ok {
+			return errNotMovable
+		}
+		defer done()
+		return r.move(ctx, w, obj, children, s.target)
+	case actionAssign, actionAssignForced:
 		return r.move(ctx, w, obj, children, s.target)
 	case actionForce:
 		// The drain label and its start stay: the object is released.
@@ -258,6 +272,15 @@ func (r *ringAssigner) drainStarted(obj *metacache.Object, now time.Time, timeou
 func (r *ringAssigner) noDrainStart() map[string]*string {
 	return map[string]*string{v1alpha1.DrainStartedAnnotation(r.name): nil}
 }
+
+// errNotMovable is returned by act when a gone instance's objects stopped
+// being movable (membership.Member.Movable) after the view the decision was
+// taken on: the sharder's hold of its Lease ended.
+var errNotMovable = errors.New("the instance's objects are no longer movable")
+
+// notMovableRetry is when an object refused by errNotMovable is decided
+// again; the membership change that refused it rebuilds the view meanwhile.
+const notMovableRetry = 100 * time.Millisecond
 
 // errGone is returned by act when the object was deleted meanwhile, so that
 // nothing is recorded for it.

@@ -3,6 +3,8 @@ package assign_test
 import (
 	"context"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -254,4 +256,77 @@ func withLeaseController(reg *leasecontroller.Registry) func(ctrl.Manager) error
 		}
 		return c.SetupWithManager(mgr)
 	}
+}
+
+// TestHoldOutlastsMovesInFlight: the sharder holds a dead instance's Lease
+// while it moves the instance's objects, and releases it when no move can
+// happen any more (here: the last ready instance went away too). An
+// instance acquires a released Lease at once, so the release must wait for
+// the moves already sent: a move decided under the hold that lands after
+// the instance took its Lease back would pull an object from under a
+// running instance without a drain.
+func TestHoldOutlastsMovesInFlight(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env().Namespace(t)
+	newRing(t, ns, nil)
+	a := createLease(t, ns, "a")
+	c := createLease(t, ns, "c")
+	names := createConfigMaps(t, ns, "cm", 20)
+	reg := leasecontroller.NewRegistry()
+	gt := newGate(func(req *http.Request) bool {
+		return req.Method == http.MethodPatch && strings.Contains(req.URL.Path, "/namespaces/"+ns+"/configmaps/")
+	})
+	armed := atomic.Bool{}
+	pick := gt.pick
+	gt.pick = func(req *http.Request) bool { return armed.Load() && pick(req) }
+	writeTimeout := 10 * time.Second
+	startSharderWith(t, gt.config(env().Config), reg, assign.Options{WriteTimeout: &writeTimeout}, withLeaseController(reg))
+	opened := false
+	openGate := func() {
+		if !opened {
+			opened = true
+			close(gt.open)
+		}
+	}
+	t.Cleanup(openGate) // before the sharder stops: a held write would keep it
+	both := []string{"a", "c"}
+	g.Eventually(assigned(ns, names, placed(t, ns, both...)), timeout, poll).Should(Succeed())
+	g.Eventually(func(g Gomega) { // the sharder has counted a's objects
+		g.Expect(getRing(g, ns).Status.Members).To(ContainElement(SatisfyAll(
+			HaveField("Name", "a"), HaveField("Objects", BeNumerically(">", 0)))))
+	}, timeout, poll).Should(Succeed())
+
+	release := func(l *coordinationv1.Lease) {
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(l), l)).To(Succeed())
+		l.Spec.HolderIdentity = nil
+		l.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+		g.Expect(env().Client.Update(ctx, l)).To(Succeed())
+	}
+	holder := func() string {
+		l := &coordinationv1.Lease{}
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(a), l)).To(Succeed())
+		return ptr.Deref(l.Spec.HolderIdentity, "")
+	}
+
+	// a shuts down: the sharder holds its Lease and moves its objects to c;
+	// the first move waits in the gate.
+	armed.Store(true)
+	release(a)
+	g.Eventually(gt.held, timeout).Should(BeClosed())
+	g.Expect(holder()).To(HavePrefix(membership.SharderHolderPrefix))
+
+	// c shuts down too: no instance is ready, so nothing moves any more and
+	// the hold of a's Lease ends, but not while the move sent under it may
+	// still land.
+	release(c)
+	g.Eventually(func(g Gomega) {
+		r := getRing(g, ns)
+		g.Expect(r.Status.AvailableInstances).To(BeEquivalentTo(0))
+	}, timeout, poll).Should(Succeed())
+	g.Consistently(holder, 2*time.Second, poll).Should(HavePrefix(membership.SharderHolderPrefix),
+		"a's Lease was released while a move of its objects was in flight")
+	openGate()
+	g.Eventually(gt.answer, timeout).Should(Receive())
+	g.Eventually(holder, timeout, poll).Should(BeEmpty(), "a's Lease is released once the move returned")
 }

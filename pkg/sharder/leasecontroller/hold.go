@@ -17,6 +17,10 @@ import (
 	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
+// releaseRetry is how soon releaseHold looks again when it cannot release
+// a Lease yet.
+const releaseRetry = 100 * time.Millisecond
+
 // holdForMoves holds the Lease of a dead instance while its objects can
 // move: while objects still carry the instance's shard label and the ring
 // has a ready instance to move them to. The sharder takes the Lease (a
@@ -90,10 +94,25 @@ func (c *Controller) holdForMoves(ctx context.Context, ring *v1alpha1.Controller
 // releaseHold ends the sharder's hold of a dead instance's Lease: the
 // instance's objects stop being movable at once, and the Lease is released
 // (no holder) so that the instance, should it come back, acquires it at
-// once.
+// once. The release waits until the assignment engine can no longer send a
+// move of the instance's objects and none it sent is in flight
+// (Registry.BeginMove): a move decided under the hold that landed after the
+// instance took its Lease back would pull an object from under it without a
+// drain. Moves return within the sharder's write timeout, so the wait is
+// short.
 func (c *Controller) releaseHold(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease, objects int32) (*coordinationv1.Lease, time.Duration, error) {
 	c.tracker.Unhold(ring.Name, lease.Name)
 	c.publishNow(ctx, ring)
+	if m, ok := c.opts.Registry.Member(ring.Name, lease.Name); ok && m.Movable {
+		// Not published (the Leases could not be listed): moves may still
+		// begin. The hold the Lease shows stays until it is.
+		return lease, releaseRetry, nil
+	}
+	if n := c.opts.Registry.MovesInFlight(ring.Name, lease.Name); n > 0 {
+		ctrl.LoggerFrom(ctx).V(1).Info("Releasing the Lease of a dead instance once the moves of its objects in flight returned",
+			"object", klog.KObj(lease), "ring", ring.Name, "moves", n)
+		return lease, releaseRetry, nil
+	}
 	released := lease.DeepCopy()
 	released.Spec.HolderIdentity = ptr.To("")
 	released.Spec.RenewTime = ptr.To(metav1.NewMicroTime(c.opts.Clock.Now()))

@@ -12,15 +12,18 @@ import (
 // writes it; the assignment engine reads it and subscribes to changes. It is
 // safe for concurrent use.
 type Registry struct {
-	mu          sync.RWMutex
-	rings       map[string][]membership.Member
-	assigned    map[string]map[string]int32
+	mu       sync.RWMutex
+	rings    map[string][]membership.Member
+	assigned map[string]map[string]int32
+	// moving counts, per ring and instance, the moves of a gone instance's
+	// objects in flight (BeginMove).
+	moving      map[string]map[string]int
 	subscribers []func(ring string)
 }
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{rings: map[string][]membership.Member{}}
+	return &Registry{rings: map[string][]membership.Member{}, moving: map[string]map[string]int{}}
 }
 
 // Members returns a copy of the ring's members sorted by ID.
@@ -129,4 +132,51 @@ func (r *Registry) Subscribe(notify func(ring string)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.subscribers = append(r.subscribers, notify)
+}
+
+// BeginMove is called by the assignment engine before it writes a move of
+// an object of instance id, which is gone, away from it. It reports whether
+// the move may be sent: the instance is movable in the membership as last
+// published (membership.Member.Movable), or is not a member at all (the
+// engine holds such objects itself while the instance may still be
+// running). When it may, the move counts as in flight until done is called,
+// once the write has returned: the lease controller releases the sharder's
+// hold of the instance's Lease, which the instance may take back at once,
+// only when no move of its objects is in flight (MovesInFlight). The check
+// and the count are one step under the lock Set takes, so a move either
+// began before a membership without the hold was published or is refused.
+func (r *Registry) BeginMove(ring, id string) (done func(), ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	members := r.rings[ring]
+	if i, found := slices.BinarySearchFunc(members, id, func(m membership.Member, id string) int { return strings.Compare(m.ID, id) }); found {
+		if m := members[i]; !m.State.Gone() || !m.Movable {
+			return nil, false
+		}
+	}
+	if r.moving[ring] == nil {
+		r.moving[ring] = map[string]int{}
+	}
+	r.moving[ring][id]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if r.moving[ring][id]--; r.moving[ring][id] <= 0 {
+				delete(r.moving[ring], id)
+				if len(r.moving[ring]) == 0 {
+					delete(r.moving, ring)
+				}
+			}
+		})
+	}, true
+}
+
+// MovesInFlight returns how many moves of instance id's objects began
+// (BeginMove) and have not returned yet.
+func (r *Registry) MovesInFlight(ring, id string) int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.moving[ring][id]
 }
