@@ -127,6 +127,8 @@ func (o *runOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.Client.Burst, "kube-api-burst", c.Client.Burst, "Requests allowed above --kube-api-qps in short bursts.")
 
 	fs.IntVar(&c.Controllers.Assignment.Workers, "assignment-workers", c.Controllers.Assignment.Workers, "Objects labelled or moved in parallel.")
+	fs.IntVar(&c.Controllers.Assignment.NamespacedWatchLimit, "namespaced-watch-limit", c.Controllers.Assignment.NamespacedWatchLimit,
+		"Most namespaces a ring's resources are watched in one by one, when its namespaceSelector names them (kubernetes.io/metadata.name); 0 watches every ring across the cluster.")
 	fs.DurationVar(&c.Controllers.Assignment.ResyncPeriod.Duration, "resync-period", c.Controllers.Assignment.ResyncPeriod.Duration, "How often every ring is recomputed from the caches.")
 
 	fs.IntVar(&c.Controllers.Leases.Workers, "lease-workers", c.Controllers.Leases.Workers, "Instance Leases reconciled in parallel.")
@@ -420,15 +422,16 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string, leade
 	// up: under failure policy Ignore it would land unchecked after that.
 	writeTimeout := min(assign.DefaultWriteTimeout, time.Duration(cfg.Webhook.TimeoutSeconds)*time.Second/2)
 	ac, err := assign.New(assign.Options{
-		Registry:      registry,
-		Workers:       cfg.Controllers.Assignment.Workers,
-		ResyncPeriod:  &resync,
-		QPS:           cfg.Client.QPS,
-		Burst:         cfg.Client.Burst,
-		EventRecorder: recorder,
-		FieldManager:  leader.fieldManager(),
-		WriteTimeout:  &writeTimeout,
-		Rings:         rings,
+		Registry:             registry,
+		Workers:              cfg.Controllers.Assignment.Workers,
+		ResyncPeriod:         &resync,
+		NamespacedWatchLimit: namespacedWatchLimit(cfg.Controllers.Assignment.NamespacedWatchLimit),
+		QPS:                  cfg.Client.QPS,
+		Burst:                cfg.Client.Burst,
+		EventRecorder:        recorder,
+		FieldManager:         leader.fieldManager(),
+		WriteTimeout:         &writeTimeout,
+		Rings:                rings,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the assignment controller: %w", err)
@@ -490,4 +493,14 @@ func memoryLimit(getenv func(string) string) (int64, bool, error) {
 		return 0, false, fmt.Errorf("%s=%q is not a positive number of bytes", memoryLimitEnv, raw)
 	}
 	return int64(float64(bytes) * memoryLimitShare), true, nil
+}
+
+// namespacedWatchLimit maps the configuration's namespacedWatchLimit, where
+// 0 turns namespace-by-namespace watches off, to assign's, where 0 means the
+// default.
+func namespacedWatchLimit(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

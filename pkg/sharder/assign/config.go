@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
@@ -32,14 +33,60 @@ type ringConfig struct {
 	virtualNodes   int
 	drainTimeout   time.Duration
 	selector       labels.Selector
-	resources      []resource // main first, in spec order, then controlled
-	unresolved     []metacache.Problem
+	// namespaces, when not nil, are the only namespaces the selector can
+	// select (it names them), and the ring's namespaced resources are
+	// watched in these alone (boundedNamespaces).
+	namespaces []string
+	resources  []resource // main first, in spec order, then controlled
+	unresolved []metacache.Problem
 }
 
-// sameWatches reports whether a and b watch the same resources, so that a
-// running ring can take b without restarting its caches.
+// sameWatches reports whether a and b watch the same resources in the same
+// namespaces, so that a running ring can take b without restarting its
+// caches.
 func (a *ringConfig) sameWatches(b *ringConfig) bool {
-	return slices.Equal(a.resources, b.resources)
+	return slices.Equal(a.resources, b.resources) && slices.Equal(a.namespaces, b.namespaces) && (a.namespaces == nil) == (b.namespaces == nil)
+}
+
+// boundedNamespaces returns the namespaces sel can select when it names
+// them (a requirement on the label every Namespace carries with its own
+// name, kubernetes.io/metadata.name, with = or in), sorted, and nil when it
+// can select namespaces it does not name or names more than limit (each
+// namespace costs a list and a watch per resource; past a few, one watch
+// over the cluster costs the API server less). An empty result means the
+// selector selects no namespace.
+func boundedNamespaces(sel labels.Selector, limit int) []string {
+	if sel == nil || limit <= 0 {
+		return nil
+	}
+	reqs, selectable := sel.Requirements()
+	if !selectable {
+		return nil
+	}
+	var names []string
+	bounded := false
+	for _, req := range reqs {
+		if req.Key() != v1alpha1.LabelNamespaceName {
+			continue
+		}
+		switch req.Operator() {
+		case selection.Equals, selection.DoubleEquals, selection.In:
+		default:
+			continue
+		}
+		values := req.Values().UnsortedList()
+		if !bounded {
+			names, bounded = values, true
+			continue
+		}
+		// Several requirements on the name: a namespace must meet each.
+		names = slices.DeleteFunc(names, func(n string) bool { return !slices.Contains(values, n) })
+	}
+	if !bounded || len(names) > limit {
+		return nil
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 // sameConfig reports whether b is the configuration a runs with: the same
@@ -51,7 +98,7 @@ func (a *ringConfig) sameConfig(b *ringConfig) bool {
 // resolveRing turns a ring's spec into a ringConfig. Resources the RESTMapper
 // does not know are listed in unresolved; an error means the spec itself is
 // unusable (the ring gets reason InvalidSpec).
-func resolveRing(ring *v1alpha1.ControllerRing, mapper meta.RESTMapper) (*ringConfig, error) {
+func resolveRing(ring *v1alpha1.ControllerRing, mapper meta.RESTMapper, namespacedWatchLimit int) (*ringConfig, error) {
 	sel, err := ring.Spec.NamespaceLabelSelector()
 	if err != nil {
 		return nil, err
@@ -65,6 +112,7 @@ func resolveRing(ring *v1alpha1.ControllerRing, mapper meta.RESTMapper) (*ringCo
 		virtualNodes:   ring.Spec.EffectiveVirtualNodes(),
 		drainTimeout:   ring.Spec.EffectiveDrainTimeout(),
 		selector:       sel,
+		namespaces:     boundedNamespaces(sel, namespacedWatchLimit),
 	}
 	add := func(gr schema.GroupResource, main bool) {
 		r, problem := resolveResource(mapper, gr)

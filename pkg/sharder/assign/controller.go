@@ -180,6 +180,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := c.addFinalizer(ctx, ring); err != nil {
 		return reconcile.Result{}, err
 	}
+	metrics.SetRingInfo(ring.Name, len(ring.Spec.InstanceServiceAccounts) > 0)
 
 	if ring.Spec.AssignsSlots() {
 		c.stopRing(ring.Name)
@@ -194,12 +195,12 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	c.mu.Lock()
 	r := c.rings[ring.Name]
 	c.mu.Unlock()
-	cfg, err := resolveRing(ring, c.mapper)
+	cfg, err := resolveRing(ring, c.mapper, c.opts.NamespacedWatchLimit)
 	if err == nil && (len(cfg.unresolved) > 0 || (r != nil && r.notServed())) {
 		// Discovery may predate a CustomResourceDefinition installed,
 		// deleted or recreated with other versions since: ask again.
 		c.mapper.Reset()
-		cfg, err = resolveRing(ring, c.mapper)
+		cfg, err = resolveRing(ring, c.mapper, c.opts.NamespacedWatchLimit)
 	}
 	if err != nil {
 		c.stopRing(ring.Name)

@@ -22,6 +22,9 @@ const (
 	DefaultQPS             = 5000
 	DefaultBurst           = 10000
 	DefaultWriteTimeout    = 2 * time.Second
+	// DefaultNamespacedWatchLimit is the default of
+	// Options.NamespacedWatchLimit.
+	DefaultNamespacedWatchLimit = 8
 )
 
 // Options configures the assignment controller.
@@ -81,6 +84,16 @@ type Options struct {
 	// Default: 2s (the webhook's default timeout is 5s).
 	WriteTimeout *time.Duration
 
+	// NamespacedWatchLimit is the most namespaces a ring's namespaced
+	// resources are watched in one by one. A ring whose namespaceSelector
+	// names its namespaces (kubernetes.io/metadata.name with = or in) and
+	// names at most this many has its resources listed and watched in
+	// those namespaces alone: objects elsewhere cost the sharder no memory
+	// and it needs no permission outside them. Other rings are watched
+	// across the cluster. A negative value watches every ring across the
+	// cluster. Default: 8.
+	NamespacedWatchLimit int
+
 	// Rings keeps the rings built from the memberships. `sharder run` shares
 	// one with the webhook, so that each membership of a ring is built once
 	// in the process and the next ring is derived from it. Default: the
@@ -111,6 +124,9 @@ func (o *Options) setDefaults() error {
 	if o.ResyncPeriod == nil || *o.ResyncPeriod <= 0 {
 		d := DefaultResyncPeriod
 		o.ResyncPeriod = &d
+	}
+	if o.NamespacedWatchLimit == 0 {
+		o.NamespacedWatchLimit = DefaultNamespacedWatchLimit
 	}
 	if o.WriteTimeout == nil || *o.WriteTimeout <= 0 {
 		d := DefaultWriteTimeout

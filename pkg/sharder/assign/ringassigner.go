@@ -147,10 +147,14 @@ func (r *ringAssigner) newResourceCache(res resource) *resourceCache {
 	// objects are found by a scan, as its labels rarely change, and every
 	// index costs memory per object.
 	w := &resourceCache{res: res}
-	w.cache = metacache.NewObjects(r.c.meta, res.gvr, r.transform, metacache.Options{
+	opts := metacache.Options{
 		IndexByController: !res.main,
 		OnWatchChange:     r.watchChanged,
-	})
+	}
+	if cfg := r.cfg.Load(); res.namespaced && cfg.namespaces != nil {
+		opts.Namespaces = cfg.namespaces
+	}
+	w.cache = metacache.NewObjects(r.c.meta, res.gvr, r.transform, opts)
 	if res.main {
 		w.cache.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { r.mainChanged(w, nil, obj) },

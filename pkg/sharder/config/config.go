@@ -129,6 +129,13 @@ type Assignment struct {
 	// heal anything missed. It reads no objects from the API server.
 	// Default: 5m.
 	ResyncPeriod metav1.Duration `json:"resyncPeriod"`
+	// NamespacedWatchLimit is the most namespaces a ring's resources are
+	// watched in one by one: a ring whose namespaceSelector names its
+	// namespaces (kubernetes.io/metadata.name with = or in), at most this
+	// many, is listed and watched in those namespaces alone, so objects
+	// elsewhere cost no memory and the sharder needs no permission outside
+	// them. 0 watches every ring across the cluster. Default: 8.
+	NamespacedWatchLimit int `json:"namespacedWatchLimit"`
 }
 
 // Webhook configures the validating webhook server that runs on every
@@ -261,8 +268,9 @@ func Default() *Config {
 		Client: Client{QPS: assign.DefaultQPS, Burst: assign.DefaultBurst},
 		Controllers: Controllers{
 			Assignment: Assignment{
-				Workers:      assign.DefaultWorkers,
-				ResyncPeriod: metav1.Duration{Duration: assign.DefaultResyncPeriod},
+				Workers:              assign.DefaultWorkers,
+				ResyncPeriod:         metav1.Duration{Duration: assign.DefaultResyncPeriod},
+				NamespacedWatchLimit: assign.DefaultNamespacedWatchLimit,
 			},
 			Leases: Leases{Workers: leasecontroller.DefaultWorkers},
 		},

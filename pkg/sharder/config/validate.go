@@ -92,6 +92,10 @@ func (a Assignment) validate(p *field.Path) field.ErrorList {
 	if a.Workers < 1 || a.Workers > 1024 {
 		errs = append(errs, field.Invalid(p.Child("workers"), a.Workers, "must be between 1 and 1024"))
 	}
+	if a.NamespacedWatchLimit < 0 || a.NamespacedWatchLimit > 100 {
+		errs = append(errs, field.Invalid(p.Child("namespacedWatchLimit"), a.NamespacedWatchLimit,
+			"must be between 0 (watch every ring across the cluster) and 100"))
+	}
 	if a.ResyncPeriod.Duration < time.Second {
 		errs = append(errs, field.Invalid(p.Child("resyncPeriod"), a.ResyncPeriod.Duration.String(), "must be at least 1s"))
 	}

@@ -22,17 +22,23 @@ import (
 const indexController = "controller"
 
 // Cache is the metadata cache of one resource of a ring: a metadata-only
-// informer over every namespace, keeping what its transform leaves of each
-// object, and what keeps the sharder from using the resource (a list or
-// watch the API server refuses, a patch it forbids).
+// informer over every namespace, or one per namespace of a bounded set
+// (Options.Namespaces), keeping what its transform leaves of each object,
+// and what keeps the sharder from using the resource (a list or watch the
+// API server refuses, a patch it forbids).
 type Cache struct {
 	resource schema.GroupResource
-	informer toolscache.SharedIndexInformer
-	handlers []toolscache.ResourceEventHandlerRegistration
+	// informers holds one informer over every namespace, or one per
+	// namespace of Options.Namespaces, in its order.
+	informers []toolscache.SharedIndexInformer
+	// byNamespace maps a namespace to its informer; nil when one informer
+	// watches every namespace.
+	byNamespace map[string]toolscache.SharedIndexInformer
+	handlers    []toolscache.ResourceEventHandlerRegistration
 
-	mu       sync.Mutex
-	watchErr error // last list or watch error; cleared by a list or watch the API server accepts
-	patchErr error // last Forbidden answer to a patch; cleared by a successful patch
+	mu        sync.Mutex
+	watchErrs []error // per informer, the last list or watch error; cleared by a list or watch the API server accepts
+	patchErr  error   // last Forbidden answer to a patch; cleared by a successful patch
 }
 
 // Options configures a Cache.
@@ -47,6 +53,12 @@ type Options struct {
 	// first list or watch the API server accepts again, from the informer's
 	// goroutine. Default: nothing.
 	OnWatchChange func(schema.GroupVersionResource, error)
+
+	// Namespaces, when not empty, limits the cache to these namespaces of a
+	// namespaced resource: one list and watch each instead of one over the
+	// cluster, so objects of other namespaces cost no memory and the
+	// sharder needs no permission outside them. Default: every namespace.
+	Namespaces []string
 }
 
 // NewObjects returns the cache of resource gvr, keeping Objects made by
@@ -57,7 +69,7 @@ func NewObjects(client metadata.Interface, gvr schema.GroupVersionResource, tran
 	if opts.IndexByController {
 		indexers[indexController] = indexByController
 	}
-	return newCache(client, gvr, indexers, transform.Transform, opts.OnWatchChange)
+	return newCache(client, gvr, indexers, transform.Transform, opts.OnWatchChange, opts.Namespaces)
 }
 
 // NewNamespaces returns the cache of Namespaces, keeping their names and
@@ -65,25 +77,45 @@ func NewObjects(client metadata.Interface, gvr schema.GroupVersionResource, tran
 // nothing until Run.
 func NewNamespaces(client metadata.Interface, onWatchChange func(schema.GroupVersionResource, error)) *Cache {
 	gvr := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
-	return newCache(client, gvr, toolscache.Indexers{}, transformNamespace, onWatchChange)
+	return newCache(client, gvr, toolscache.Indexers{}, transformNamespace, onWatchChange, nil)
 }
 
 func newCache(client metadata.Interface, gvr schema.GroupVersionResource, indexers toolscache.Indexers,
-	transform toolscache.TransformFunc, onWatchChange func(schema.GroupVersionResource, error)) *Cache {
+	transform toolscache.TransformFunc, onWatchChange func(schema.GroupVersionResource, error), namespaces []string) *Cache {
 	c := &Cache{resource: gvr.GroupResource()}
-	note := func(err error) {
-		c.mu.Lock()
-		changed := c.watchErr != nil || err != nil
-		c.watchErr = err
-		c.mu.Unlock()
-		if changed && onWatchChange != nil {
-			onWatchChange(gvr, err)
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	} else {
+		c.byNamespace = make(map[string]toolscache.SharedIndexInformer, len(namespaces))
+	}
+	c.watchErrs = make([]error, len(namespaces))
+	for i, ns := range namespaces {
+		inf := newInformer(client, gvr, ns, indexers, transform, func(err error) {
+			c.mu.Lock()
+			changed := c.watchErrs[i] != nil || err != nil
+			c.watchErrs[i] = err
+			c.mu.Unlock()
+			if changed && onWatchChange != nil {
+				onWatchChange(gvr, err)
+			}
+		})
+		c.informers = append(c.informers, inf)
+		if c.byNamespace != nil {
+			c.byNamespace[ns] = inf
 		}
 	}
+	return c
+}
+
+// newInformer returns the informer of gvr in namespace (all when empty),
+// reporting every list or watch error, and the first success after one, to
+// note.
+func newInformer(client metadata.Interface, gvr schema.GroupVersionResource, namespace string, indexers toolscache.Indexers,
+	transform toolscache.TransformFunc, note func(error)) toolscache.SharedIndexInformer {
 	// The informer of metadatainformer, with a list and watch that report
 	// their success: the reflector reports only failures, and a resource
 	// that fails after its first sync must be reported until it recovers.
-	resources := client.Resource(gvr).Namespace(metav1.NamespaceAll)
+	resources := client.Resource(gvr).Namespace(namespace)
 	lw := &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			list, err := resources.List(ctx, opts)
@@ -100,31 +132,42 @@ func newCache(client metadata.Interface, gvr schema.GroupVersionResource, indexe
 			return w, err
 		},
 	}
-	c.informer = toolscache.NewSharedIndexInformer(toolscache.ToListWatcherWithWatchListSemantics(lw, client),
+	inf := toolscache.NewSharedIndexInformer(toolscache.ToListWatcherWithWatchListSemantics(lw, client),
 		&metav1.PartialObjectMetadata{}, 0, indexers)
 	// Errors only come from calls made after the informer started; none is made yet.
-	_ = c.informer.SetTransform(transform)
-	_ = c.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *toolscache.Reflector, err error) { note(err) })
-	return c
+	_ = inf.SetTransform(transform)
+	_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *toolscache.Reflector, err error) { note(err) })
+	return inf
 }
 
-// AddEventHandler adds handler to the informer. Handlers are called one at
-// a time, in the order of the cache's events; add them before Run.
+// AddEventHandler adds handler to the informers. Handlers are called one at
+// a time per namespace watched, in the order of its events (one namespace's
+// events may interleave with another's); add them before Run.
 func (c *Cache) AddEventHandler(handler toolscache.ResourceEventHandler) {
-	// An error only comes from an informer that was stopped.
-	if reg, err := c.informer.AddEventHandler(handler); err == nil {
-		c.handlers = append(c.handlers, reg)
+	for _, inf := range c.informers {
+		// An error only comes from an informer that was stopped.
+		if reg, err := inf.AddEventHandler(handler); err == nil {
+			c.handlers = append(c.handlers, reg)
+		}
 	}
 }
 
 // Run lists and watches the resource until ctx is done.
-func (c *Cache) Run(ctx context.Context) { c.informer.RunWithContext(ctx) }
+func (c *Cache) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, inf := range c.informers {
+		wg.Go(func() { inf.RunWithContext(ctx) })
+	}
+	wg.Wait()
+}
 
-// HasSynced reports whether the cache holds every object of its first list
-// and its handlers have been called for each of them.
+// HasSynced reports whether the cache holds every object of its first
+// lists and its handlers have been called for each of them.
 func (c *Cache) HasSynced() bool {
-	if !c.informer.HasSynced() {
-		return false
+	for _, inf := range c.informers {
+		if !inf.HasSynced() {
+			return false
+		}
 	}
 	for _, reg := range c.handlers {
 		if !reg.HasSynced() {
@@ -154,7 +197,13 @@ func (c *Cache) get(namespace, name string) (any, bool) {
 	if namespace != "" {
 		key = namespace + "/" + name
 	}
-	obj, ok, err := c.informer.GetIndexer().GetByKey(key)
+	inf := c.informers[0]
+	if c.byNamespace != nil {
+		if inf = c.byNamespace[namespace]; inf == nil {
+			return nil, false // a namespace the cache does not watch
+		}
+	}
+	obj, ok, err := inf.GetIndexer().GetByKey(key)
 	if err != nil || !ok {
 		return nil, false
 	}
@@ -163,24 +212,30 @@ func (c *Cache) get(namespace, name string) (any, bool) {
 
 // List yields every object of the cache, in no particular order.
 func (c *Cache) List() iter.Seq[*Object] {
-	return objects(c.informer.GetStore().List())
+	return func(yield func(*Object) bool) {
+		for _, inf := range c.informers {
+			for _, obj := range inf.GetStore().List() {
+				if m, ok := obj.(*Object); ok && !yield(m) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // ByController yields the objects whose controller has uid. It yields
 // nothing unless the cache was made with Options.IndexByController.
 func (c *Cache) ByController(uid types.UID) iter.Seq[*Object] {
-	objs, err := c.informer.GetIndexer().ByIndex(indexController, string(uid))
-	if err != nil {
-		return objects(nil)
-	}
-	return objects(objs)
-}
-
-func objects(objs []any) iter.Seq[*Object] {
 	return func(yield func(*Object) bool) {
-		for _, obj := range objs {
-			if m, ok := obj.(*Object); ok && !yield(m) {
+		for _, inf := range c.informers {
+			objs, err := inf.GetIndexer().ByIndex(indexController, string(uid))
+			if err != nil {
 				return
+			}
+			for _, obj := range objs {
+				if m, ok := obj.(*Object); ok && !yield(m) {
+					return
+				}
 			}
 		}
 	}
@@ -226,7 +281,7 @@ func NotServed(gr schema.GroupResource, err error) *Problem {
 // the API server accepts a list or watch again.
 func (c *Cache) Problem() *Problem {
 	c.mu.Lock()
-	watchErr, patchErr := c.watchErr, c.patchErr
+	watchErr, patchErr := c.firstWatchErr(), c.patchErr
 	c.mu.Unlock()
 	gr := c.resource
 	switch {
@@ -245,9 +300,32 @@ func (c *Cache) Problem() *Problem {
 	}
 }
 
+// firstWatchErr returns the watch error that matters most: a refusal
+// (Forbidden, then NotFound) before a transient error, nil when every list
+// and watch is accepted. The caller holds mu.
+func (c *Cache) firstWatchErr() error {
+	var transient, notFound error
+	for _, err := range c.watchErrs {
+		switch {
+		case err == nil:
+		case apierrors.IsForbidden(err):
+			return err
+		case apierrors.IsNotFound(err):
+			notFound = err
+		default:
+			transient = err
+		}
+	}
+	if notFound != nil {
+		return notFound
+	}
+	return transient
+}
+
 // Failed reports whether the cache cannot sync: nobody should wait for it.
 func (c *Cache) Failed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.watchErr != nil && (apierrors.IsForbidden(c.watchErr) || apierrors.IsNotFound(c.watchErr))
+	err := c.firstWatchErr()
+	return err != nil && (apierrors.IsForbidden(err) || apierrors.IsNotFound(err))
 }

@@ -99,6 +99,33 @@ func TestCacheGetListAndByController(t *testing.T) {
 	g.Expect(names(unindexed.ByController(owner.UID), ns)).To(BeEmpty(), "ByController without the index")
 }
 
+// A cache of named namespaces holds their objects alone, and finds a
+// controller's objects in each of them.
+func TestCacheOfNamedNamespaces(t *testing.T) {
+	g := NewWithT(t)
+	watched, other, outside := env().Namespace(t), env().Namespace(t), env().Namespace(t)
+	var owners []*corev1.ConfigMap
+	for _, ns := range []string{watched, other, outside} {
+		owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "owner"}}
+		g.Expect(env().Client.Create(context.Background(), owner)).To(Succeed())
+		createConfigMap(t, ns, "child", owner)
+		owners = append(owners, owner)
+	}
+
+	c := startCache(t, Options{IndexByController: true, Namespaces: []string{watched, other}})
+	for _, ns := range []string{watched, other} {
+		g.Eventually(func() []string { return names(c.List(), ns) }).Should(Equal([]string{"child", "owner"}), ns)
+		_, ok := c.Get(ns, "child")
+		g.Expect(ok).To(BeTrue(), ns)
+	}
+	g.Expect(names(c.List(), outside)).To(BeEmpty(), "objects of a namespace the cache does not watch")
+	_, ok := c.Get(outside, "child")
+	g.Expect(ok).To(BeFalse())
+	g.Expect(names(c.ByController(owners[1].UID), other)).To(Equal([]string{"child"}))
+	g.Expect(names(c.ByController(owners[2].UID), outside)).To(BeEmpty())
+	g.Expect(c.Problem()).To(BeNil())
+}
+
 func TestCacheProblemOfForbiddenPatch(t *testing.T) {
 	c := startCache(t, Options{})
 	if p := c.Problem(); p != nil {
@@ -146,7 +173,7 @@ func TestHasSyncedWaitsForHandlers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go c.Run(ctx)
-	g.Eventually(c.informer.HasSynced).Should(BeTrue())
+	g.Eventually(c.informers[0].HasSynced).Should(BeTrue())
 	g.Consistently(c.HasSynced, "200ms").Should(BeFalse(), "synced while a handler had not seen the first list")
 	close(release)
 	g.Eventually(c.HasSynced).Should(BeTrue())
