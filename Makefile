@@ -40,6 +40,12 @@ CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 HELM := $(BIN)/helm-$(HELM_VERSION)
 GOTESTSUM := $(BIN)/gotestsum-$(GOTESTSUM_VERSION)
+# promtool, Prometheus's rule checker and rule test runner, for the chart's
+# alert tests: built by its own module (hack/tools/promtool), whose go.mod pins
+# this version of github.com/prometheus/prometheus, without the service
+# discovery plugins, which promtool's rule commands do not use.
+PROMETHEUS_VERSION := v0.316.0
+PROMTOOL := $(BIN)/promtool-$(PROMETHEUS_VERSION)
 # The S3-compatible object store the example operator's backups are tested
 # against, locally (a process) and in the cluster (an image).
 VERSITYGW_VERSION := v1.8.0
@@ -119,7 +125,7 @@ chart-crds: ## Copy the generated CRDs into the Helm chart (after make generate)
 	cp config/crd/bases/*.yaml charts/sharder/crds/
 
 .PHONY: test
-test: control-plane node images $(HELM) $(GOTESTSUM) ## Run every test: unit, integration (real API server), e2e, and e2e on a real cluster (as root).
+test: control-plane node images $(HELM) $(PROMTOOL) $(GOTESTSUM) ## Run every test: unit, integration (real API server), e2e, and e2e on a real cluster (as root).
 	@# -count=1: the e2e suite builds the binaries it runs in a subprocess, which
 	@# Go's test cache cannot see, so a cached e2e result could be stale.
 	@# Two runs: every package but e2e (the real-cluster suite among them, with
@@ -138,7 +144,7 @@ test: control-plane node images $(HELM) $(GOTESTSUM) ## Run every test: unit, in
 	exit $$status
 
 .PHONY: test-compat
-test-compat: control-plane compat-control-plane $(HELM) $(GOTESTSUM) ## Run the suites that need only an API server against the oldest supported Kubernetes (COMPAT_KUBERNETES_VERSION); make test runs them against the newest.
+test-compat: control-plane compat-control-plane $(HELM) $(PROMTOOL) $(GOTESTSUM) ## Run the suites that need only an API server against the oldest supported Kubernetes (COMPAT_KUBERNETES_VERSION); make test runs them against the newest.
 	KUBEBUILDER_ASSETS=$(COMPAT_CONTROL_PLANE) $(GOTESTSUM) --format testname --jsonfile $(BIN)/test-output-compat.json -- \
 		$(RACE) -count=1 -timeout $(TEST_TIMEOUT) $(COMPAT_PACKAGES) || { $(GO) run ./hack/testfailures $(BIN)/test-output-compat.json; exit 1; }
 
@@ -184,10 +190,14 @@ bench: control-plane ## Run the per-object Go benchmarks, then measure the shard
 # consistent-hash takes seconds to build one above a hundred instances.
 SCALE_INSTANCES ?= 1000
 SCALE_ALGORITHM ?= consistent-hash-dense
+# More flags for hack/bench, e.g. SCALE_ARGS=--keep to keep the run's folder:
+# its logs (fleet.log: the holders' messages and their requests' latencies)
+# and the sharder's CPU profiles.
+SCALE_ARGS ?=
 
 .PHONY: bench-scale
 bench-scale: control-plane ## Measure one ring of SCALE_INSTANCES instances on a local control plane: the sharder's CPU while every Lease renews, and per membership change (writes docs/benchmarks-scale.md).
-	$(GO) run ./hack/bench --scale --instances $(SCALE_INSTANCES) --algorithm $(SCALE_ALGORITHM) --output docs/benchmarks-scale.md
+	$(GO) run ./hack/bench --scale --instances $(SCALE_INSTANCES) --algorithm $(SCALE_ALGORITHM) --output docs/benchmarks-scale.md $(SCALE_ARGS)
 
 # One ring of BENCH_OBJECTS objects and 10 instances: BENCH_WATCHED_OBJECTS of
 # them assigned from the sharder's watch, the rest labelled at creation as in
@@ -254,7 +264,10 @@ node: ## Build the local cluster's kubelet, controller manager, scheduler, kube-
 	@hack/build-cluster.sh $(NODE) $(CONTAINERD_VERSION)
 
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(HELM) $(GOTESTSUM) $(VERSITYGW) ## Install the pinned tools into bin/ (cached).
+tools: $(CONTROLLER_GEN) $(HELM) $(PROMTOOL) $(GOTESTSUM) $(VERSITYGW) ## Install the pinned tools into bin/ (cached).
+
+.PHONY: promtool
+promtool: $(PROMTOOL) ## Build promtool from Go modules into bin/ (cached): the chart's alert and dashboard tests run it.
 
 $(CONTROLLER_GEN):
 	hack/go-install.sh controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen $(CONTROLLER_GEN_VERSION)
@@ -262,6 +275,13 @@ $(GOLANGCI_LINT):
 	hack/go-install.sh golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint $(GOLANGCI_LINT_VERSION)
 $(HELM):
 	hack/go-install.sh helm helm.sh/helm/v3/cmd/helm $(HELM_VERSION)
+$(PROMTOOL):
+	@# The version named here must be the one the module pins.
+	@pinned=$$(cd hack/tools/promtool && $(GO) list -m -f '{{.Version}}' github.com/prometheus/prometheus); \
+	if [ "$$pinned" != $(PROMETHEUS_VERSION) ]; then echo "hack/tools/promtool/go.mod pins $$pinned, the Makefile $(PROMETHEUS_VERSION)" >&2; exit 1; fi
+	cd hack/tools/promtool && $(GO) build -tags remove_all_sd -ldflags '-s -w' -o $(PROMTOOL).tmp github.com/prometheus/prometheus/cmd/promtool
+	mv $(PROMTOOL).tmp $(PROMTOOL)
+	ln -sf $(notdir $(PROMTOOL)) $(BIN)/promtool
 $(GOTESTSUM):
 	hack/go-install.sh gotestsum gotest.tools/gotestsum $(GOTESTSUM_VERSION)
 $(VERSITYGW):

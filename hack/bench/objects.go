@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -164,7 +165,12 @@ func (o *objectsRun) setUp(ctx context.Context) error {
 	if o.instUser, err = o.cl.ControlPlane.AddServiceAccountUser("instance", leaseNamespace, instanceAccount); err != nil {
 		return err
 	}
-	if o.fleet, err = newFleet(o.instUser.Config, ringName, leaseNamespace, o.p.leaseDuration); err != nil {
+	log, err := newFleetLog(filepath.Join(o.cl.LogDir, "fleet.log"))
+	if err != nil {
+		return err
+	}
+	go log.summarize(ctx, time.Second)
+	if o.fleet, err = newFleet(o.instUser.Config, ringName, leaseNamespace, o.p.leaseDuration, log); err != nil {
 		return err
 	}
 	if o.acks, err = newAcknowledger(o.cl.ControlPlane.Config, o.fleet, objectNamespace, ringName); err != nil {
