@@ -54,8 +54,23 @@ const SharderHolderPrefix = "sharder:"
 // concurrent use. Each ring has a lock of its own: calls for different rings
 // never wait for each other.
 type Tracker struct {
+	// MoveMargin is how long after it is sent a move of a held instance's
+	// objects may still land: the assignment's write timeout, which the
+	// API server enforces. The objects are movable after a hold write that
+	// started at t and gave the Lease duration d until t + min(2d/3, d −
+	// MoveMargin), but at least until t + d/3: the instance cannot acquire
+	// the Lease before t + d, so a move sent in the window lands before it
+	// could be back. Set it before the first Hold. Default 0: 2d/3.
+	MoveMargin time.Duration
+
 	mu    sync.Mutex // guards rings, the map only
 	rings map[string]*ringObservations
+}
+
+// MovableFor is how long after a hold write that gave the Lease duration d
+// the instance's objects may move (Tracker.MoveMargin).
+func (t *Tracker) MovableFor(d time.Duration) time.Duration {
+	return max(min(d*2/3, d-t.MoveMargin), d/3)
 }
 
 // ringObservations is what the tracker saw of one ring's Leases.
@@ -75,10 +90,10 @@ type observation struct {
 	lag        time.Duration // the promised max watch lag (MaxWatchLagOf)
 	state      State
 	// heldAt is when the sharder's last write holding the Lease started
-	// (Hold), zero when it does not hold it; heldFor is the duration that
-	// write gave the Lease.
-	heldAt  time.Time
-	heldFor time.Duration
+	// (Hold), zero when it does not hold it; movableFor is how long after
+	// it the objects may move (Tracker.MoveMargin).
+	heldAt     time.Time
+	movableFor time.Duration
 	// absent: the Lease was missing from the ring's Leases when the
 	// tracker last looked (Members, Vanish).
 	absent bool
@@ -126,7 +141,7 @@ func (r *ringObservations) observe(restartHold time.Duration, lease *coordinatio
 		if o != nil && holder != lease.Name {
 			// The sharder's hold outlives a version the cache delivers late:
 			// only the instance itself holding the Lease again ends it.
-			fresh.heldAt, fresh.heldFor = o.heldAt, o.heldFor
+			fresh.heldAt, fresh.movableFor = o.heldAt, o.movableFor
 		}
 		o = fresh
 		seen[lease.Name] = o
@@ -164,7 +179,7 @@ func (o *observation) movable(now time.Time) (bool, time.Time) {
 		return false, time.Time{}
 	}
 	if !o.heldAt.IsZero() {
-		if until := o.heldAt.Add(o.heldFor * 2 / 3); now.Before(until) {
+		if until := o.heldAt.Add(o.movableFor); now.Before(until) {
 			return true, until
 		}
 	}
@@ -180,7 +195,8 @@ func (o *observation) movable(now time.Time) (bool, time.Time) {
 
 // Hold records that the sharder holds the Lease of instance id of ring by
 // a write that started at start and gave the Lease duration d: the
-// instance's objects are movable until start + 2d/3.
+// instance's objects are movable until start + 2d/3, less where
+// MoveMargin asks for it.
 func (t *Tracker) Hold(ring, id string, start time.Time, d time.Duration) {
 	r := t.ring(ring)
 	r.mu.Lock()
@@ -190,7 +206,7 @@ func (t *Tracker) Hold(ring, id string, start time.Time, d time.Duration) {
 		o = &observation{since: start, d: d, state: StateDead}
 		r.seen[id] = o
 	}
-	o.heldAt, o.heldFor = start, d
+	o.heldAt, o.movableFor = start, t.MovableFor(d)
 }
 
 // Unhold records that the sharder no longer holds the Lease of instance id:
@@ -200,7 +216,7 @@ func (t *Tracker) Unhold(ring, id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if o := r.seen[id]; o != nil {
-		o.heldAt, o.heldFor = time.Time{}, 0
+		o.heldAt, o.movableFor = time.Time{}, 0
 	}
 }
 

@@ -162,6 +162,34 @@ func TestTrackerHold(t *testing.T) {
 	g.Expect(m).To(Equal(Member{ID: "b", State: StateDead, Movable: true}))
 }
 
+// TestTrackerHoldMargin: with a margin for moves in flight, the objects
+// stop being movable that long before the instance could take its Lease
+// back (the hold write's start + d), but never sooner than d/3 after it.
+func TestTrackerHoldMargin(t *testing.T) {
+	for _, c := range []struct {
+		d, margin, want time.Duration
+	}{
+		{15 * time.Second, 2 * time.Second, 10 * time.Second}, // 2d/3 leaves more than the margin
+		{3 * time.Second, 2 * time.Second, time.Second},       // d − margin
+		{4500 * time.Millisecond, 2 * time.Second, 2500 * time.Millisecond},
+		{time.Second, 2 * time.Second, time.Second / 3}, // shorter than the margin: d/3
+		{3 * time.Second, 0, 2 * time.Second},           // no margin: 2d/3
+	} {
+		tr := Tracker{MoveMargin: c.margin}
+		if got := tr.MovableFor(c.d); got != c.want {
+			t.Errorf("d %s, margin %s: movable for %s, want %s", c.d, c.margin, got, c.want)
+		}
+		tr.Hold("r", "a", epoch, c.d)
+		held := instanceLease("a", "sharder:me", epoch, int32(c.d/time.Second))
+		if m, _ := tr.Observe("r", 0, held, epoch.Add(c.want-time.Millisecond)); !m.Movable {
+			t.Errorf("d %s, margin %s: not movable just before %s", c.d, c.margin, c.want)
+		}
+		if m, _ := tr.Observe("r", 0, held, epoch.Add(c.want)); m.Movable {
+			t.Errorf("d %s, margin %s: still movable at %s", c.d, c.margin, c.want)
+		}
+	}
+}
+
 // TestTrackerVanished walks instances whose Leases disappear from the ring
 // through the states the tracker gives them.
 func TestTrackerVanished(t *testing.T) {

@@ -402,9 +402,13 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string, leade
 	}
 	leader.setRecorder(recorder)
 	registry := leasecontroller.NewRegistry()
+	// A label write must end before the webhook call it waits for gives
+	// up: under failure policy Ignore it would land unchecked after that.
+	writeTimeout := min(assign.DefaultWriteTimeout, time.Duration(cfg.Webhook.TimeoutSeconds)*time.Second/2)
 	lc, err := leasecontroller.NewController(leasecontroller.ControllerOptions{
 		Registry:      registry,
 		Workers:       cfg.Controllers.Leases.Workers,
+		MoveMargin:    writeTimeout,
 		EventRecorder: recorder,
 	})
 	if err != nil {
@@ -418,9 +422,6 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string, leade
 	// each membership of a ring once, and derives the next ring from it.
 	rings := &membership.Rings{Built: metrics.CountRingRebuild}
 	resync := cfg.Controllers.Assignment.ResyncPeriod.Duration
-	// A label write must end before the webhook call it waits for gives
-	// up: under failure policy Ignore it would land unchecked after that.
-	writeTimeout := min(assign.DefaultWriteTimeout, time.Duration(cfg.Webhook.TimeoutSeconds)*time.Second/2)
 	ac, err := assign.New(assign.Options{
 		Registry:             registry,
 		Workers:              cfg.Controllers.Assignment.Workers,

@@ -86,7 +86,9 @@ func NewController(opts ControllerOptions) (*Controller, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &Controller{opts: opts, woken: make(chan event.TypedGenericEvent[*coordinationv1.Lease], 1024)}, nil
+	c := &Controller{opts: opts, woken: make(chan event.TypedGenericEvent[*coordinationv1.Lease], 1024)}
+	c.tracker.MoveMargin = opts.MoveMargin
+	return c, nil
 }
 
 // SetupWithManager adds the controller to mgr. The manager's cache should be

@@ -62,7 +62,9 @@ func (c *Controller) holdForMoves(ctx context.Context, ring *v1alpha1.Controller
 	now := c.opts.Clock.Now()
 	if holder == c.opts.Identity {
 		if heldAt := c.tracker.HeldAt(ring.Name, lease.Name); !heldAt.IsZero() {
-			if renewAt := heldAt.Add(d / 3); now.Before(renewAt) {
+			// Renewed before the objects stop being movable, with room
+			// for the write.
+			if renewAt := heldAt.Add(min(d/3, c.tracker.MovableFor(d)/2)); now.Before(renewAt) {
 				return lease, renewAt.Sub(now), nil
 			}
 		}
@@ -88,7 +90,7 @@ func (c *Controller) holdForMoves(ctx context.Context, ring *v1alpha1.Controller
 		ctrl.LoggerFrom(ctx).Info("Holding the Lease of a dead instance while its objects move", "object", klog.KObj(lease), "ring", ring.Name, "objects", n)
 		c.publishNow(ctx, ring)
 	}
-	return held, d / 3, nil
+	return held, min(d/3, c.tracker.MovableFor(d)/2), nil
 }
 
 // releaseHold ends the sharder's hold of a dead instance's Lease: the

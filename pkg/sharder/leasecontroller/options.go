@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -20,6 +21,9 @@ import (
 // Defaults of ControllerOptions.
 const (
 	DefaultWorkers = 4
+	// DefaultMoveMargin is the default of ControllerOptions.MoveMargin:
+	// the assignment controller's default write timeout.
+	DefaultMoveMargin = 2 * time.Second
 )
 
 // ControllerOptions configures the sharder's lease controller. NewController
@@ -45,6 +49,13 @@ type ControllerOptions struct {
 	// Workers is the number of Leases reconciled concurrently.
 	// Default: 4.
 	Workers int
+
+	// MoveMargin is how long a label write of the assignment may take to
+	// land after it was sent: its write timeout. A dead instance's objects
+	// stop being movable that long before the instance could take its
+	// Lease back after the sharder's last hold write
+	// (membership.Tracker.MoveMargin). Default: 2s.
+	MoveMargin time.Duration
 
 	// EventRecorder records the events on Leases and rings. It should write
 	// core/v1 Events (client-go tools/record), which keep every distinct
@@ -74,6 +85,9 @@ func (o *ControllerOptions) setDefaults() error {
 	}
 	if o.Workers <= 0 {
 		o.Workers = DefaultWorkers
+	}
+	if o.MoveMargin <= 0 {
+		o.MoveMargin = DefaultMoveMargin
 	}
 	return nil
 }
