@@ -57,10 +57,13 @@ time, so they move less with the machine's load than times do.
   as one replica with leader election, its webhook, metrics and profiling
   endpoint on, and its default settings%s.
 - **The instances** are %d leaseholder.Holders (pkg/instance/leaseholder) in
-  the benchmark process, started over one renew period so that their
-  renewals spread as those of instances started at different times do: lease
-  duration %s, renewed every third of it, released for good on a graceful
-  stop. They write through one client and do not watch their own Leases.
+  the benchmark process, started once the objects exist, over one renew
+  period so that their renewals spread as those of instances started at
+  different times do: lease duration %s, renewed every third of it,
+  released for good on a graceful stop. They write through one client
+  (protobuf) and do not watch their own Leases. What they log, and each
+  second the count, latency and status codes of their requests, goes to
+  fleet.log in the run's logs (kept with `+"`SCALE_ARGS=--keep`"+`).
   One metadata watch on the ring's objects answers the drains of all of
   them as pkg/instance does for one: an object whose drain label is set and
   whose shard label names a running instance is handed over at once with
