@@ -284,7 +284,7 @@ func TestRenderServiceMonitor(t *testing.T) {
 	ep := endpoints[0].(map[string]any)
 	g.Expect(ep).To(HaveKeyWithValue("scheme", "https"))
 	g.Expect(ep).To(HaveKeyWithValue("port", "metrics"))
-	g.Expect(ep).To(HaveKeyWithValue("honorLabels", true))
+	g.Expect(ep).NotTo(HaveKey("honorLabels"), "no sharder metric carries a target label")
 	g.Expect(ep).NotTo(HaveKey("bearerTokenFile"), "deprecated by prometheus-operator")
 	g.Expect(ep).To(HaveKeyWithValue("authorization", map[string]any{
 		"type": "Bearer", "credentials": map[string]any{"name": "sharder-metrics-scraper-token", "key": "token"},

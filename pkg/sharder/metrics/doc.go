@@ -3,8 +3,9 @@
 // them on controller-runtime's metrics.Registry, served by the manager's
 // metrics endpoint. Importing the package registers nothing.
 //
-// metrics.go holds the assignment metrics: instances, objects per instance,
-// assignments, moves, drains, assignment latency and ring rebuilds;
+// metrics.go holds the assignment metrics: ring info, instances, objects
+// per instance, assignments, moves, drains, assignment latency and ring
+// rebuilds;
 // leases.go the lease controller's (state transitions, takeovers, deleted
 // Leases); webhook.go the webhook's (decisions and their duration).
 // docs/operations.md lists them all.

@@ -4,11 +4,29 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Label names shared by the assignment metrics.
 const (
-	LabelRing     = "ring"
-	LabelState    = "state"
-	LabelInstance = "instance"
+	LabelRing  = "ring"
+	LabelState = "state"
+	// LabelInstance names a ring's instance. It is not "instance", which
+	// Prometheus gives every scraped series (the target's address): a
+	// metric of that name would replace it, or be renamed exported_instance.
+	LabelInstance = "ring_instance"
 	LabelReason   = "reason"
 	LabelOutcome  = "outcome"
+	// LabelDrainAcknowledgements says whether a ring's instances may
+	// acknowledge drains (label of RingInfo).
+	LabelDrainAcknowledgements = "drain_acknowledgements"
+)
+
+// Values of LabelDrainAcknowledgements.
+const (
+	// AcknowledgementsExpected: the ring names instanceServiceAccounts, whom
+	// the webhook lets acknowledge drains; a forced move means an instance
+	// did not acknowledge within the ring's drainTimeout.
+	AcknowledgementsExpected = "expected"
+	// AcknowledgementsNone: the ring names no instanceServiceAccounts, so no
+	// instance may acknowledge (instances run by sharder agent need none):
+	// every move away from a running instance is forced, by design.
+	AcknowledgementsNone = "none"
 )
 
 // Reasons of a move (label "reason" of MovesTotal).
@@ -28,6 +46,13 @@ const (
 )
 
 var (
+	// RingInfo is 1 for every ring the leader knows, labelled with what of
+	// its spec the alerts need: whether its forced moves are by design.
+	RingInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sharder_ring_info",
+		Help: "Always 1, per ring: drain_acknowledgements is expected when the ring names instanceServiceAccounts (a forced move is an instance that did not acknowledge), none when it names none (every move away from a running instance is forced, e.g. instances run by sharder agent).",
+	}, []string{LabelRing, LabelDrainAcknowledgements})
+
 	// Instances is the number of instances of a ring per Lease state.
 	Instances = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "sharder_ring_instances",
@@ -101,6 +126,17 @@ var (
 	}, []string{LabelRing})
 )
 
+// SetRingInfo records ring in RingInfo, replacing what was recorded for it
+// before: acknowledged reports whether the ring names instanceServiceAccounts.
+func SetRingInfo(ring string, acknowledged bool) {
+	value := AcknowledgementsNone
+	if acknowledged {
+		value = AcknowledgementsExpected
+	}
+	RingInfo.DeletePartialMatch(prometheus.Labels{LabelRing: ring})
+	RingInfo.WithLabelValues(ring, value).Set(1)
+}
+
 // CountRingRebuild counts a build of ring in RingRebuildsTotal: the Built
 // hook of the membership.Rings a sharder builds its rings with.
 func CountRingRebuild(ring string) { RingRebuildsTotal.WithLabelValues(ring).Inc() }
@@ -109,6 +145,7 @@ func CountRingRebuild(ring string) { RingRebuildsTotal.WithLabelValues(ring).Inc
 // leaves no stale gauges behind.
 func ForgetRing(ring string) {
 	match := prometheus.Labels{LabelRing: ring}
+	RingInfo.DeletePartialMatch(match)
 	Instances.DeletePartialMatch(match)
 	Objects.DeletePartialMatch(match)
 	UnassignedObjects.DeletePartialMatch(match)

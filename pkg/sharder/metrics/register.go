@@ -10,7 +10,7 @@ import (
 // collectors returns every metric family of the sharder.
 func collectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		Instances, Objects, UnassignedObjects,
+		RingInfo, Instances, Objects, UnassignedObjects,
 		AssignmentsTotal, MovesTotal,
 		DrainsTotal, DrainsInFlight, DrainDuration,
 		AssignmentLatency, RingRebuildsTotal,

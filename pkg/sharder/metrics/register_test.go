@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
@@ -60,4 +61,22 @@ func TestImportRegistersNothing(t *testing.T) {
 		g.Expect(crmetrics.Registry.Register(c)).To(Succeed())
 		crmetrics.Registry.Unregister(c)
 	}
+}
+
+// TestSetRingInfo checks that a ring has one info series, which follows its
+// spec, and none once the ring is forgotten.
+func TestSetRingInfo(t *testing.T) {
+	g := NewWithT(t)
+	t.Cleanup(func() { ForgetRing("info-test") })
+	SetRingInfo("info-test", true)
+	g.Expect(testutil.ToFloat64(RingInfo.WithLabelValues("info-test", AcknowledgementsExpected))).To(Equal(1.0))
+	g.Expect(testutil.CollectAndCount(RingInfo)).To(Equal(1))
+
+	SetRingInfo("info-test", false)
+	g.Expect(testutil.CollectAndCount(RingInfo)).To(Equal(1), "the ring's earlier series is gone")
+	g.Expect(testutil.ToFloat64(RingInfo.WithLabelValues("info-test", AcknowledgementsNone))).To(Equal(1.0))
+	g.Expect(testutil.CollectAndCount(RingInfo)).To(Equal(1))
+
+	ForgetRing("info-test")
+	g.Expect(testutil.CollectAndCount(RingInfo)).To(Equal(0))
 }
