@@ -144,6 +144,8 @@ metrics:
   certSecret: sharder-metrics-tls
   serviceMonitor:
     enabled: true
+prometheusRule:
+  enabled: true
 dashboards:
   enabled: true
 pprof:
