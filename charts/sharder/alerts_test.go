@@ -11,12 +11,16 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sharder-dev/sharder/internal/testenv"
+	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/sharder/config"
+	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 )
 
 // The release the alert tests render: its Lease is not named "sharder", so
@@ -216,9 +220,93 @@ replicaCount: 1
 // grafanaVariableRE finds a Grafana variable in a query: $name or ${name}.
 var grafanaVariableRE = regexp.MustCompile(`\$\{?(\w+)\}?`)
 
+// sharderSeries returns the series a sharder leading one ring, "widgets",
+// exposes, as promtool input series over 30 minutes: the families of
+// pkg/sharder/metrics, registered and filled in as the sharder does, with
+// the labels prometheus-operator adds (namespace, pod). Counters, sums and
+// counts grow by their value every minute; gauges keep theirs.
+func sharderSeries(t *testing.T) []map[string]string {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	if err := metrics.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	const ring = "widgets"
+	metrics.SetRingInfo(ring, true)
+	t.Cleanup(func() {
+		metrics.ForgetRing(ring)
+		metrics.ForgetLeaseRing(ring)
+		metrics.ForgetWebhookRing(ring)
+	})
+	metrics.Instances.WithLabelValues(ring, string(membership.StateReady)).Set(3)
+	metrics.Objects.WithLabelValues(ring, "widgets-0").Set(10)
+	metrics.UnassignedObjects.WithLabelValues(ring).Set(0)
+	metrics.DrainsInFlight.WithLabelValues(ring).Set(1)
+	metrics.AssignmentsTotal.WithLabelValues(ring).Inc()
+	for _, reason := range []string{metrics.MoveRebalance, metrics.MoveDead, metrics.MoveForced} {
+		metrics.MovesTotal.WithLabelValues(ring, reason).Inc()
+	}
+	metrics.DrainsTotal.WithLabelValues(ring).Inc()
+	metrics.DrainDuration.WithLabelValues(ring, metrics.DrainAcknowledged).Observe(0.2)
+	metrics.DrainDuration.WithLabelValues(ring, metrics.DrainForced).Observe(30)
+	metrics.AssignmentLatency.WithLabelValues(ring).Observe(0.01)
+	metrics.CountRingRebuild(ring)
+	metrics.LeaseTransitionsTotal.WithLabelValues(ring, string(membership.StateReady)).Inc()
+	metrics.LeaseTakeoversTotal.WithLabelValues(ring).Inc()
+	metrics.LeasesDeletedTotal.WithLabelValues(ring).Inc()
+	metrics.WebhookDecisionsTotal.WithLabelValues(ring, metrics.WebhookAllowed, "acknowledgement").Inc()
+	metrics.WebhookDecisionDuration.WithLabelValues(ring).Observe(0.001)
+	metrics.WebhookAssignmentsTotal.WithLabelValues(ring, metrics.WebhookAssigned, "").Inc()
+	metrics.WebhookAssignmentDuration.WithLabelValues(ring).Observe(0.001)
+
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var series []map[string]string
+	add := func(name string, labels []*dto.LabelPair, extra map[string]string, value float64, grows bool) {
+		pairs := []string{`namespace="sharder-system"`, `pod="a"`}
+		for _, l := range labels {
+			pairs = append(pairs, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+		}
+		for k, v := range extra {
+			pairs = append(pairs, fmt.Sprintf("%s=%q", k, v))
+		}
+		values := fmt.Sprintf("%gx30", value)
+		if grows {
+			values = fmt.Sprintf("0+%gx30", value)
+		}
+		series = append(series, map[string]string{"series": name + "{" + strings.Join(pairs, ",") + "}", "values": values})
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			switch f.GetType() {
+			case dto.MetricType_GAUGE:
+				add(f.GetName(), m.GetLabel(), nil, m.GetGauge().GetValue(), false)
+			case dto.MetricType_COUNTER:
+				add(f.GetName(), m.GetLabel(), nil, m.GetCounter().GetValue(), true)
+			case dto.MetricType_HISTOGRAM:
+				h := m.GetHistogram()
+				for _, b := range h.GetBucket() {
+					add(f.GetName()+"_bucket", m.GetLabel(), map[string]string{"le": fmt.Sprint(b.GetUpperBound())}, float64(b.GetCumulativeCount()), true)
+				}
+				add(f.GetName()+"_bucket", m.GetLabel(), map[string]string{"le": "+Inf"}, float64(h.GetSampleCount()), true)
+				add(f.GetName()+"_sum", m.GetLabel(), nil, h.GetSampleSum(), true)
+				add(f.GetName()+"_count", m.GetLabel(), nil, float64(h.GetSampleCount()), true)
+			default:
+				t.Fatalf("%s: a %v, which this test does not turn into series", f.GetName(), f.GetType())
+			}
+		}
+	}
+	return series
+}
+
 // TestDashboardQueries checks that every query of the dashboard is PromQL
-// that Prometheus accepts: each becomes a recording rule, with the Grafana
-// variables replaced, and promtool checks the rule file.
+// that Prometheus accepts and evaluates to data on the series the sharder
+// exposes (sharderSeries): each query becomes an alerting rule that fires
+// when it has none (absent), with the Grafana variables replaced; promtool
+// checks the rules, then runs them on those series and expects none to
+// fire.
 func TestDashboardQueries(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
@@ -234,7 +322,8 @@ func TestDashboardQueries(t *testing.T) {
 	}
 	g.Expect(json.Unmarshal(data, &dash)).To(Succeed())
 
-	var rules []map[string]string
+	var rules []map[string]any
+	var silent []map[string]string
 	for _, p := range dash.Panels {
 		for _, target := range p.Targets {
 			expr := grafanaVariableRE.ReplaceAllStringFunc(target.Expr, func(v string) string {
@@ -245,7 +334,13 @@ func TestDashboardQueries(t *testing.T) {
 					return ".*" // a label value matched with =~
 				}
 			})
-			rules = append(rules, map[string]string{"record": fmt.Sprintf("dashboard:query_%d", len(rules)), "expr": expr})
+			name := fmt.Sprintf("DashboardQuery%dHasNoData", len(rules))
+			rules = append(rules, map[string]any{
+				"alert":       name,
+				"expr":        "absent(" + expr + ")",
+				"annotations": map[string]string{"panel": p.Title, "query": target.Expr},
+			})
+			silent = append(silent, map[string]string{"eval_time": "20m", "alertname": name})
 		}
 	}
 	g.Expect(rules).NotTo(BeEmpty())
@@ -254,4 +349,17 @@ func TestDashboardQueries(t *testing.T) {
 	writeYAML(t, dir, "dashboard.yaml", map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
 	out, err := promtool(t, dir, "check", "rules", "dashboard.yaml")
 	g.Expect(err).NotTo(HaveOccurred(), "promtool check rules on the dashboard's queries:\n%s", out)
+
+	writeYAML(t, dir, "dashboard.test.yaml", map[string]any{
+		"rule_files":          []string{"dashboard.yaml"},
+		"evaluation_interval": "1m",
+		"tests": []any{map[string]any{
+			"name":            "every dashboard query has data",
+			"interval":        "1m",
+			"input_series":    sharderSeries(t),
+			"alert_rule_test": silent,
+		}},
+	})
+	out, err = promtool(t, dir, "test", "rules", "dashboard.test.yaml")
+	g.Expect(err).NotTo(HaveOccurred(), "a dashboard query without data on the sharder's series (the alert's annotations name it):\n%s", out)
 }
