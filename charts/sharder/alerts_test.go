@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -175,6 +176,43 @@ func TestAlerts(t *testing.T) {
 		g.Expect(silent).To(HaveKey(name), "a test in which %s stays silent", name)
 	}
 
+	// The sharder's series of the tests are shaped as the sharder exposes
+	// them: the same label names, and values the sharder writes.
+	var inputs struct {
+		Tests []struct {
+			InputSeries []struct {
+				Series string `json:"series"`
+			} `json:"input_series"`
+		} `json:"tests"`
+	}
+	g.Expect(yaml.Unmarshal(testFile, &inputs)).To(Succeed())
+	exposed := map[string]map[string]bool{} // label names of each name, the label values seen
+	for _, s := range sharderSeries(t) {
+		name, labels := parseSeries(t, s["series"])
+		if exposed[name] == nil {
+			exposed[name] = map[string]bool{}
+		}
+		for k, v := range labels {
+			exposed[name][k] = true
+			exposed[name][k+"="+v] = true
+		}
+	}
+	for _, tc := range inputs.Tests {
+		for _, in := range tc.InputSeries {
+			name, labels := parseSeries(t, in.Series)
+			if !strings.HasPrefix(name, "sharder_") {
+				continue
+			}
+			g.Expect(exposed).To(HaveKey(name), in.Series)
+			for k, v := range labels {
+				g.Expect(exposed[name]).To(HaveKey(k), "%s: the sharder sets no label %s", in.Series, k)
+				if k == "state" || k == "reason" || k == metrics.LabelDrainAcknowledgements {
+					g.Expect(exposed[name]).To(HaveKey(k+"="+v), "%s: the sharder writes no %s=%q", in.Series, k, v)
+				}
+			}
+		}
+	}
+
 	dir := t.TempDir()
 	writeYAML(t, dir, "rules.yaml", spec)
 	g.Expect(os.WriteFile(filepath.Join(dir, "alerts.test.yaml"), testFile, 0o600)).To(Succeed())
@@ -182,6 +220,26 @@ func TestAlerts(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), "promtool check rules:\n%s", out)
 	out, err = promtool(t, dir, "test", "rules", "alerts.test.yaml")
 	g.Expect(err).NotTo(HaveOccurred(), "promtool test rules:\n%s", out)
+}
+
+var (
+	seriesRE = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\}$`)
+	labelRE  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"`)
+)
+
+// parseSeries splits a series of promtool's notation, name{k="v",...}, into
+// its name and labels.
+func parseSeries(t *testing.T, series string) (string, map[string]string) {
+	t.Helper()
+	m := seriesRE.FindStringSubmatch(series)
+	if m == nil {
+		t.Fatalf("series %q: want name{labels}", series)
+	}
+	labels := map[string]string{}
+	for _, l := range labelRE.FindAllStringSubmatch(m[2], -1) {
+		labels[l[1]] = l[2]
+	}
+	return m[1], labels
 }
 
 // TestRenderPrometheusRule checks what the prometheusRule values change.
@@ -221,23 +279,40 @@ replicaCount: 1
 var grafanaVariableRE = regexp.MustCompile(`\$\{?(\w+)\}?`)
 
 // sharderSeries returns the series a sharder leading one ring, "widgets",
-// exposes, as promtool input series over 30 minutes: the families of
-// pkg/sharder/metrics, registered and filled in as the sharder does, with
-// the labels prometheus-operator adds (namespace, pod). Counters, sums and
-// counts grow by their value every minute; gauges keep theirs.
+// exposes (and the info of an agent ring), as promtool input series over 30
+// minutes: the families of pkg/sharder/metrics, registered and filled in as
+// the sharder does, with the labels prometheus-operator adds (namespace,
+// pod). Counters, sums and counts grow by their value every minute; gauges
+// keep theirs.
 func sharderSeries(t *testing.T) []map[string]string {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	if err := metrics.Register(reg); err != nil {
+	series, err := exposedSeries()
+	if err != nil {
 		t.Fatal(err)
 	}
-	const ring = "widgets"
-	metrics.SetRingInfo(ring, true)
-	t.Cleanup(func() {
+	return series
+}
+
+// exposedSeries is sharderSeries, computed once: the metrics are the
+// process's, and tests in parallel ask for them.
+var exposedSeries = sync.OnceValues(func() ([]map[string]string, error) {
+	reg := prometheus.NewRegistry()
+	if err := metrics.Register(reg); err != nil {
+		return nil, err
+	}
+	// Ring "agents" only tells the other value of sharder_ring_info.
+	const ring, agents = "widgets", "agents"
+	defer func() {
 		metrics.ForgetRing(ring)
 		metrics.ForgetLeaseRing(ring)
 		metrics.ForgetWebhookRing(ring)
-	})
+		metrics.ForgetRing(agents)
+	}()
+	metrics.SetRingInfo(ring, true)
+	metrics.SetRingInfo(agents, false)
+	for _, state := range membership.States { // every state, as the sharder writes them
+		metrics.Instances.WithLabelValues(ring, string(state)).Set(0)
+	}
 	metrics.Instances.WithLabelValues(ring, string(membership.StateReady)).Set(3)
 	metrics.Objects.WithLabelValues(ring, "widgets-0").Set(10)
 	metrics.UnassignedObjects.WithLabelValues(ring).Set(0)
@@ -261,7 +336,7 @@ func sharderSeries(t *testing.T) []map[string]string {
 
 	families, err := reg.Gather()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var series []map[string]string
 	add := func(name string, labels []*dto.LabelPair, extra map[string]string, value float64, grows bool) {
@@ -294,12 +369,12 @@ func sharderSeries(t *testing.T) []map[string]string {
 				add(f.GetName()+"_sum", m.GetLabel(), nil, h.GetSampleSum(), true)
 				add(f.GetName()+"_count", m.GetLabel(), nil, float64(h.GetSampleCount()), true)
 			default:
-				t.Fatalf("%s: a %v, which this test does not turn into series", f.GetName(), f.GetType())
+				return nil, fmt.Errorf("%s: a %v, which this test does not turn into series", f.GetName(), f.GetType())
 			}
 		}
 	}
-	return series
-}
+	return series, nil
+})
 
 // TestDashboardQueries checks that every query of the dashboard is PromQL
 // that Prometheus accepts and evaluates to data on the series the sharder
