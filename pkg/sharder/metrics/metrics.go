@@ -128,13 +128,14 @@ var (
 
 // SetRingInfo records ring in RingInfo, replacing what was recorded for it
 // before: acknowledged reports whether the ring names instanceServiceAccounts.
+// The ring is never without a series: a scrape in between sees both.
 func SetRingInfo(ring string, acknowledged bool) {
-	value := AcknowledgementsNone
+	value, other := AcknowledgementsNone, AcknowledgementsExpected
 	if acknowledged {
-		value = AcknowledgementsExpected
+		value, other = other, value
 	}
-	RingInfo.DeletePartialMatch(prometheus.Labels{LabelRing: ring})
 	RingInfo.WithLabelValues(ring, value).Set(1)
+	RingInfo.DeleteLabelValues(ring, other)
 }
 
 // CountRingRebuild counts a build of ring in RingRebuildsTotal: the Built
