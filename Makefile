@@ -71,6 +71,32 @@ ETCD_PREVIOUS_VERSION := v3.5.35
 ETCD_PREVIOUS_IMAGE := gcr.io/etcd-development/etcd:$(ETCD_PREVIOUS_VERSION)
 VERSITYGW_IMAGE := ghcr.io/sharder-dev/versitygw:$(VERSITYGW_VERSION)
 IMAGES := $(BIN)/images
+# The platforms (os/arch) of the published images, the sharder's and the
+# example operator's: make images cross-compiles their binaries for each into
+# bin/images/<os>-<arch>/ and packs one OCI image index of them all per image
+# (bin/images/oci/<name>/, an OCI image layout), which make push sends.
+# Every image is also an image tarball for this machine's architecture
+# (bin/images/<name>.tar), which the local cluster imports; the local
+# cluster's own images are built for that architecture alone.
+PLATFORMS ?= linux/amd64,linux/arm64
+HOST_ARCH := $(shell $(GO) env GOARCH)
+HOST_PLATFORM := linux/$(HOST_ARCH)
+HOST_BINARIES := $(IMAGES)/linux-$(HOST_ARCH)
+comma := ,
+IMAGE_PLATFORMS = $(sort $(subst $(comma), ,$(PLATFORMS)))
+image_binaries = $(foreach p,$(IMAGE_PLATFORMS),--binary $(p)=$(IMAGES)/$(subst /,-,$(p))/$(1))
+IMAGETOOL := $(IMAGES)/imagetool
+# make push and make chart-push: the registry (host and optional path) the
+# images and the chart go to, the images' tag, and INSECURE=true for a
+# registry that speaks plain HTTP.
+REGISTRY ?=
+TAG ?= $(IMAGE_TAG)
+INSECURE ?=
+ifneq ($(filter push chart-push,$(MAKECMDGOALS)),)
+ifeq ($(REGISTRY),)
+$(error REGISTRY is required, e.g. make push REGISTRY=registry.example.com/team TAG=$(IMAGE_TAG))
+endif
+endif
 LDFLAGS := -s -w -X github.com/sharder-dev/sharder/cmd/sharder/app.version=$(VERSION)
 
 TEST_TIMEOUT ?= 15m
@@ -90,23 +116,53 @@ build: ## Build the sharder binary into bin/.
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/sharder ./cmd/sharder
 
 .PHONY: images
-images: $(VERSITYGW) ## Build the sharder, example operator, plain controller, pause, etcd (current and previous minor) and S3 store images into bin/images/*.tar (no container engine needed).
-	@# Static binaries first; go build leaves an up-to-date one untouched.
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(IMAGES)/sharder ./cmd/sharder
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/etcd-operator ./examples/etcd-operator/cmd/etcd-operator
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/plaincontroller ./e2e/plaincontroller
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/pause ./hack/pause
-	cd hack/tools && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/etcd ./cmd/etcd
-	cd hack/tools/etcd35 && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(IMAGES)/etcd-previous .
-	$(GO) build -o $(IMAGES)/pack ./hack/images
-	$(IMAGES)/pack --binary $(IMAGES)/sharder --path /sharder --cmd run --ref $(SHARDER_IMAGE) --output $(IMAGES)/sharder.tar
-	$(IMAGES)/pack --binary $(IMAGES)/etcd-operator --path /etcd-operator --ref $(OPERATOR_IMAGE) --output $(IMAGES)/etcd-operator.tar
-	$(IMAGES)/pack --binary $(IMAGES)/plaincontroller --path /plaincontroller --ref $(PLAIN_CONTROLLER_IMAGE) --output $(IMAGES)/plaincontroller.tar
-	$(IMAGES)/pack --binary $(IMAGES)/pause --path /pause --ref $(PAUSE_IMAGE) --output $(IMAGES)/pause.tar
+images: $(VERSITYGW) ## Build the sharder and example operator images for PLATFORMS (an OCI index each, bin/images/oci/), and those and the local cluster's plain controller, pause, etcd (current and previous minor) and S3 store images for this machine's architecture into bin/images/*.tar (cross-compiled from any OS; no container engine needed).
+	$(GO) build -o $(IMAGETOOL) ./hack/images
+	@# Static Linux binaries, cross-compiled; go build leaves an up-to-date one untouched.
+	for platform in $(IMAGE_PLATFORMS); do \
+		out=$(IMAGES)/$${platform/\//-}; \
+		export GOOS=$${platform%%/*} GOARCH=$${platform#*/} CGO_ENABLED=0; \
+		$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $$out/sharder ./cmd/sharder; \
+		$(GO) build -trimpath -ldflags '-s -w' -o $$out/etcd-operator ./examples/etcd-operator/cmd/etcd-operator; \
+	done
+	export GOOS=linux GOARCH=$(HOST_ARCH) CGO_ENABLED=0; \
+	$(GO) build -trimpath -ldflags '-s -w' -o $(HOST_BINARIES)/plaincontroller ./e2e/plaincontroller; \
+	$(GO) build -trimpath -ldflags '-s -w' -o $(HOST_BINARIES)/pause ./hack/pause; \
+	(cd hack/tools && $(GO) build -trimpath -ldflags '-s -w' -o $(HOST_BINARIES)/etcd ./cmd/etcd); \
+	(cd hack/tools/etcd35 && $(GO) build -trimpath -ldflags '-s -w' -o $(HOST_BINARIES)/etcd-previous .)
+	@# versitygw is also a tool of the local tests (bin/); another OS's build
+	@# cannot go in an image, so there the image's is installed for Linux.
+	@if [ "$$($(GO) env GOOS)" = linux ]; then ln -sf $(VERSITYGW) $(HOST_BINARIES)/versitygw; \
+	elif [ ! -x $(HOST_BINARIES)/versitygw-$(VERSITYGW_VERSION) ]; then \
+		tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+		GOPATH=$$tmp GOMODCACHE=$$($(GO) env GOMODCACHE) GOBIN= GOOS=linux GOARCH=$(HOST_ARCH) CGO_ENABLED=0 \
+			$(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); \
+		mv $$tmp/bin/linux_$(HOST_ARCH)/versitygw $(HOST_BINARIES)/versitygw-$(VERSITYGW_VERSION); \
+		ln -sf versitygw-$(VERSITYGW_VERSION) $(HOST_BINARIES)/versitygw; \
+	fi
+	$(IMAGETOOL) pack $(call image_binaries,sharder) --path /sharder --cmd run --ref $(SHARDER_IMAGE) --output $(IMAGES)/sharder.tar --layout $(IMAGES)/oci/sharder
+	$(IMAGETOOL) pack $(call image_binaries,etcd-operator) --path /etcd-operator --ref $(OPERATOR_IMAGE) --output $(IMAGES)/etcd-operator.tar --layout $(IMAGES)/oci/etcd-operator
+	$(IMAGETOOL) pack --binary $(HOST_BINARIES)/plaincontroller --path /plaincontroller --ref $(PLAIN_CONTROLLER_IMAGE) --output $(IMAGES)/plaincontroller.tar
+	$(IMAGETOOL) pack --binary $(HOST_BINARIES)/pause --path /pause --ref $(PAUSE_IMAGE) --output $(IMAGES)/pause.tar
 	@# etcd runs as root, as the upstream image does: its data volume is root's.
-	$(IMAGES)/pack --binary $(IMAGES)/etcd --path /usr/local/bin/etcd --user '' --ref $(ETCD_IMAGE) --output $(IMAGES)/etcd.tar
-	$(IMAGES)/pack --binary $(IMAGES)/etcd-previous --path /usr/local/bin/etcd --user '' --ref $(ETCD_PREVIOUS_IMAGE) --output $(IMAGES)/etcd-previous.tar
-	$(IMAGES)/pack --binary $(VERSITYGW) --path /usr/local/bin/versitygw --ref $(VERSITYGW_IMAGE) --output $(IMAGES)/versitygw.tar
+	$(IMAGETOOL) pack --binary $(HOST_BINARIES)/etcd --path /usr/local/bin/etcd --user '' --ref $(ETCD_IMAGE) --output $(IMAGES)/etcd.tar
+	$(IMAGETOOL) pack --binary $(HOST_BINARIES)/etcd-previous --path /usr/local/bin/etcd --user '' --ref $(ETCD_PREVIOUS_IMAGE) --output $(IMAGES)/etcd-previous.tar
+	$(IMAGETOOL) pack --binary $(HOST_BINARIES)/versitygw --path /usr/local/bin/versitygw --ref $(VERSITYGW_IMAGE) --output $(IMAGES)/versitygw.tar
+
+# The test targets build the images for this machine's architecture only:
+# the second doubles the time make images takes after a change.
+# PLATFORMS=... on the command line builds others too.
+test e2e e2e-cluster cluster demo: PLATFORMS = $(HOST_PLATFORM)
+
+.PHONY: push
+push: images ## Push the sharder and example operator images (every platform of PLATFORMS) to REGISTRY as REGISTRY/sharder:TAG and REGISTRY/etcd-operator:TAG (INSECURE=true: plain HTTP; credentials: docker login).
+	$(IMAGETOOL) push --registry $(REGISTRY) --tag $(TAG) $(if $(filter true,$(INSECURE)),--insecure) $(IMAGES)/oci/sharder $(IMAGES)/oci/etcd-operator
+
+.PHONY: chart-push
+chart-push: $(HELM) ## Package the Helm chart and push it to oci://REGISTRY/charts/sharder (INSECURE=true: plain HTTP; credentials: helm registry login).
+	rm -rf $(BIN)/charts
+	$(HELM) package charts/sharder --destination $(BIN)/charts
+	$(HELM) push $(BIN)/charts/sharder-*.tgz oci://$(REGISTRY)/charts $(if $(filter true,$(INSECURE)),--plain-http)
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs and RBAC.

@@ -3,13 +3,14 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"debug/elf"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
@@ -39,16 +40,18 @@ const (
 	group = "root:x:0:\nnonroot:x:65532:\n"
 )
 
-// Spec describes an image of one binary.
+// Spec describes an image of one program, for one or more platforms.
 type Spec struct {
-	// Binary is the file to pack. It must be a statically linked ELF
-	// executable: the image has no libc. Required.
-	Binary string
+	// Binaries are the program built for each platform the image is for.
+	// Each must be a statically linked ELF executable for its platform's
+	// architecture: the image has no libc. At least one is required, at most
+	// one per platform.
+	Binaries []Binary
 	// Path is the binary's absolute path in the image and the entrypoint.
 	// Required.
 	Path string
-	// Ref is the image reference written into the tarball, with a tag.
-	// Required.
+	// Ref is the image reference written into the tarball and the layout,
+	// with a tag. Required.
 	Ref string
 	// User is the user[:group] the image runs as. Default (empty): root.
 	User string
@@ -58,10 +61,39 @@ type Spec struct {
 	Labels map[string]string
 }
 
-// Build returns the image Spec describes.
-func Build(spec Spec) (v1.Image, name.Tag, error) {
+// Binary is the program built for one platform.
+type Binary struct {
+	// Platform is the platform the binary runs on; its OS must be linux.
+	Platform v1.Platform
+	// File is the executable.
+	File string
+}
+
+// PlatformImage is a Spec's image for one platform.
+type PlatformImage struct {
+	Platform v1.Platform
+	Image    v1.Image
+}
+
+// layerKind says how an image's layer is stored: the tarball keeps it
+// uncompressed, as before; the layout, which is pushed, compresses it. Both
+// have the same uncompressed content, hence the same config and image ID.
+type layerKind int
+
+const (
+	uncompressed layerKind = iota
+	gzipped
+)
+
+// Build returns the images Spec describes, one per binary, in the order of
+// Spec.Binaries, with uncompressed layers.
+func Build(spec Spec) ([]PlatformImage, name.Tag, error) {
+	return build(spec, uncompressed)
+}
+
+func build(spec Spec, kind layerKind) ([]PlatformImage, name.Tag, error) {
 	switch {
-	case spec.Binary == "":
+	case len(spec.Binaries) == 0:
 		return nil, name.Tag{}, errors.New("no binary given")
 	case !path.IsAbs(spec.Path) || strings.HasSuffix(spec.Path, "/"):
 		return nil, name.Tag{}, fmt.Errorf("path in the image %q: want an absolute file path", spec.Path)
@@ -70,37 +102,62 @@ func Build(spec Spec) (v1.Image, name.Tag, error) {
 	if err != nil {
 		return nil, name.Tag{}, fmt.Errorf("image reference %q (a tag is required): %w", spec.Ref, err)
 	}
-	if err := checkStatic(spec.Binary); err != nil {
-		return nil, name.Tag{}, err
+	seen := map[string]bool{}
+	images := make([]PlatformImage, 0, len(spec.Binaries))
+	for _, b := range spec.Binaries {
+		if seen[b.Platform.String()] {
+			return nil, name.Tag{}, fmt.Errorf("two binaries for %s", b.Platform.String())
+		}
+		seen[b.Platform.String()] = true
+		img, err := buildOne(spec, tag, b, kind)
+		if err != nil {
+			return nil, name.Tag{}, fmt.Errorf("%s: %w", b.Platform.String(), err)
+		}
+		images = append(images, PlatformImage{Platform: b.Platform, Image: img})
 	}
-	bin, err := os.ReadFile(spec.Binary)
-	if err != nil {
-		return nil, name.Tag{}, err
+	return images, tag, nil
+}
+
+func buildOne(spec Spec, tag name.Tag, b Binary, kind layerKind) (v1.Image, error) {
+	if b.File == "" {
+		return nil, errors.New("no binary given")
 	}
-	layer, err := rootFS(spec.Path, bin)
+	if err := checkExecutable(b.File, b.Platform); err != nil {
+		return nil, err
+	}
+	bin, err := os.ReadFile(b.File)
 	if err != nil {
-		return nil, name.Tag{}, fmt.Errorf("writing the layer: %w", err)
+		return nil, err
+	}
+	fs, err := rootFS(spec.Path, bin)
+	if err != nil {
+		return nil, fmt.Errorf("writing the layer: %w", err)
+	}
+	layer, err := newLayer(fs, kind)
+	if err != nil {
+		return nil, err
 	}
 
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	img, err = mutate.Append(img, mutate.Addendum{
-		Layer: static.NewLayer(layer, types.OCIUncompressedLayer),
+		Layer: layer,
 		History: v1.History{
 			Created:   v1.Time{Time: epoch},
 			CreatedBy: "hack/images: " + path.Base(spec.Path),
 		},
 	})
 	if err != nil {
-		return nil, name.Tag{}, err
+		return nil, err
 	}
 	cfg, err := img.ConfigFile()
 	if err != nil {
-		return nil, name.Tag{}, err
+		return nil, err
 	}
 	cfg = cfg.DeepCopy()
-	cfg.Architecture = runtime.GOARCH
-	cfg.OS = "linux"
+	cfg.Architecture = b.Platform.Architecture
+	cfg.Variant = b.Platform.Variant
+	cfg.OS = b.Platform.OS
 	cfg.Created = v1.Time{Time: epoch}
 	cfg.Config = v1.Config{
 		Entrypoint: []string{spec.Path},
@@ -117,20 +174,49 @@ func Build(spec Spec) (v1.Image, name.Tag, error) {
 	for k, v := range spec.Labels {
 		cfg.Config.Labels[k] = v
 	}
-	img, err = mutate.ConfigFile(img, cfg)
-	if err != nil {
-		return nil, name.Tag{}, err
-	}
-	return img, tag, nil
+	return mutate.ConfigFile(img, cfg)
 }
 
-// Write builds the image and writes it to output, unless output already holds
-// the same image under the same reference. It reports whether it wrote.
-func Write(spec Spec, output string) (bool, error) {
-	img, tag, err := Build(spec)
+// newLayer returns the layer of the root file system fs, stored as kind
+// says. gzip's output depends on the input and the Go release alone, so a
+// compressed layer is as reproducible as the uncompressed one.
+func newLayer(fs []byte, kind layerKind) (v1.Layer, error) {
+	if kind == uncompressed {
+		return static.NewLayer(fs, types.OCIUncompressedLayer), nil
+	}
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(fs); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	gz := buf.Bytes()
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(gz)), nil
+	}, tarball.WithMediaType(types.OCILayer))
+}
+
+// WriteTarball writes the image for platform to output as an image tarball
+// (the `docker save` layout, one platform), unless output already holds the
+// same image under the same reference. It reports whether it wrote.
+func WriteTarball(spec Spec, platform v1.Platform, output string) (bool, error) {
+	var one []Binary
+	for _, b := range spec.Binaries {
+		if b.Platform.Equals(platform) {
+			one = append(one, b)
+		}
+	}
+	if len(one) == 0 {
+		return false, fmt.Errorf("%s: the tarball holds the image for %s, and no binary is given for it", spec.Ref, platform.String())
+	}
+	spec.Binaries = one
+	images, tag, err := Build(spec)
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", spec.Ref, err)
 	}
+	img := images[0].Image
 	id, err := img.ConfigName()
 	if err != nil {
 		return false, err
@@ -151,14 +237,40 @@ func Write(spec Spec, output string) (bool, error) {
 	return true, os.Rename(tmp, output)
 }
 
-// checkStatic fails unless file is an ELF executable that needs no dynamic
-// loader: a cgo build would not start in an image without libc.
-func checkStatic(file string) error {
+// machines are the ELF machines of the architectures Go builds Linux
+// binaries for.
+var machines = map[string]elf.Machine{
+	"386":      elf.EM_386,
+	"amd64":    elf.EM_X86_64,
+	"arm":      elf.EM_ARM,
+	"arm64":    elf.EM_AARCH64,
+	"loong64":  elf.EM_LOONGARCH,
+	"ppc64le":  elf.EM_PPC64,
+	"riscv64":  elf.EM_RISCV,
+	"s390x":    elf.EM_S390,
+	"mips64le": elf.EM_MIPS,
+}
+
+// checkExecutable fails unless file is an ELF executable for platform that
+// needs no dynamic loader: a binary of the host's when the host is not
+// Linux, or of another architecture, would not start, and neither would a
+// cgo build in an image without libc.
+func checkExecutable(file string, platform v1.Platform) error {
+	if platform.OS != "linux" {
+		return fmt.Errorf("platform %s: the images are Linux images", platform.String())
+	}
+	want, ok := machines[platform.Architecture]
+	if !ok {
+		return fmt.Errorf("platform %s: unknown architecture", platform.String())
+	}
 	f, err := elf.Open(file)
 	if err != nil {
-		return fmt.Errorf("%s: not an executable: %w", file, err)
+		return fmt.Errorf("%s: not a Linux executable (build it with GOOS=linux): %w", file, err)
 	}
 	defer func() { _ = f.Close() }()
+	if f.Machine != want {
+		return fmt.Errorf("%s is built for %s, not %s (build it with GOARCH=%s)", file, f.Machine, platform.Architecture, platform.Architecture)
+	}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
 			return fmt.Errorf("%s is dynamically linked; build it with CGO_ENABLED=0", file)

@@ -7,32 +7,35 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	. "github.com/onsi/gomega"
 )
 
-// buildPause builds the pause command statically, as make images does.
-func buildPause(t *testing.T) string {
+// buildPause builds the pause command statically for Linux on arch, as make
+// images does.
+func buildPause(t *testing.T, arch string) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "pause")
 	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "../pause")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building pause: %v\n%s", err, b)
+		t.Fatalf("building pause for %s: %v\n%s", arch, err, b)
 	}
 	return out
 }
 
 func TestWriteImage(t *testing.T) {
 	g := NewWithT(t)
-	bin := buildPause(t)
+	bin := buildPause(t, runtime.GOARCH)
 	out := filepath.Join(t.TempDir(), "pause.tar")
-	spec := Spec{Binary: bin, Path: "/usr/local/bin/pause", Ref: "example.dev/pause:1.0", User: NonRootUser, Cmd: []string{"a", "b"}}
+	spec := Spec{Binaries: []Binary{{Platform: hostPlatform(), File: bin}}, Path: "/usr/local/bin/pause", Ref: "example.dev/pause:1.0", User: NonRootUser, Cmd: []string{"a", "b"}}
 
-	written, err := Write(spec, out)
+	written, err := WriteTarball(spec, hostPlatform(), out)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(written).To(BeTrue())
 
@@ -42,6 +45,7 @@ func TestWriteImage(t *testing.T) {
 	cfg, err := img.ConfigFile()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cfg.OS).To(Equal("linux"))
+	g.Expect(cfg.Architecture).To(Equal(runtime.GOARCH))
 	g.Expect(cfg.Config.Entrypoint).To(Equal([]string{"/usr/local/bin/pause"}))
 	g.Expect(cfg.Config.Cmd).To(Equal([]string{"a", "b"}))
 	g.Expect(cfg.Config.User).To(Equal("65532:65532"))
@@ -78,7 +82,7 @@ func TestWriteImage(t *testing.T) {
 
 	// The same binary gives the same image: nothing is rewritten.
 	before, _ := os.Stat(out)
-	written, err = Write(spec, out)
+	written, err = WriteTarball(spec, hostPlatform(), out)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(written).To(BeFalse())
 	after, _ := os.Stat(out)
@@ -86,13 +90,18 @@ func TestWriteImage(t *testing.T) {
 
 	// Another reference is another tarball.
 	spec.Ref = "example.dev/pause:2.0"
-	written, err = Write(spec, out)
+	written, err = WriteTarball(spec, hostPlatform(), out)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(written).To(BeTrue())
 }
 
+var (
+	amd64 = v1.Platform{OS: "linux", Architecture: "amd64"}
+	arm64 = v1.Platform{OS: "linux", Architecture: "arm64"}
+)
+
 func TestBuildRejectsBadInput(t *testing.T) {
-	bin := buildPause(t)
+	bin := buildPause(t, "amd64")
 	notELF := filepath.Join(t.TempDir(), "script")
 	if err := os.WriteFile(notELF, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
@@ -102,9 +111,12 @@ func TestBuildRejectsBadInput(t *testing.T) {
 		spec Spec
 		want string
 	}{
-		{"no tag", Spec{Binary: bin, Path: "/pause", Ref: "example.dev/pause"}, "a tag is required"},
-		{"relative path", Spec{Binary: bin, Path: "pause", Ref: "example.dev/pause:1"}, "want an absolute file path"},
-		{"not an executable", Spec{Binary: notELF, Path: "/pause", Ref: "example.dev/pause:1"}, "not an executable"},
+		{"no tag", Spec{Binaries: []Binary{{amd64, bin}}, Path: "/pause", Ref: "example.dev/pause"}, "a tag is required"},
+		{"relative path", Spec{Binaries: []Binary{{amd64, bin}}, Path: "pause", Ref: "example.dev/pause:1"}, "want an absolute file path"},
+		{"not an executable", Spec{Binaries: []Binary{{amd64, notELF}}, Path: "/pause", Ref: "example.dev/pause:1"}, "not a Linux executable"},
+		{"another architecture", Spec{Binaries: []Binary{{arm64, bin}}, Path: "/pause", Ref: "example.dev/pause:1"}, "not arm64"},
+		{"not Linux", Spec{Binaries: []Binary{{v1.Platform{OS: "darwin", Architecture: "amd64"}, bin}}, Path: "/pause", Ref: "example.dev/pause:1"}, "Linux images"},
+		{"a platform twice", Spec{Binaries: []Binary{{amd64, bin}, {amd64, bin}}, Path: "/pause", Ref: "example.dev/pause:1"}, "two binaries for linux/amd64"},
 		{"no binary", Spec{Path: "/pause", Ref: "example.dev/pause:1"}, "no binary given"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
