@@ -125,8 +125,13 @@ func expectRenewing(g Gomega, ns, name string, period time.Duration, logs *agent
 // read the answer, and an agent stopped in that moment is still acquiring
 // (it neither renews through its shutdown nor says why it does not
 // release).
-func waitHeld(g Gomega, logs *agentLogs) {
-	g.Eventually(logs.String, 10*time.Second, 20*time.Millisecond).Should(ContainSubstring("Acquired the instance Lease"))
+func waitHeld(g Gomega, logs *agentLogs) { waitAcquired(g, logs, 1) }
+
+// waitAcquired waits until the agent has logged its n-th acquisition of
+// its Lease (see waitHeld).
+func waitAcquired(g Gomega, logs *agentLogs, n int) {
+	g.Eventually(func() int { return strings.Count(logs.String(), "Acquired the instance Lease") }, 10*time.Second, 20*time.Millisecond).
+		Should(BeNumerically(">=", n), "logs:\n%s", logs)
 }
 
 // TestAgent runs the agent against the test API server with a health
@@ -196,6 +201,7 @@ func TestAgent(t *testing.T) {
 	// watched it unrenewed for its duration.
 	status.Store(http.StatusNoContent)
 	g.Eventually(agentLeaseState(ns, "worker-0"), 10*time.Second, 20*time.Millisecond).Should(Equal(membership.StateReady), "logs:\n%s", logs)
+	waitAcquired(g, logs, 2)
 
 	// SIGTERM while the controller still runs, failing its health check as
 	// it shuts down: the agent keeps renewing, since the controller may
