@@ -161,7 +161,7 @@ func (h *Holder) Start(ctx context.Context) error {
 	h.log = ctrl.LoggerFrom(ctx).WithValues("lease", klog.KRef(h.opts.Namespace, h.opts.Identity), "ring", h.opts.Ring)
 
 	if !h.acquire(ctx) {
-		return nil
+		return h.abandon(ctx)
 	}
 	h.log.Info("Acquired the instance Lease")
 	// The watch runs until Start returns, through the shutdown's renewals.

@@ -951,3 +951,41 @@ func TestHolderRenewsAtOnceAfterShutdownCutARenewal(t *testing.T) {
 	r.done <- nil // for the cleanup
 	g.Expect(getLease(ns, "cut")()).To(HaveField("Spec.HolderIdentity", HaveValue(BeEmpty())))
 }
+
+// TestHolderReleasesAnAcquisitionCutByTheStop stops a holder while its
+// acquisition is in flight: the write reached the API server, the reply had
+// not come back. Everyone else sees the Lease held, so the sharder assigns
+// the instance objects; the holder must release the Lease on its way out
+// rather than leave it for the sharder to wait out for two lease durations.
+func TestHolderReleasesAnAcquisitionCutByTheStop(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	landed := make(chan struct{})
+	var hung atomic.Bool
+	hangReply := func(ctx context.Context, write func() error) error {
+		if err := write(); err != nil || !hung.CompareAndSwap(false, true) {
+			return err
+		}
+		close(landed)
+		<-ctx.Done() // the reply comes only after the caller gave up
+		return ctx.Err()
+	}
+	c := interceptor.NewClient(watchClient(t), interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			return hangReply(ctx, func() error { return c.Update(context.WithoutCancel(ctx), obj, opts...) })
+		},
+	})
+	// A released Lease: acquired at once, by an update.
+	createLease(t, holderRing, ns, "cut-short", time.Now(), 30, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("") })
+	r := startHolderOn(t, c, leaseholder.HolderOptions{
+		Ring: holderRing, Namespace: ns, Identity: "cut-short", LeaseDuration: 30 * time.Second, RenewPeriod: 10 * time.Second,
+	})
+	g.Eventually(landed, 10*time.Second).Should(BeClosed())
+	g.Expect(getLease(ns, "cut-short")()).To(HaveField("Spec.HolderIdentity", HaveValue(Equal("cut-short"))), "the acquisition landed")
+	r.cancel()
+	g.Eventually(r.done, 10*time.Second).Should(Receive(BeNil()))
+	r.done <- nil // for the cleanup
+	g.Expect(r.Held()).To(BeFalse())
+	g.Expect(getLease(ns, "cut-short")()).To(HaveField("Spec.HolderIdentity", HaveValue(BeEmpty())), "released")
+}

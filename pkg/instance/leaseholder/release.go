@@ -67,10 +67,47 @@ func (h *Holder) shutdown(ctx context.Context) error {
 	return nil
 }
 
+// abandon ends an acquisition that ctx cut short. An attempt whose reply
+// never came may have landed: the API server, the sharder and the other
+// instances then see the Lease held, and the sharder assigns the instance
+// objects it will never reconcile. So when such an attempt exists, abandon
+// reads the Lease and releases it if it carries one of them. Nothing was
+// reconciled yet, so nothing waits on BeforeRelease.
+func (h *Holder) abandon(ctx context.Context) error {
+	if len(h.unconfirmed) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.ShutdownTimeout)
+	defer cancel()
+	current := &coordinationv1.Lease{}
+	if err := h.opts.Reader.Get(ctx, h.key(), current); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		h.log.Error(err, "Stopped while acquiring the instance Lease and could not read it: if the acquisition landed, the sharder moves the instance's objects once it expires")
+		return fmt.Errorf("reading Lease %s/%s after a cut acquisition: %w", h.opts.Namespace, h.opts.Identity, err)
+	}
+	if !h.ours(current) {
+		h.forget()
+		return nil
+	}
+	if err := h.releaseFrom(ctx, current); err != nil {
+		h.log.Error(err, "Stopped while acquiring the instance Lease and could not release it: the sharder moves the instance's objects once it expires")
+		return fmt.Errorf("releasing Lease %s/%s: %w", h.opts.Namespace, h.opts.Identity, err)
+	}
+	h.log.Info("Stopped while acquiring the instance Lease; released the acquisition that had landed")
+	return nil
+}
+
 // release empties the holder of the Lease if this holder still holds it.
 func (h *Holder) release(ctx context.Context) error {
+	return h.releaseFrom(ctx, h.lease)
+}
+
+// releaseFrom releases the Lease, starting from current, a version this
+// holder wrote (nil: nothing to release).
+func (h *Holder) releaseFrom(ctx context.Context, current *coordinationv1.Lease) error {
 	defer h.held.Store(false)
-	current := h.lease
 	for current != nil {
 		released := h.opts.releasedLease(current, h.opts.Clock.Now())
 		err := h.client.Update(ctx, released)
