@@ -36,10 +36,14 @@ CONTROLLER_GEN_VERSION := v0.21.0
 GOLANGCI_LINT_VERSION := v2.15.0
 HELM_VERSION := v3.22.0
 GOTESTSUM_VERSION := v1.13.0
+ACTIONLINT_VERSION := v1.7.12
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 GOLANGCI_LINT := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 HELM := $(BIN)/helm-$(HELM_VERSION)
 GOTESTSUM := $(BIN)/gotestsum-$(GOTESTSUM_VERSION)
+# actionlint checks the GitHub Actions workflows (.github/workflows): make lint
+# runs it, and so does a test (hack/dist).
+ACTIONLINT := $(BIN)/actionlint-$(ACTIONLINT_VERSION)
 # promtool, Prometheus's rule checker and rule test runner, for the chart's
 # alert tests: built by its own module (hack/tools/promtool), whose go.mod pins
 # this version of github.com/prometheus/prometheus, without the service
@@ -156,21 +160,45 @@ test e2e e2e-cluster cluster demo: PLATFORMS = $(HOST_PLATFORM)
 
 .PHONY: push
 push: images ## Push the sharder and example operator images (every platform of PLATFORMS) to REGISTRY as REGISTRY/sharder:TAG and REGISTRY/etcd-operator:TAG (INSECURE=true: plain HTTP; credentials: docker login).
-	$(IMAGETOOL) push --registry $(REGISTRY) --tag $(TAG) $(if $(filter true,$(INSECURE)),--insecure) $(IMAGES)/oci/sharder $(IMAGES)/oci/etcd-operator
+	@# The pushed images' digests also go to bin/images/pushed.txt, for signing.
+	$(IMAGETOOL) push --registry $(REGISTRY) --tag $(TAG) $(if $(filter true,$(INSECURE)),--insecure) $(IMAGES)/oci/sharder $(IMAGES)/oci/etcd-operator | tee $(IMAGES)/pushed.txt
+
+# Where make chart-push packages the chart.
+CHARTS ?= $(BIN)/charts
 
 .PHONY: chart-push
 chart-push: $(HELM) ## Package the Helm chart and push it to oci://REGISTRY/charts/sharder (INSECURE=true: plain HTTP; credentials: helm registry login).
-	rm -rf $(BIN)/charts
-	$(HELM) package charts/sharder --destination $(BIN)/charts
-	$(HELM) push $(BIN)/charts/sharder-*.tgz oci://$(REGISTRY)/charts $(if $(filter true,$(INSECURE)),--plain-http)
+	rm -rf $(CHARTS)
+	$(HELM) package charts/sharder --destination $(CHARTS)
+	@# helm's report, with the chart's digest, also goes to $(CHARTS)/pushed.txt, for signing.
+	$(HELM) push $(CHARTS)/sharder-*.tgz oci://$(REGISTRY)/charts $(if $(filter true,$(INSECURE)),--plain-http) 2>&1 | tee $(CHARTS)/pushed.txt
+
+# The sharder CLI of a release, for its users: one archive per platform,
+# SHA256SUMS and a krew manifest (hack/dist).
+DIST ?= $(BIN)/dist
+DIST_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64
+
+.PHONY: dist
+dist: ## Build the sharder CLI for DIST_PLATFORMS into DIST (bin/dist): an archive each (tar.gz, zip for Windows) with the LICENSE, SHA256SUMS and the krew manifest of kubectl sharder; VERSION is the release's tag.
+	rm -rf $(DIST) && mkdir -p $(DIST)/build
+	binaries=; for platform in $(DIST_PLATFORMS); do \
+		os=$${platform%%/*} arch=$${platform#*/} ext=; \
+		if [ $$os = windows ]; then ext=.exe; fi; \
+		out=$(DIST)/build/$$os-$$arch/sharder$$ext; \
+		GOOS=$$os GOARCH=$$arch CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $$out ./cmd/sharder; \
+		binaries="$$binaries --binary $$platform=$$out"; \
+	done; \
+	$(GO) run ./hack/dist archive --version $(VERSION) --out $(DIST) --license LICENSE --krew hack/dist/krew.yaml.tmpl $$binaries
+	rm -rf $(DIST)/build
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs and RBAC.
 	hack/generate.sh $(CONTROLLER_GEN)
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) chart-lint ## Run golangci-lint and helm lint.
+lint: $(GOLANGCI_LINT) $(ACTIONLINT) chart-lint ## Run golangci-lint, helm lint and actionlint (the GitHub Actions workflows).
 	$(GOLANGCI_LINT) run ./...
+	$(ACTIONLINT)
 
 .PHONY: chart-lint
 chart-lint: $(HELM) ## Lint the Helm chart.
@@ -181,7 +209,7 @@ chart-crds: ## Copy the generated CRDs into the Helm chart (after make generate)
 	cp config/crd/bases/*.yaml charts/sharder/crds/
 
 .PHONY: test
-test: control-plane node images $(HELM) $(PROMTOOL) $(GOTESTSUM) ## Run every test: unit, integration (real API server), e2e, and e2e on a real cluster (as root).
+test: control-plane node images $(HELM) $(PROMTOOL) $(ACTIONLINT) $(GOTESTSUM) ## Run every test: unit, integration (real API server), e2e, and e2e on a real cluster (as root).
 	@# -count=1: the e2e suite builds the binaries it runs in a subprocess, which
 	@# Go's test cache cannot see, so a cached e2e result could be stale.
 	@# Two runs: every package but e2e (the real-cluster suite among them, with
@@ -320,7 +348,7 @@ node: ## Build the local cluster's kubelet, controller manager, scheduler, kube-
 	@hack/build-cluster.sh $(NODE) $(CONTAINERD_VERSION)
 
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(HELM) $(PROMTOOL) $(GOTESTSUM) $(VERSITYGW) ## Install the pinned tools into bin/ (cached).
+tools: $(CONTROLLER_GEN) $(HELM) $(PROMTOOL) $(ACTIONLINT) $(GOTESTSUM) $(VERSITYGW) ## Install the pinned tools into bin/ (cached).
 
 .PHONY: promtool
 promtool: $(PROMTOOL) ## Build promtool from Go modules into bin/ (cached): the chart's alert and dashboard tests run it.
@@ -338,6 +366,8 @@ $(PROMTOOL):
 	cd hack/tools/promtool && $(GO) build -tags remove_all_sd -ldflags '-s -w' -o $(PROMTOOL).tmp github.com/prometheus/prometheus/cmd/promtool
 	mv $(PROMTOOL).tmp $(PROMTOOL)
 	ln -sf $(notdir $(PROMTOOL)) $(BIN)/promtool
+$(ACTIONLINT):
+	hack/go-install.sh actionlint github.com/rhysd/actionlint/cmd/actionlint $(ACTIONLINT_VERSION)
 $(GOTESTSUM):
 	hack/go-install.sh gotestsum gotest.tools/gotestsum $(GOTESTSUM_VERSION)
 $(VERSITYGW):
