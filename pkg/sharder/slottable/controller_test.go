@@ -1,0 +1,223 @@
+package slottable_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/internal/fixture"
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/sharder/slotpolicy"
+	"github.com/sharder-dev/sharder/pkg/sharder/slottable"
+	"github.com/sharder-dev/sharder/pkg/slots"
+)
+
+// TestGrantReleaseAcknowledge: three ready instances get all 64 slots,
+// balanced within one; a fourth makes the others release slots in one
+// write, and it is granted none of them before their holders acknowledged
+// the revision that asked; once they have, it gets them. Every table write
+// raises the revision by one, and a membership change costs a few writes.
+// The ring's policy binding is written.
+func TestGrantReleaseAcknowledge(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ring, ns := newRing(t, 64)
+	for _, id := range []string{"a", "b", "c"} {
+		createLease(t, ring.Name, ns, id, 60)
+	}
+	s := startSharder(t, ring.Name, ns, slottable.Options{})
+
+	g.Eventually(tableOf(ring)).Should(Satisfy(balanced("a", "b", "c")))
+	initial := s.settled(g, ring)
+	g.Expect(initial).To(BeNumerically("<=", 3), "writes to grant a new ring's slots")
+	g.Consistently(func() int { return len(s.successful()) }).Should(Equal(initial), "writes with nothing changing")
+
+	createLease(t, ring.Name, ns, "d", 60)
+	var released slots.Table
+	g.Eventually(func(g Gomega) {
+		tbl, err := tableOf(ring)()
+		g.Expect(err).NotTo(HaveOccurred())
+		h := holdings(tbl)
+		g.Expect(h["a"].releasing + h["b"].releasing + h["c"].releasing).To(Equal(16))
+		released = tbl
+	}).Should(Succeed())
+	g.Expect(released.Revision).To(Equal(int64(initial + 1)))
+	g.Expect(holdings(released)["d"]).To(Equal(held{}))
+	// Unacknowledged, nothing moves.
+	g.Consistently(tableOf(ring)).Should(HaveField("Revision", released.Revision))
+
+	// Two acknowledge: their slots go to d, the third's wait.
+	acknowledge(g, ring, ns, "a", released.Revision)
+	acknowledge(g, ring, ns, "b", released.Revision)
+	g.Eventually(func(g Gomega) {
+		tbl, err := tableOf(ring)()
+		g.Expect(err).NotTo(HaveOccurred())
+		h := holdings(tbl)
+		g.Expect(h["a"].releasing + h["b"].releasing).To(BeZero())
+		g.Expect(h["c"].releasing).To(BeNumerically(">", 0))
+		g.Expect(h["d"].granted).To(Equal(16 - h["c"].releasing))
+	}).Should(Succeed())
+	g.Consistently(func() int { return holdings(must(tableOf(ring)()))["c"].releasing }).Should(BeNumerically(">", 0))
+
+	acknowledge(g, ring, ns, "c", released.Revision)
+	g.Eventually(tableOf(ring)).Should(Satisfy(balanced("a", "b", "c", "d")))
+	final := must(tableOf(ring)())
+	g.Eventually(func() int64 { return int64(len(s.successful())) }).Should(Equal(final.Revision), "one revision per write")
+	writes := s.successful()
+	for i, w := range writes {
+		g.Expect(w.table.Revision).To(Equal(int64(i+1)), "write %d", i)
+	}
+	g.Expect(len(writes)-initial).To(BeNumerically("<=", 4), "writes for one new instance and three acknowledgements")
+
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	g.Eventually(func() error {
+		return env().Client.Get(context.Background(), client.ObjectKey{Name: slotpolicy.BindingName(ring.Name)}, binding)
+	}).Should(Succeed())
+	g.Expect(binding.OwnerReferences).To(ConsistOf(HaveField("UID", ring.UID)))
+	g.Expect(binding.Spec.PolicyName).To(Equal(slotpolicy.PolicyName))
+}
+
+// TestDeadInstance: the slots of an instance that released its Lease are
+// granted to the others at once, with no release, while the sharder holds
+// its Lease; the hold ends once the table grants it no slot.
+func TestDeadInstance(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ring, ns := newRing(t, 64)
+	createLease(t, ring.Name, ns, "a", 60)
+	createLease(t, ring.Name, ns, "b", 60)
+	createLease(t, ring.Name, ns, "c", 3)
+	s := startSharder(t, ring.Name, ns, slottable.Options{})
+	g.Eventually(tableOf(ring)).Should(Satisfy(balanced("a", "b", "c")))
+	before := s.settled(g, ring)
+
+	updateLease(g, ns, "c", fixture.Released)
+	g.Eventually(tableOf(ring)).Should(Satisfy(balanced("a", "b")))
+	g.Eventually(func() int { return len(s.successful()) }).Should(Equal(before+1), "one write grants a dead instance's slots")
+	writes := s.successful()
+
+	// The sharder held the Lease while the slots moved (a takeover counts a
+	// transition), and released it after.
+	g.Eventually(fixture.GetLease(env().Client, ns, "c")).Should(And(
+		HaveField("Spec.HolderIdentity", Equal(ptr.To(""))),
+		HaveField("Spec.LeaseTransitions", Equal(ptr.To(int32(1)))),
+	))
+	release := must(fixture.GetLease(env().Client, ns, "c")()).Spec.RenewTime.Time
+	g.Expect(release).To(BeTemporally(">=", writes[len(writes)-1].at.Add(-time.Millisecond)), "the hold ended after the write returned")
+}
+
+// TestConflict: a table written by someone else between the controller's
+// read and its write makes the write fail; the controller decides again on
+// the new table, never granting a slot twice.
+func TestConflict(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ring, ns := newRing(t, 64)
+	for _, id := range []string{"a", "b", "c"} {
+		createLease(t, ring.Name, ns, id, 60)
+	}
+	sh := startSharder(t, ring.Name, ns, slottable.Options{}, func() {
+		// Another sharder grants slots 0-9 to b first.
+		other := &v1alpha1.SlotTable{Revision: 1, Instances: []v1alpha1.SlotHolder{{Name: "b", Granted: "0-9"}}}
+		patch := client.RawPatch(types.MergePatchType, mustJSON(map[string]any{"status": map[string]any{"slots": other}}))
+		g.Expect(env().Client.Status().Patch(context.Background(), &v1alpha1.ControllerRing{ObjectMeta: metav1.ObjectMeta{Name: ring.Name}}, patch)).To(Succeed())
+	})
+	g.Eventually(tableOf(ring)).Should(Satisfy(balanced("a", "b", "c")))
+	final := must(tableOf(ring)())
+	for slot := range 10 {
+		g.Expect(final.Slots[slot].Holder).To(Equal("b"), "slot %d", slot)
+	}
+	g.Expect(sh.failed()).To(BeNumerically(">=", 1))
+	// The record of a write follows its landing.
+	g.Eventually(func() int64 { return int64(len(sh.successful()) + 1) }).Should(Equal(final.Revision), "the other writer's revision and the controller's")
+}
+
+// TestFence: an instance that does not acknowledge a release within the
+// drain timeout is fenced (its Lease taken, annotated), and its slots are
+// granted to others one lease duration after the takeover, not before.
+func TestFence(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ring, ns := newRing(t, 64, func(r *v1alpha1.ControllerRing) {
+		r.Spec.DrainTimeout = &metav1.Duration{Duration: time.Second}
+	})
+	createLease(t, ring.Name, ns, "a", 60)
+	createLease(t, ring.Name, ns, "b", 2)
+	stopRenewing := renew(t, ns, "b", 400*time.Millisecond)
+	defer stopRenewing()
+	s := startSharder(t, ring.Name, ns, slottable.Options{})
+	g.Eventually(tableOf(ring)).Should(Satisfy(balanced("a", "b")))
+
+	createLease(t, ring.Name, ns, "c", 60)
+	var rev int64
+	g.Eventually(func(g Gomega) {
+		tbl, err := tableOf(ring)()
+		g.Expect(err).NotTo(HaveOccurred())
+		h := holdings(tbl)
+		g.Expect(h["a"].releasing).To(BeNumerically(">", 0))
+		g.Expect(h["b"].releasing).To(BeNumerically(">", 0))
+		rev = tbl.Revision
+	}).Should(Succeed())
+	acknowledge(g, ring, ns, "a", rev)
+
+	g.Eventually(fixture.GetLease(env().Client, ns, "b")).Should(And(
+		HaveField("Spec.HolderIdentity", Equal(ptr.To(sharderIdentity))),
+		HaveField("Annotations", HaveKeyWithValue(v1alpha1.AnnotationFenced, "true")),
+		HaveField("Spec.LeaseDurationSeconds", Equal(ptr.To(int32(4)))),
+	))
+	taken := must(fixture.GetLease(env().Client, ns, "b")()).Spec.AcquireTime.Time
+	g.Eventually(tableOf(ring)).Should(Satisfy(balanced("a", "c")))
+	for _, w := range s.successful() {
+		if t, err := slots.FromStatus(64, w.table); err == nil && len(holders(t)) == 2 && holders(t)[0] == "a" && holders(t)[1] == "c" {
+			g.Expect(w.at.Sub(taken)).To(BeNumerically(">=", 2*time.Second), "b's slots granted a lease duration after the takeover")
+			break
+		}
+	}
+}
+
+// renew renews instance id's Lease every period, as the instance does,
+// until it is taken from it or the returned function is called.
+func renew(t *testing.T, ns, id string, period time.Duration) (stop func()) {
+	t.Helper()
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			lease := &coordinationv1.Lease{}
+			if err := env().Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: id}, lease); err != nil {
+				continue
+			}
+			if ptr.Deref(lease.Spec.HolderIdentity, "") != id {
+				return // lost: the instance stops
+			}
+			lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+			_ = env().Client.Update(context.Background(), lease)
+		}
+	}()
+	var once bool
+	stop = func() {
+		if !once {
+			once = true
+			close(done)
+			<-stopped
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}

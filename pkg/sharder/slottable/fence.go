@@ -1,0 +1,103 @@
+package slottable
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/membership"
+)
+
+// fence is the sharder's fence of an instance (docs/design.md §11): its
+// slots are movable only from at + wait, one lease duration of the instance
+// after the sharder saw its takeover land (or first saw the fenced Lease,
+// not knowing when it was taken).
+type fence struct {
+	at   time.Time
+	wait time.Duration
+}
+
+// fencedBy reports whether lease carries a fence that is in force: the
+// annotation, and a holder other than the instance (the sharder's
+// takeover or hold, or released after them).
+func fencedBy(lease *coordinationv1.Lease) bool {
+	return lease.Annotations[v1alpha1.AnnotationFenced] == "true" && ptr.Deref(lease.Spec.HolderIdentity, "") != lease.Name
+}
+
+// observeFences records the fences seen on the ring's Leases for the first
+// time, at now, and forgets those whose wait is over and which the Lease no
+// longer shows. A fence this process wrote is kept through its wait, however
+// far behind the cache is.
+func (st *ringState) observeFences(leases map[string]*coordinationv1.Lease, now time.Time) {
+	for id, lease := range leases {
+		if _, ok := st.fenced[id]; !ok && fencedBy(lease) {
+			st.fenced[id] = fence{at: now, wait: membership.DurationOf(lease) / membership.TakeoverFactor}
+		}
+	}
+	for id, f := range st.fenced {
+		if lease := leases[id]; (lease == nil || !fencedBy(lease)) && !now.Before(f.at.Add(f.wait)) {
+			delete(st.fenced, id)
+		}
+	}
+}
+
+// fence takes the Leases of the ready instances ids, which did not
+// acknowledge a release within the ring's drainTimeout, as the lease
+// controller takes an uncertain one (holder Identity, twice the Lease's
+// duration), annotated sharder.dev/fenced, locked on the resourceVersion
+// read. The instance loses its Lease and stops; the lease controller sees it
+// dead and holds its Lease while it holds slots; its slots are granted to
+// others one lease duration d after the takeover returned (Input.Movable),
+// when it has stopped at the latest (at its renew deadline, 2d/3 after the
+// start of its last successful renewal). It reports whether to decide again
+// (a Lease changed meanwhile: it may carry the acknowledgement).
+func (c *Controller) fence(ctx context.Context, ring *v1alpha1.ControllerRing, leases map[string]*coordinationv1.Lease, st *ringState, ids []string) (bool, error) {
+	log := ctrl.LoggerFrom(ctx)
+	requeue := false
+	for _, id := range ids {
+		lease := leases[id]
+		if _, done := st.fenced[id]; done || lease == nil || ptr.Deref(lease.Spec.HolderIdentity, "") != id {
+			// Fenced already, or its Lease as cached is not the ready
+			// instance's: the registry and the cache differ; decide again
+			// when they agree.
+			continue
+		}
+		d := membership.DurationOf(lease)
+		taken := lease.DeepCopy()
+		now := c.opts.Clock.Now()
+		taken.Spec.HolderIdentity = ptr.To(c.opts.Identity)
+		taken.Spec.LeaseDurationSeconds = ptr.To(int32(membership.TakeoverFactor * d / time.Second)) //nolint:gosec // at most 2 × MaxLeaseDuration
+		taken.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
+		taken.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
+		taken.Spec.LeaseTransitions = ptr.To(membership.NextTransition(ptr.Deref(lease.Spec.LeaseTransitions, 0)))
+		if taken.Annotations == nil {
+			taken.Annotations = map[string]string{}
+		}
+		taken.Annotations[v1alpha1.AnnotationFenced] = "true"
+		if err := c.client.Update(ctx, taken); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				requeue = true
+				continue
+			}
+			return false, fmt.Errorf("fencing instance %s: taking Lease %s: %w", id, klog.KObj(lease), err)
+		}
+		// The wait counts from after the write returned: the takeover
+		// landed before.
+		st.fenced[id] = fence{at: c.opts.Clock.Now(), wait: d}
+		log.Info("Fenced an instance that did not acknowledge a release within the drain timeout: took its Lease",
+			"ring", ring.Name, "instance", id, "drainTimeout", ring.Spec.EffectiveDrainTimeout(), "wait", d)
+		c.recorder.Eventf(ring, corev1.EventTypeWarning, ReasonFenced,
+			"Instance %s did not acknowledge the release of its slots within %s; the sharder took its Lease and grants its slots to others %s later",
+			id, ring.Spec.EffectiveDrainTimeout(), d)
+	}
+	return requeue, nil
+}

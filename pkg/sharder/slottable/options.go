@@ -1,0 +1,89 @@
+package slottable
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	"github.com/sharder-dev/sharder/pkg/membership"
+	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
+)
+
+// Defaults of Options.
+const (
+	DefaultWorkers = 4
+	// DefaultUnknownHold is the default of Options.UnknownHold: twice the
+	// default lease duration (docs/design.md §3 and §11).
+	DefaultUnknownHold = 2 * membership.DefaultLeaseDuration
+)
+
+// Options configures the slot table controller. NewController fills in the
+// defaults of unset fields and rejects invalid ones.
+type Options struct {
+	// Registry is the lease controller's registry: the controller reads the
+	// rings' members from it, is woken by its changes, and records in it how
+	// many slots each instance holds. Required.
+	Registry *leasecontroller.Registry
+
+	// Identity is the holder identity the sharder writes into a Lease it
+	// takes to fence an instance: the lease controller's identity, so that
+	// it holds the fenced Lease as its own takeover.
+	// Default: "sharder:" + membership.DefaultIdentity(), as the lease
+	// controller's.
+	Identity string
+
+	// Clock tells the time of the decisions (slots.Input.Now), of the
+	// releases seen, and of the work queue's delays. Default: the real clock.
+	Clock clock.WithTicker
+
+	// Workers is the number of rings decided concurrently. Default: 4.
+	Workers int
+
+	// UnknownHold is how long after the controller starts the holders of
+	// slots that are no member of their ring (no Lease the lease controller
+	// knows of) keep their slots, as vanished instances; after it they are
+	// dead and their slots are granted to others. Default: 30s.
+	UnknownHold time.Duration
+
+	// SkipBinding turns off writing the rings' bindings of the slot label
+	// policy (slotpolicy.Binding).
+	SkipBinding bool
+
+	// EventRecorder records the events on rings. Default: a core/v1
+	// recorder of its own, component "sharder" (created by
+	// SetupWithManager).
+	EventRecorder record.EventRecorder
+}
+
+func (o *Options) setDefaults() error {
+	if o.Registry == nil {
+		return errors.New("slottable: Options.Registry is required")
+	}
+	if o.Identity == "" {
+		id, err := membership.DefaultIdentity()
+		if err != nil {
+			return fmt.Errorf("slottable: defaulting Options.Identity: %w", err)
+		}
+		o.Identity = membership.SharderHolderPrefix + id
+	}
+	if !strings.HasPrefix(o.Identity, membership.SharderHolderPrefix) {
+		return fmt.Errorf("slottable: Options.Identity %q does not start with %q", o.Identity, membership.SharderHolderPrefix)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Workers <= 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.UnknownHold < 0 {
+		return errors.New("slottable: Options.UnknownHold is negative")
+	}
+	if o.UnknownHold == 0 {
+		o.UnknownHold = DefaultUnknownHold
+	}
+	return nil
+}
