@@ -1,0 +1,836 @@
+package slotcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/slots"
+)
+
+// Options configures New.
+type Options struct {
+	// Ring is the ring's name: the cache selects the ring's resources by
+	// the label slot.sharder.dev/<Ring>. Required.
+	Ring string
+	// Count is the ring's slot count (spec.assignment.slots.count, 1 to
+	// 16384). Required.
+	Count int
+	// Objects holds one empty object of each of the ring's resources that
+	// the instance reads or watches, e.g. &corev1.ConfigMap{}: their reads
+	// and informers are served by the groups' caches. Required.
+	Objects []client.Object
+	// Cache are the options of the underlying caches, usually the
+	// manager's (NewCacheFunc passes them). Every underlying cache gets
+	// them; the group caches add the group's slot selector to the ring's
+	// resources (ANDed with a label selector the options set for them).
+	// Scheme, Mapper and HTTPClient are defaulted as cache.New defaults
+	// them, and shared by all underlying caches.
+	Cache cache.Options
+}
+
+// NewCacheFunc returns a cache.NewCacheFunc for manager.Options.NewCache
+// that creates a slot cache of ring with count slots for the ring's
+// resources objects, with the manager's cache options. The manager's cache
+// is then a *Cache: get it with mgr.GetCache().(*slotcache.Cache) to call
+// SetSlots.
+func NewCacheFunc(ring string, count int, objects ...client.Object) cache.NewCacheFunc {
+	return func(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
+		return New(cfg, Options{Ring: ring, Count: count, Objects: objects, Cache: opts})
+	}
+}
+
+// Cache is a cache.Cache of an instance of a ring in slot mode: the ring's
+// resources are served by one underlying cache per watch group holding any
+// of the instance's slots, everything else by one plain cache. See the
+// package documentation, in particular: the cache may be late about which
+// objects exist, so reconciles must be admitted by the instance's record of
+// its slots, never by the cache.
+//
+// It holds no slot until SetSlots: its ring resources are then empty.
+type Cache struct {
+	cfg   *rest.Config
+	base  cache.Options
+	label string
+	count int
+	// ring maps each ring kind to its object and whether it is namespaced.
+	ring  map[schema.GroupKind]ringKind
+	plain cache.Cache
+
+	switching sync.Mutex // one SetSlots at a time
+
+	mu sync.RWMutex
+	// groups are the group caches serving reads and events, by group.
+	groups map[int]*group
+	// live are all group caches not stopped: serving, or syncing to serve.
+	live map[*group]struct{}
+	// fans are the informers of the ring kinds handed out, per kind and
+	// form; every live group cache has an informer for each.
+	fans    map[informerKey]*fan
+	indexes []index
+	// runCtx is the context the group caches run in, set by Start.
+	runCtx  context.Context
+	stopped bool
+	started chan struct{} // closed by Start
+	done    chan struct{} // closed when Start returns
+	wg      sync.WaitGroup
+	errs    chan error
+	running atomic.Int64
+}
+
+type ringKind struct {
+	obj        client.Object
+	namespaced bool
+}
+
+// index is a field index of a ring kind, applied to every group cache.
+type index struct {
+	obj     client.Object
+	field   string
+	extract client.IndexerFunc
+}
+
+// group is one underlying cache of a watch group.
+type group struct {
+	num      int
+	slots    []int
+	selector labels.Selector
+	cache    cache.Cache
+	// serving: reads and events of the group come from this cache.
+	serving atomic.Bool
+	cancel  context.CancelFunc // nil until started
+	done    chan struct{}      // closed when its Start returned
+	gone    chan struct{}      // closed when it no longer serves nor syncs
+	once    sync.Once
+}
+
+func (g *group) String() string {
+	return fmt.Sprintf("group %d (slots %s)", g.num, slots.FormatList(g.slots))
+}
+
+// stop stops the group's cache and waits for it.
+func (g *group) stop() {
+	if g.cancel == nil {
+		return
+	}
+	g.cancel()
+	<-g.done
+}
+
+var _ cache.Cache = (*Cache)(nil)
+
+// New returns a slot cache for opts.Ring. It holds no slot: call SetSlots.
+func New(cfg *rest.Config, opts Options) (*Cache, error) {
+	switch {
+	case opts.Ring == "":
+		return nil, errors.New("slotcache: no ring")
+	case opts.Count < 1 || opts.Count > v1alpha1.MaxSlotCount:
+		return nil, fmt.Errorf("slotcache: slot count %d out of [1, %d]", opts.Count, v1alpha1.MaxSlotCount)
+	case len(opts.Objects) == 0:
+		return nil, errors.New("slotcache: no ring resources")
+	}
+	base := opts.Cache
+	if base.HTTPClient == nil {
+		hc, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("slotcache: HTTP client: %w", err)
+		}
+		base.HTTPClient = hc
+	}
+	if base.Scheme == nil {
+		base.Scheme = scheme.Scheme
+	}
+	if base.Mapper == nil {
+		m, err := apiutil.NewDynamicRESTMapper(cfg, base.HTTPClient)
+		if err != nil {
+			return nil, fmt.Errorf("slotcache: REST mapper: %w", err)
+		}
+		base.Mapper = m
+	}
+	c := &Cache{
+		cfg:     cfg,
+		base:    base,
+		label:   v1alpha1.SlotLabel(opts.Ring),
+		count:   opts.Count,
+		ring:    map[schema.GroupKind]ringKind{},
+		groups:  map[int]*group{},
+		live:    map[*group]struct{}{},
+		fans:    map[informerKey]*fan{},
+		started: make(chan struct{}),
+		done:    make(chan struct{}),
+		errs:    make(chan error, 1),
+	}
+	for _, obj := range opts.Objects {
+		gvk, err := apiutil.GVKForObject(obj, base.Scheme)
+		if err != nil {
+			return nil, fmt.Errorf("slotcache: ring resource %T: %w", obj, err)
+		}
+		namespaced, err := apiutil.IsObjectNamespaced(obj, base.Scheme, base.Mapper)
+		if err != nil {
+			return nil, fmt.Errorf("slotcache: ring resource %s: %w", gvk, err)
+		}
+		c.ring[gvk.GroupKind()] = ringKind{obj: obj, namespaced: namespaced}
+	}
+	plainOpts := base
+	plainOpts.ByObject = map[client.Object]cache.ByObject{}
+	for obj, byObject := range base.ByObject {
+		gvk, err := apiutil.GVKForObject(obj, base.Scheme)
+		if err != nil {
+			return nil, fmt.Errorf("slotcache: cache options for %T: %w", obj, err)
+		}
+		if _, ring := c.ring[gvk.GroupKind()]; !ring {
+			plainOpts.ByObject[obj] = byObject
+		}
+	}
+	plain, err := cache.New(cfg, plainOpts)
+	if err != nil {
+		return nil, fmt.Errorf("slotcache: plain cache: %w", err)
+	}
+	c.plain = plain
+	// Every group cache watches every ring kind, whether or not anyone
+	// asked for its informer yet: one watch per resource and group.
+	for _, rk := range c.ring {
+		key, _, err := c.classify(rk.obj)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := c.fanFor(key); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// SetSlots makes the cache watch slots (within [0, count); any order), the
+// slots the instance holds by its record. For each watch group whose slots
+// changed it starts a new underlying cache with the group's new selector,
+// waits until it has synced, then switches the group's reads and events to
+// it and stops the old one: meanwhile the group is served by the old cache,
+// so the objects of its other slots never leave the view. Groups left
+// without a slot are stopped and dropped at once; groups whose slots did not
+// change keep their caches. SetSlots returns once every changed group has
+// switched, or with an error when a new cache could not sync before ctx
+// ended (those groups keep their old caches and slots; call SetSlots
+// again). Calls are serialized.
+//
+// Before Start it only records the slots: the group caches start with the
+// cache. Whatever it returns, the cache may still be late about which
+// objects exist (see the package documentation): the instance's record, not
+// the cache, admits reconciles.
+func (c *Cache) SetSlots(ctx context.Context, held []int) error {
+	held = slices.Clone(held)
+	slices.Sort(held)
+	held = slices.Compact(held)
+	for _, s := range held {
+		if s < 0 || s >= c.count {
+			return fmt.Errorf("slotcache: slot %d out of [0, %d)", s, c.count)
+		}
+	}
+	selectors, err := slots.GroupSelectors(c.label, held, c.count)
+	if err != nil {
+		return err
+	}
+	byGroup := map[int][]int{}
+	for _, s := range held {
+		g := slots.Group(s, c.count)
+		byGroup[g] = append(byGroup[g], s)
+	}
+
+	c.switching.Lock()
+	defer c.switching.Unlock()
+
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return errors.New("slotcache: cache stopped")
+	}
+	var incoming []*group
+	for _, num := range slices.Sorted(maps.Keys(selectors)) {
+		if cur := c.groups[num]; cur != nil && slices.Equal(cur.slots, byGroup[num]) {
+			continue
+		}
+		g, err := c.newGroup(num, byGroup[num], selectors[num])
+		if err != nil {
+			for _, g := range incoming {
+				c.detach(g)
+			}
+			c.mu.Unlock()
+			return err
+		}
+		incoming = append(incoming, g)
+	}
+	var dropped []*group
+	for num, cur := range c.groups {
+		if _, held := selectors[num]; !held {
+			dropped = append(dropped, cur)
+			delete(c.groups, num)
+			cur.serving.Store(false)
+		}
+	}
+	started := c.runCtx != nil
+	if started {
+		for _, g := range incoming {
+			c.run(g)
+		}
+	}
+	c.mu.Unlock()
+
+	for _, g := range dropped {
+		c.handOver(ctx, g, nil)
+	}
+	errs := make([]error, len(incoming))
+	if started {
+		var wg sync.WaitGroup
+		for i, g := range incoming {
+			wg.Go(func() { errs[i] = c.awaitSynced(ctx, g) })
+		}
+		wg.Wait()
+	}
+	for i, g := range incoming {
+		if errs[i] != nil {
+			c.mu.Lock()
+			c.detach(g)
+			c.mu.Unlock()
+			g.stop()
+			continue
+		}
+		c.mu.Lock()
+		old := c.groups[g.num]
+		c.groups[g.num] = g
+		if old != nil {
+			old.serving.Store(false)
+		}
+		g.serving.Store(true)
+		c.mu.Unlock()
+		c.handOver(ctx, old, g)
+	}
+	return errors.Join(errs...)
+}
+
+// newGroup creates the cache of group num selecting slots by selector,
+// with the informers of every fan and every index, and makes it live. c.mu
+// is held.
+func (c *Cache) newGroup(num int, held []int, selector labels.Selector) (*group, error) {
+	opts := c.base
+	opts.ByObject = make(map[client.Object]cache.ByObject, len(c.ring))
+	for gk, rk := range c.ring {
+		byObject := c.baseByObject(gk)
+		byObject.Label = and(byObject.Label, c.base.DefaultLabelSelector, selector)
+		if rk.namespaced {
+			namespaces := byObject.Namespaces
+			if namespaces == nil {
+				namespaces = c.base.DefaultNamespaces
+			}
+			if len(namespaces) > 0 {
+				byObject.Namespaces = make(map[string]cache.Config, len(namespaces))
+				for ns, cfg := range namespaces {
+					if cfg.LabelSelector != nil {
+						cfg.LabelSelector = and(cfg.LabelSelector, nil, selector)
+					}
+					byObject.Namespaces[ns] = cfg
+				}
+			}
+		}
+		opts.ByObject[rk.obj] = byObject
+	}
+	gc, err := cache.New(c.cfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("slotcache: cache of slot group %d: %w", num, err)
+	}
+	g := &group{num: num, slots: held, selector: selector, cache: gc, done: make(chan struct{}), gone: make(chan struct{})}
+	c.live[g] = struct{}{}
+	for _, ix := range c.indexes {
+		if err := gc.IndexField(context.Background(), ix.obj, ix.field, ix.extract); err != nil {
+			c.detach(g)
+			return nil, fmt.Errorf("slotcache: index %s of slot group %d: %w", ix.field, num, err)
+		}
+	}
+	for _, f := range c.fans {
+		if err := f.attach(g); err != nil {
+			c.detach(g)
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// baseByObject returns the base options' ByObject entry of a ring kind.
+func (c *Cache) baseByObject(gk schema.GroupKind) cache.ByObject {
+	for obj, byObject := range c.base.ByObject {
+		gvk, err := apiutil.GVKForObject(obj, c.base.Scheme)
+		if err == nil && gvk.GroupKind() == gk {
+			return byObject
+		}
+	}
+	return cache.ByObject{}
+}
+
+// and returns selector ANDed with the requirements of first, or of
+// fallback when first is nil.
+func and(first, fallback, selector labels.Selector) labels.Selector {
+	if first == nil {
+		first = fallback
+	}
+	if first == nil || first.Empty() {
+		return selector
+	}
+	reqs, _ := first.Requirements()
+	return selector.Add(reqs...)
+}
+
+// detach removes a group that never served from the fans and the live
+// caches. c.mu is held.
+func (c *Cache) detach(g *group) {
+	g.once.Do(func() { close(g.gone) })
+	delete(c.live, g)
+	for _, f := range c.fans {
+		f.detach(g)
+	}
+}
+
+// run starts a group's cache in the cache's run context. c.mu is held.
+func (c *Cache) run(g *group) {
+	ctx, cancel := context.WithCancel(c.runCtx)
+	g.cancel = cancel
+	c.running.Add(1)
+	c.wg.Go(func() {
+		defer close(g.done)
+		defer c.running.Add(-1)
+		if err := g.cache.Start(ctx); err != nil && ctx.Err() == nil {
+			select {
+			case c.errs <- fmt.Errorf("slotcache: %s: %w", g, err):
+			default:
+			}
+		}
+	})
+}
+
+// awaitSynced waits until g's cache has synced, or ctx or the cache ended.
+func (c *Cache) awaitSynced(ctx context.Context, g *group) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c.mu.RLock()
+	runCtx := c.runCtx
+	c.mu.RUnlock()
+	stop := context.AfterFunc(runCtx, cancel)
+	defer stop()
+	if !g.cache.WaitForCacheSync(ctx) {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("slotcache: %s did not sync: %w", g, err)
+		}
+		return fmt.Errorf("slotcache: %s did not sync", g)
+	}
+	return nil
+}
+
+// handOver moves a group's events from old to next (either may be nil: a
+// group new or dropped) on every fan, then stops old. Reads were switched
+// already.
+func (c *Cache) handOver(ctx context.Context, old, next *group) {
+	c.mu.RLock()
+	fans := slices.Collect(maps.Values(c.fans))
+	started := c.runCtx != nil
+	c.mu.RUnlock()
+	for _, f := range fans {
+		f.handOver(ctx, old, next, started)
+	}
+	if old != nil {
+		c.mu.Lock()
+		c.detach(old)
+		c.mu.Unlock()
+		old.stop()
+	}
+}
+
+// Groups returns the watch groups the cache serves, ascending.
+func (c *Cache) Groups() []int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return slices.Sorted(maps.Keys(c.groups))
+}
+
+// RunningCaches returns the number of underlying group caches running:
+// one per group served, plus those syncing to replace one, until they
+// switched. The plain cache is not counted.
+func (c *Cache) RunningCaches() int { return int(c.running.Load()) }
+
+// serving returns the serving groups by ascending group, and whether the
+// cache started.
+func (c *Cache) serving() ([]*group, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]*group, 0, len(c.groups))
+	for _, num := range slices.Sorted(maps.Keys(c.groups)) {
+		out = append(out, c.groups[num])
+	}
+	return out, c.runCtx != nil
+}
+
+// Start runs the plain cache and the group caches of the slots set so far
+// until ctx ends, and the caches SetSlots starts later. It blocks; it
+// returns an error when called twice or when an underlying cache fails.
+func (c *Cache) Start(ctx context.Context) error {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c.mu.Lock()
+	if c.runCtx != nil {
+		c.mu.Unlock()
+		return errors.New("slotcache: already started")
+	}
+	c.runCtx = runCtx
+	for g := range c.live {
+		c.run(g)
+	}
+	close(c.started)
+	c.mu.Unlock()
+
+	plainDone := make(chan error, 1)
+	go func() { plainDone <- c.plain.Start(runCtx) }()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-plainDone:
+		plainDone <- err
+		if err == nil {
+			<-ctx.Done()
+		}
+	case err = <-c.errs:
+	}
+	c.mu.Lock()
+	c.stopped = true
+	c.mu.Unlock()
+	cancel()
+	if plainErr := <-plainDone; plainErr != nil && err == nil {
+		err = plainErr
+	}
+	c.wg.Wait()
+	close(c.done)
+	return err
+}
+
+// WaitForCacheSync waits until the cache started and the plain cache and
+// every serving group cache synced. It returns false when ctx ended first.
+func (c *Cache) WaitForCacheSync(ctx context.Context) bool {
+	select {
+	case <-c.started:
+	case <-ctx.Done():
+		return false
+	}
+	groups, _ := c.serving()
+	if !c.plain.WaitForCacheSync(ctx) {
+		return false
+	}
+	for _, g := range groups {
+		if !g.cache.WaitForCacheSync(ctx) {
+			return false
+		}
+	}
+	return true
+}
+
+// Form of the objects of an informer: typed, unstructured or metadata only.
+type form int
+
+const (
+	structured form = iota
+	unstructuredForm
+	metadataForm
+)
+
+// informerKey names the informers of a kind and form.
+type informerKey struct {
+	gvk  schema.GroupVersionKind
+	form form
+}
+
+// classify returns the informer key of obj (an object or a list) and
+// whether it is a ring kind.
+func (c *Cache) classify(obj runtime.Object) (informerKey, bool, error) {
+	gvk, err := apiutil.GVKForObject(obj, c.base.Scheme)
+	if err != nil {
+		return informerKey{}, false, err
+	}
+	key := informerKey{gvk: gvk}
+	switch obj.(type) {
+	case *unstructured.Unstructured, *unstructured.UnstructuredList:
+		key.form = unstructuredForm
+	case *metav1.PartialObjectMetadata, *metav1.PartialObjectMetadataList:
+		key.form = metadataForm
+	}
+	if apimeta.IsListType(obj) {
+		key.gvk.Kind = strings.TrimSuffix(key.gvk.Kind, "List")
+	}
+	_, ring := c.ring[key.gvk.GroupKind()]
+	return key, ring, nil
+}
+
+// object returns an empty object of key.
+func (c *Cache) object(key informerKey) (client.Object, error) {
+	switch key.form {
+	case unstructuredForm:
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(key.gvk)
+		return u, nil
+	case metadataForm:
+		m := &metav1.PartialObjectMetadata{}
+		m.SetGroupVersionKind(key.gvk)
+		return m, nil
+	}
+	o, err := c.base.Scheme.New(key.gvk)
+	if err != nil {
+		return nil, err
+	}
+	obj, ok := o.(client.Object)
+	if !ok {
+		return nil, fmt.Errorf("slotcache: %s is not an object", key.gvk)
+	}
+	return obj, nil
+}
+
+// list returns an empty list of key's objects.
+func (c *Cache) list(key informerKey) (client.ObjectList, error) {
+	gvk := key.gvk
+	gvk.Kind += "List"
+	switch key.form {
+	case unstructuredForm:
+		u := &unstructured.UnstructuredList{}
+		u.SetGroupVersionKind(gvk)
+		return u, nil
+	case metadataForm:
+		m := &metav1.PartialObjectMetadataList{}
+		m.SetGroupVersionKind(gvk)
+		return m, nil
+	}
+	o, err := c.base.Scheme.New(gvk)
+	if err != nil {
+		return nil, err
+	}
+	l, ok := o.(client.ObjectList)
+	if !ok {
+		return nil, fmt.Errorf("slotcache: %s is not a list", gvk)
+	}
+	return l, nil
+}
+
+// fanFor returns the informer of key across the groups, creating it and
+// the informers of every live group cache when needed.
+func (c *Cache) fanFor(key informerKey) (*fan, error) {
+	c.mu.RLock()
+	f := c.fans[key]
+	c.mu.RUnlock()
+	if f != nil {
+		return f, nil
+	}
+	obj, err := c.object(key)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f := c.fans[key]; f != nil {
+		return f, nil
+	}
+	f = newFan(c, key, obj)
+	for g := range c.live {
+		if err := f.attach(g); err != nil {
+			return nil, err
+		}
+	}
+	c.fans[key] = f
+	return f, nil
+}
+
+// Get reads an object. An object of a ring kind is looked up in each
+// serving group's cache (its group is known from its slot label only once
+// it is read); it is not found when no group holds it, whether it does not
+// exist or belongs to a slot the instance does not hold (or no longer
+// shows: see the package documentation).
+func (c *Cache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	ik, ring, err := c.classify(obj)
+	if err != nil {
+		return err
+	}
+	if !ring {
+		return c.plain.Get(ctx, key, obj, opts...)
+	}
+	groups, started := c.serving()
+	if !started {
+		return &cache.ErrCacheNotStarted{}
+	}
+	if _, err := c.fanFor(ik); err != nil {
+		return err
+	}
+	for _, g := range groups {
+		err := g.cache.Get(ctx, key, obj, opts...)
+		if err == nil || !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	resource := ik.gvk.Kind
+	if m, err := c.base.Mapper.RESTMapping(ik.gvk.GroupKind(), ik.gvk.Version); err == nil {
+		resource = m.Resource.Resource
+	}
+	return apierrors.NewNotFound(schema.GroupResource{Group: ik.gvk.Group, Resource: resource}, key.Name)
+}
+
+// List lists objects. Objects of a ring kind are listed from every serving
+// group's cache with the options given (namespace, label and field
+// selectors, limit) and merged, by ascending group. Continue is not
+// supported.
+func (c *Cache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	ik, ring, err := c.classify(list)
+	if err != nil {
+		return err
+	}
+	if !ring {
+		return c.plain.List(ctx, list, opts...)
+	}
+	listOpts := client.ListOptions{}
+	listOpts.ApplyOptions(opts)
+	if listOpts.Continue != "" {
+		return errors.New("slotcache: the continue list option is not supported by the cache")
+	}
+	groups, started := c.serving()
+	if !started {
+		return &cache.ErrCacheNotStarted{}
+	}
+	if _, err := c.fanFor(ik); err != nil {
+		return err
+	}
+	var items []runtime.Object
+	resourceVersion := ""
+	for _, g := range groups {
+		part, ok := list.DeepCopyObject().(client.ObjectList)
+		if !ok {
+			return fmt.Errorf("slotcache: %T is not a list", list)
+		}
+		if err := g.cache.List(ctx, part, &listOpts); err != nil {
+			return err
+		}
+		got, err := apimeta.ExtractList(part)
+		if err != nil {
+			return err
+		}
+		items = append(items, got...)
+		resourceVersion = part.GetResourceVersion()
+		if listOpts.Limit > 0 {
+			listOpts.Limit -= int64(len(got))
+			if listOpts.Limit <= 0 {
+				break
+			}
+		}
+	}
+	if err := apimeta.SetList(list, items); err != nil {
+		return err
+	}
+	list.SetResourceVersion(resourceVersion)
+	list.SetContinue("")
+	return nil
+}
+
+// GetInformer returns the informer of obj's kind. For a ring kind it spans
+// the serving group caches and keeps delivering events across group
+// changes (see the package documentation); unless BlockUntilSynced(false)
+// is given it waits for the serving groups' informers to sync once the
+// cache started.
+func (c *Cache) GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error) {
+	key, ring, err := c.classify(obj)
+	if err != nil {
+		return nil, err
+	}
+	if !ring {
+		return c.plain.GetInformer(ctx, obj, opts...)
+	}
+	return c.ringInformer(ctx, key, opts)
+}
+
+// GetInformerForKind is GetInformer for a kind given by its
+// GroupVersionKind (typed objects).
+func (c *Cache) GetInformerForKind(ctx context.Context, gvk schema.GroupVersionKind, opts ...cache.InformerGetOption) (cache.Informer, error) {
+	if _, ring := c.ring[gvk.GroupKind()]; !ring {
+		return c.plain.GetInformerForKind(ctx, gvk, opts...)
+	}
+	return c.ringInformer(ctx, informerKey{gvk: gvk}, opts)
+}
+
+func (c *Cache) ringInformer(ctx context.Context, key informerKey, opts []cache.InformerGetOption) (cache.Informer, error) {
+	f, err := c.fanFor(key)
+	if err != nil {
+		return nil, err
+	}
+	var getOpts cache.InformerGetOptions
+	for _, o := range opts {
+		o(&getOpts)
+	}
+	groups, started := c.serving()
+	if started && (getOpts.BlockUntilSynced == nil || *getOpts.BlockUntilSynced) {
+		for _, g := range groups {
+			if _, err := g.cache.GetInformer(ctx, f.obj, opts...); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return f, nil
+}
+
+// RemoveInformer removes the informer of a kind that is not the ring's.
+// The informers of the ring's kinds are the groups' watches and cannot be
+// removed.
+func (c *Cache) RemoveInformer(ctx context.Context, obj client.Object) error {
+	key, ring, err := c.classify(obj)
+	if err != nil {
+		return err
+	}
+	if ring {
+		return fmt.Errorf("slotcache: the informer of ring resource %s cannot be removed", key.gvk.GroupKind())
+	}
+	return c.plain.RemoveInformer(ctx, obj)
+}
+
+// IndexField adds a field index. An index of a ring kind is added to every
+// group cache, present and future.
+func (c *Cache) IndexField(ctx context.Context, obj client.Object, field string, extract client.IndexerFunc) error {
+	_, ring, err := c.classify(obj)
+	if err != nil {
+		return err
+	}
+	if !ring {
+		return c.plain.IndexField(ctx, obj, field, extract)
+	}
+	c.mu.Lock()
+	proto, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		c.mu.Unlock()
+		return fmt.Errorf("slotcache: %T is not an object", obj)
+	}
+	c.indexes = append(c.indexes, index{obj: proto, field: field, extract: extract})
+	groups := slices.Collect(maps.Keys(c.live))
+	c.mu.Unlock()
+	sort.Slice(groups, func(i, j int) bool { return groups[i].num < groups[j].num })
+	for _, g := range groups {
+		if err := g.cache.IndexField(ctx, obj, field, extract); err != nil {
+			return fmt.Errorf("slotcache: index %s of %s: %w", field, g, err)
+		}
+	}
+	return nil
+}
