@@ -275,7 +275,11 @@ func (c *Controller) decide(ctx context.Context, ring *v1alpha1.ControllerRing, 
 
 	updated := ring.DeepCopy()
 	updated.Status.Slots = res.Table.Status()
-	if err := c.client.Status().Patch(ctx, updated, client.MergeFromWithOptions(ring, client.MergeFromWithOptimisticLock{})); err != nil {
+	var patchOpts []client.SubResourcePatchOption
+	if c.opts.FieldManager != "" {
+		patchOpts = append(patchOpts, client.FieldOwner(c.opts.FieldManager))
+	}
+	if err := c.client.Status().Patch(ctx, updated, client.MergeFromWithOptions(ring, client.MergeFromWithOptimisticLock{}), patchOpts...); err != nil {
 		c.opts.Registry.SetAssigned(ring.Name, counts(table))
 		switch {
 		case apierrors.IsConflict(err):

@@ -36,7 +36,7 @@ func TestGrantReleaseAcknowledge(t *testing.T) {
 	s := startSharder(t, ring.Name, ns, slottable.Options{})
 
 	g.Eventually(tableOf(ring)).Should(Satisfy(balanced("a", "b", "c")))
-	initial := s.settled(g, ring)
+	initial := s.settled(g, ring, 0)
 	g.Expect(initial).To(BeNumerically("<=", 3), "writes to grant a new ring's slots")
 	g.Consistently(func() int { return len(s.successful()) }).Should(Equal(initial), "writes with nothing changing")
 
@@ -97,7 +97,7 @@ func TestDeadInstance(t *testing.T) {
 	createLease(t, ring.Name, ns, "c", 3)
 	s := startSharder(t, ring.Name, ns, slottable.Options{})
 	g.Eventually(tableOf(ring)).Should(Satisfy(balanced("a", "b", "c")))
-	before := s.settled(g, ring)
+	before := s.settled(g, ring, 0)
 
 	updateLease(g, ns, "c", fixture.Released)
 	g.Eventually(tableOf(ring)).Should(Satisfy(balanced("a", "b")))
@@ -112,6 +112,52 @@ func TestDeadInstance(t *testing.T) {
 	))
 	release := must(fixture.GetLease(env().Client, ns, "c")()).Spec.RenewTime.Time
 	g.Expect(release).To(BeTemporally(">=", writes[len(writes)-1].at.Add(-time.Millisecond)), "the hold ended after the write returned")
+}
+
+// TestWithdraw: a new instance that goes away before the releases for it
+// were acknowledged makes the sharder withdraw them, in one more write.
+func TestWithdraw(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ring, ns := newRing(t, 64)
+	for _, id := range []string{"a", "b", "c"} {
+		createLease(t, ring.Name, ns, id, 60)
+	}
+	s := startSharder(t, ring.Name, ns, slottable.Options{})
+	g.Eventually(tableOf(ring)).Should(Satisfy(balanced("a", "b", "c")))
+	before := s.settled(g, ring, 0)
+
+	createLease(t, ring.Name, ns, "d", 60)
+	g.Eventually(func() int { return holdings(must(tableOf(ring)()))["a"].releasing }).Should(BeNumerically(">", 0))
+	updateLease(g, ns, "d", fixture.Released)
+	g.Eventually(tableOf(ring)).Should(Satisfy(balanced("a", "b", "c")))
+	g.Expect(s.settled(g, ring, 0)).To(Equal(before+2), "a write to release and one to withdraw")
+	g.Consistently(func() int { return len(s.successful()) }).Should(Equal(before + 2))
+}
+
+// TestUnknownHolder: the slots of a holder the sharder has no Lease of stay
+// with it for UnknownHold after the controller started (it may be an
+// instance this sharder has not seen yet), then go to ready instances.
+func TestUnknownHolder(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ring, ns := newRing(t, 64)
+	table := &v1alpha1.SlotTable{Revision: 1, Instances: []v1alpha1.SlotHolder{{Name: "ghost", Granted: "0-15"}}}
+	patch := client.RawPatch(types.MergePatchType, mustJSON(map[string]any{"status": map[string]any{"slots": table}}))
+	g.Expect(env().Client.Status().Patch(context.Background(), &v1alpha1.ControllerRing{ObjectMeta: metav1.ObjectMeta{Name: ring.Name}}, patch)).To(Succeed())
+	createLease(t, ring.Name, ns, "a", 60)
+	createLease(t, ring.Name, ns, "b", 60)
+	start := time.Now()
+	const hold = 2 * time.Second
+	s := startSharder(t, ring.Name, ns, slottable.Options{UnknownHold: hold})
+
+	g.Eventually(func() map[string]held { return holdings(must(tableOf(ring)())) }).Should(Equal(map[string]held{
+		"ghost": {granted: 16}, "a": {granted: 16}, "b": {granted: 32},
+	}))
+	g.Eventually(tableOf(ring)).Should(Satisfy(balanced("a", "b")))
+	n := s.settled(g, ring, 1)
+	last := s.successful()[n-1]
+	g.Expect(last.at.Sub(start)).To(BeNumerically(">=", hold), "the unknown holder's slots moved after the hold")
 }
 
 // TestConflict: a table written by someone else between the controller's

@@ -49,6 +49,10 @@ type Options struct {
 	// dead and their slots are granted to others. Default: 30s.
 	UnknownHold time.Duration
 
+	// FieldManager is the field manager of the table writes; empty: the
+	// client's default.
+	FieldManager string
+
 	// SkipBinding turns off writing the rings' bindings of the slot label
 	// policy (slotpolicy.Binding).
 	SkipBinding bool
