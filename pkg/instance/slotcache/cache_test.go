@@ -232,9 +232,14 @@ func TestSlotChanges(t *testing.T) {
 	}
 	g.Expect(ev.deletes()).To(BeEmpty())
 
-	// Events keep coming from the group's new cache.
+	// Events keep coming from the group's new cache, once each.
 	createConfigMap(t, ns, "s2-c", 2)
 	g.Eventually(func() int { return ev.count("add", "s2-c") }).Should(Equal(1))
+	updated := &corev1.ConfigMap{}
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s0-a"}, updated)).To(Succeed())
+	updated.Data = map[string]string{"k": "v"}
+	g.Expect(env().Client.Update(ctx, updated)).To(Succeed())
+	g.Eventually(func() int { return ev.count("update", "s0-a") }).Should(Equal(1))
 	g.Expect(names(ctx, c, ns)).To(ContainElement("s2-c"))
 
 	// A new group.

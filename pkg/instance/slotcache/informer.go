@@ -21,7 +21,9 @@ import (
 // cache, present and future, through a forwarder that passes on only the
 // events of the cache currently serving its group.
 //
-// Locks: Cache.mu before fan.mu before registration.mu.
+// Locks: Cache.mu before fan.mu; registration.mu is taken under neither
+// but by forwarders (informer goroutines) and hand-overs, and is held while
+// the handler runs, so that a handler's events are sequential.
 type fan struct {
 	c   *Cache
 	key informerKey
@@ -88,22 +90,33 @@ func (f *fan) handOver(ctx context.Context, old, next *group, started bool) {
 			keep[s] = true
 		}
 	}
+	// A handler added from now on gets a live forwarder on next only
+	// (next serves already), so the flips below cover every handler.
+	type flip struct {
+		r           *registration
+		from, until *forwarder
+	}
 	f.mu.Lock()
 	regs := make([]*registration, 0, len(f.regs))
+	flips := make([]flip, 0, len(f.regs))
 	for r := range f.regs {
-		r.mu.Lock()
-		if w := r.fwd[old]; w != nil {
-			w.live = false
-		}
-		if w := r.fwd[next]; w != nil {
-			w.live = true
-		}
-		r.mu.Unlock()
+		flips = append(flips, flip{r: r, from: r.fwd[old], until: r.fwd[next]})
 		delete(r.fwd, old)
 		regs = append(regs, r)
 	}
 	delete(f.members, old)
 	f.mu.Unlock()
+	// Not under fan.mu: a handler may add handlers.
+	for _, fl := range flips {
+		fl.r.mu.Lock()
+		if fl.from != nil {
+			fl.from.live = false
+		}
+		if fl.until != nil {
+			fl.until.live = true
+		}
+		fl.r.mu.Unlock()
+	}
 
 	// Listed after next's forwarders went live: a change next's store
 	// took before is in the list, one after reaches the handlers live.
