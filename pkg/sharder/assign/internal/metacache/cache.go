@@ -59,6 +59,13 @@ type Options struct {
 	// cluster, so objects of other namespaces cost no memory and the
 	// sharder needs no permission outside them. Default: every namespace.
 	Namespaces []string
+
+	// LabelSelector, when not empty, lists and watches only the objects it
+	// selects: an object whose labels stop matching leaves the cache (a
+	// delete event), one that starts matching enters it. The slot labeler
+	// watches only objects still without a slot label
+	// ("!slot.sharder.dev/<ring>"). Default: every object.
+	LabelSelector string
 }
 
 // NewObjects returns the cache of resource gvr, keeping Objects made by
@@ -69,7 +76,7 @@ func NewObjects(client metadata.Interface, gvr schema.GroupVersionResource, tran
 	if opts.IndexByController {
 		indexers[indexController] = indexByController
 	}
-	return newCache(client, gvr, indexers, transform.Transform, opts.OnWatchChange, opts.Namespaces)
+	return newCache(client, gvr, indexers, transform.Transform, opts.OnWatchChange, opts.Namespaces, opts.LabelSelector)
 }
 
 // NewNamespaces returns the cache of Namespaces, keeping their names and
@@ -77,11 +84,11 @@ func NewObjects(client metadata.Interface, gvr schema.GroupVersionResource, tran
 // nothing until Run.
 func NewNamespaces(client metadata.Interface, onWatchChange func(schema.GroupVersionResource, error)) *Cache {
 	gvr := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
-	return newCache(client, gvr, toolscache.Indexers{}, transformNamespace, onWatchChange, nil)
+	return newCache(client, gvr, toolscache.Indexers{}, transformNamespace, onWatchChange, nil, "")
 }
 
 func newCache(client metadata.Interface, gvr schema.GroupVersionResource, indexers toolscache.Indexers,
-	transform toolscache.TransformFunc, onWatchChange func(schema.GroupVersionResource, error), namespaces []string) *Cache {
+	transform toolscache.TransformFunc, onWatchChange func(schema.GroupVersionResource, error), namespaces []string, labelSelector string) *Cache {
 	c := &Cache{resource: gvr.GroupResource()}
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
@@ -90,7 +97,7 @@ func newCache(client metadata.Interface, gvr schema.GroupVersionResource, indexe
 	}
 	c.watchErrs = make([]error, len(namespaces))
 	for i, ns := range namespaces {
-		inf := newInformer(client, gvr, ns, indexers, transform, func(err error) {
+		inf := newInformer(client, gvr, ns, labelSelector, indexers, transform, func(err error) {
 			c.mu.Lock()
 			changed := c.watchErrs[i] != nil || err != nil
 			c.watchErrs[i] = err
@@ -108,9 +115,9 @@ func newCache(client metadata.Interface, gvr schema.GroupVersionResource, indexe
 }
 
 // newInformer returns the informer of gvr in namespace (all when empty),
-// reporting every list or watch error, and the first success after one, to
-// note.
-func newInformer(client metadata.Interface, gvr schema.GroupVersionResource, namespace string, indexers toolscache.Indexers,
+// of the objects labelSelector selects (all when empty), reporting every
+// list or watch error, and the first success after one, to note.
+func newInformer(client metadata.Interface, gvr schema.GroupVersionResource, namespace, labelSelector string, indexers toolscache.Indexers,
 	transform toolscache.TransformFunc, note func(error)) toolscache.SharedIndexInformer {
 	// The informer of metadatainformer, with a list and watch that report
 	// their success: the reflector reports only failures, and a resource
@@ -118,6 +125,9 @@ func newInformer(client metadata.Interface, gvr schema.GroupVersionResource, nam
 	resources := client.Resource(gvr).Namespace(namespace)
 	lw := &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			if labelSelector != "" {
+				opts.LabelSelector = labelSelector
+			}
 			list, err := resources.List(ctx, opts)
 			if err == nil {
 				note(nil)
@@ -125,6 +135,9 @@ func newInformer(client metadata.Interface, gvr schema.GroupVersionResource, nam
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			if labelSelector != "" {
+				opts.LabelSelector = labelSelector
+			}
 			w, err := resources.Watch(ctx, opts)
 			if err == nil {
 				note(nil)

@@ -30,8 +30,8 @@ func NewObjectTransform(ring string) *ObjectTransform {
 
 // Transform keeps only what assignment needs of an object of the ring:
 // name, namespace, uid, resourceVersion, the ring's shard and drain labels,
-// the ring's drain start annotation while the drain label is there, and the
-// controller ownerReference. It is idempotent and copies nothing it
+// the ring's drain start annotation while the drain label is there, the
+// controller ownerReference, and the deletion timestamp. It is idempotent and copies nothing it
 // drops: anything but a PartialObjectMetadata is returned as it is.
 //
 // The kept namespace, ownerReference apiVersion and kind, and the label map
@@ -53,6 +53,9 @@ func (t *ObjectTransform) Transform(obj any) (any, error) {
 	out.Labels = t.shared.labels(t.shardLabel, shard, hasShard, t.drainLabel, drainValue, hasDrain)
 	if started, ok := m.Annotations[t.drainStarted]; ok && hasDrain {
 		out.Annotations = map[string]string{t.drainStarted: strings.Clone(started)}
+	}
+	if m.DeletionTimestamp != nil {
+		out.DeletionTimestamp = m.DeletionTimestamp.DeepCopy()
 	}
 	if ref := metav1.GetControllerOfNoCopy(m); ref != nil {
 		kept := *ref

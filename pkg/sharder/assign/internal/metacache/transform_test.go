@@ -3,6 +3,7 @@ package metacache
 import (
 	"reflect"
 	"testing"
+	"time"
 	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,8 +22,9 @@ func TestTransformKeepsOnlyWhatAssignmentNeeds(t *testing.T) {
 			},
 			Annotations: map[string]string{"big": "value",
 				"drain-started.sharder.dev/web": "2026-01-02T03:04:05.000Z", "drain-started.sharder.dev/other": "x"},
-			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
-			Finalizers:    []string{"f"},
+			ManagedFields:     []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+			Finalizers:        []string{"f"},
+			DeletionTimestamp: &metav1.Time{Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)},
 			OwnerReferences: []metav1.OwnerReference{
 				{APIVersion: "v1", Kind: "Secret", Name: "other", UID: "u2"},
 				{APIVersion: "apps/v1", Kind: "Deployment", Name: "d", UID: "u3", Controller: ptr.To(true)},
@@ -42,6 +44,9 @@ func TestTransformKeepsOnlyWhatAssignmentNeeds(t *testing.T) {
 	}
 	if len(got.Labels) != 2 || got.Labels["shard.sharder.dev/web"] != "i1" || got.Labels["drain.sharder.dev/web"] != "true" {
 		t.Errorf("labels = %v, want only the ring's two", got.Labels)
+	}
+	if got.GetDeletionTimestamp() == nil || !got.GetDeletionTimestamp().Equal(in.DeletionTimestamp) {
+		t.Errorf("deletionTimestamp = %v, want %v", got.GetDeletionTimestamp(), in.DeletionTimestamp)
 	}
 	if len(got.OwnerReferences) != 1 || got.OwnerReferences[0].UID != "u3" {
 		t.Errorf("ownerReferences = %v, want only the controller", got.OwnerReferences)
