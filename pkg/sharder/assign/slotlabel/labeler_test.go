@@ -46,7 +46,7 @@ func TestMainObjectsGetTheirSlot(t *testing.T) {
 	create(t, configMap(other, "elsewhere", nil))
 	wrongRV := resourceVersion(g, "ConfigMap", ns, "wrong")
 
-	l, _ := startLabeler(t, ring)
+	l, _ := startLabeler(t, ring, nil)
 
 	isLabelled := func(names ...string) func(Gomega) {
 		return func(g Gomega) {
@@ -122,7 +122,7 @@ func TestControlledObjectsTakeTheirControllersSlot(t *testing.T) {
 	loopA.OwnerReferences = secretOf("", "Secret", loopB).OwnerReferences
 	g.Expect(env().Client.Update(ctx, loopA)).To(Succeed())
 
-	_, rec := startLabeler(t, ring)
+	_, rec := startLabeler(t, ring, nil)
 
 	want1 := mainSlot(ring, ns, "m1")
 	g.Eventually(func(g Gomega) {
@@ -195,7 +195,8 @@ func TestNamespaceKey(t *testing.T) {
 			create(t, secretOf(name+"-child", "ConfigMap", cm))
 		}
 	}
-	startLabeler(t, ring)
+	// Watched in the two namespaces alone, as for a ring that names them.
+	startLabeler(t, ring, func(o *slotlabel.Options) { o.Namespaces = []string{a, b} })
 	g.Eventually(func(g Gomega) {
 		for _, ns := range []string{a, b} {
 			want := mainSlot(ring, ns, "x")
@@ -206,6 +207,37 @@ func TestNamespaceKey(t *testing.T) {
 			}
 		}
 	}, timeout, poll).Should(Succeed())
+}
+
+// TestConflictIsDecidedAgain: a write decided on a version of the object
+// someone changed since fails with a conflict, for a main object and for a
+// controlled one, and the object is labelled from the cache's newer
+// version, keeping the other writer's change.
+func TestConflictIsDecidedAgain(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	ring := newRing(ns, nil)
+	selectNamespace(t, ns, ns)
+	m := configMap(ns, "m", nil)
+	create(t, m)
+	create(t, secretOf("c", "ConfigMap", m))
+	mc, err := metadata.NewForConfig(env().Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer := &interfering{Interface: mc, touched: map[string]bool{}, attempts: map[string]int{}}
+	startLabeler(t, ring, func(o *slotlabel.Options) { o.Writer = writer })
+	want := mainSlot(ring, ns, "m")
+	g.Eventually(func(g Gomega) {
+		for _, o := range []struct{ kind, name string }{{"ConfigMap", "m"}, {"Secret", "c"}} {
+			got := read(g, o.kind, ns, o.name)
+			g.Expect(got.Labels).To(HaveKeyWithValue(v1alpha1.SlotLabel(ns), want), o.name)
+			g.Expect(got.Annotations).To(HaveKeyWithValue("slotlabel-test.sharder.dev/touched", "yes"), o.name)
+		}
+	}, timeout, poll).Should(Succeed())
+	g.Expect(writer.attemptsOf("configmaps/"+ns+"/m")).To(BeNumerically(">=", 2), "the first write conflicted")
+	g.Expect(writer.attemptsOf("secrets/"+ns+"/c")).To(BeNumerically(">=", 2), "the first write conflicted")
 }
 
 // TestNew refuses a ring that is not of unit Slots and options that lack

@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/record"
@@ -89,21 +90,26 @@ func selectNamespace(t testing.TB, ring, namespace string) {
 
 // startLabeler runs the labeler of ring until the test ends and waits for
 // its caches to sync. Its events go to the returned recorder.
-func startLabeler(t testing.TB, ring *v1alpha1.ControllerRing) (*slotlabel.Labeler, *events) {
+// mutate, when set, may change the options.
+func startLabeler(t testing.TB, ring *v1alpha1.ControllerRing, mutate func(*slotlabel.Options)) (*slotlabel.Labeler, *events) {
 	t.Helper()
 	mc, err := metadata.NewForConfig(env().Config)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := &events{FakeRecorder: record.NewFakeRecorder(1000)}
-	l, err := slotlabel.New(slotlabel.Options{
+	opts := slotlabel.Options{
 		Ring:         ring,
 		Client:       mc,
 		Mapper:       env().Client.RESTMapper(),
 		Recorder:     rec,
 		FieldManager: "slotlabel-test",
 		Workers:      4,
-	})
+	}
+	if mutate != nil {
+		mutate(&opts)
+	}
+	l, err := slotlabel.New(opts)
 	if err != nil {
 		t.Fatalf("creating labeler: %v", err)
 	}
@@ -202,4 +208,52 @@ func hasEvent(reason, name string) OmegaMatcher {
 	return ContainElement(And(HavePrefix("Warning "+reason+" "), WithTransform(func(s string) bool {
 		return strings.Contains(s, name)
 	}, BeTrue())))
+}
+
+// interfering is a metadata client whose first patch of each object is
+// preceded by another writer's change of that object, so that the patch,
+// locked on the resourceVersion the labeler read, fails with a conflict.
+type interfering struct {
+	metadata.Interface
+	mu       sync.Mutex
+	touched  map[string]bool
+	attempts map[string]int
+}
+
+func (c *interfering) Resource(gvr schema.GroupVersionResource) metadata.Getter {
+	return interferingResource{Getter: c.Interface.Resource(gvr), c: c, gvr: gvr}
+}
+
+type interferingResource struct {
+	metadata.Getter
+	c         *interfering
+	gvr       schema.GroupVersionResource
+	namespace string
+}
+
+func (r interferingResource) Namespace(ns string) metadata.ResourceInterface {
+	return interferingResource{Getter: r.Getter, c: r.c, gvr: r.gvr, namespace: ns}
+}
+
+func (r interferingResource) Patch(ctx context.Context, name string, pt types.PatchType, data []byte,
+	opts metav1.PatchOptions, sub ...string) (*metav1.PartialObjectMetadata, error) {
+	key := r.gvr.Resource + "/" + r.namespace + "/" + name
+	r.c.mu.Lock()
+	first := !r.c.touched[key]
+	r.c.touched[key] = true
+	r.c.attempts[key]++
+	r.c.mu.Unlock()
+	if first {
+		touch := []byte(`{"metadata":{"annotations":{"slotlabel-test.sharder.dev/touched":"yes"}}}`)
+		if _, err := r.Getter.Namespace(r.namespace).Patch(ctx, name, types.MergePatchType, touch, metav1.PatchOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	return r.Getter.Namespace(r.namespace).Patch(ctx, name, pt, data, opts, sub...)
+}
+
+func (c *interfering) attemptsOf(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.attempts[key]
 }
