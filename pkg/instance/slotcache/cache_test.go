@@ -3,6 +3,7 @@ package slotcache_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -368,4 +369,143 @@ func TestControllerAcrossGroupChanges(t *testing.T) {
 	g.Expect(reconciled).NotTo(HaveKey("x9"))
 	g.Expect(reconciled).NotTo(HaveKey("unlabelled"))
 	g.Expect(notFound).To(BeEmpty(), "no event made the controller read an object the cache does not hold")
+}
+
+// view is what a handler was told: each object's resourceVersion and slot.
+type view struct {
+	mu      sync.Mutex
+	objects map[string][2]string // name to resourceVersion and slot
+	deleted map[string]bool      // names told deleted, ever
+}
+
+func newView() *view { return &view{objects: map[string][2]string{}, deleted: map[string]bool{}} }
+
+func (v *view) set(obj any) {
+	cm := obj.(*corev1.ConfigMap)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.objects[cm.Name] = [2]string{cm.ResourceVersion, cm.Labels[v1alpha1.SlotLabel(ring)]}
+}
+
+func (v *view) OnAdd(obj any, _ bool) { v.set(obj) }
+func (v *view) OnUpdate(_, obj any)   { v.set(obj) }
+func (v *view) OnDelete(obj any) {
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	cm := obj.(*corev1.ConfigMap)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.objects, cm.Name)
+	v.deleted[cm.Name] = true
+}
+
+// of returns the objects of slots the handler was told of, name to
+// resourceVersion, and the names it was ever told deleted.
+func (v *view) of(slots ...int) (map[string]string, map[string]bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := map[string]string{}
+	for name, o := range v.objects {
+		for _, s := range slots {
+			if o[1] == strconv.Itoa(s) {
+				out[name] = o[0]
+			}
+		}
+	}
+	return out, maps.Clone(v.deleted)
+}
+
+// TestHandlerFollowsTheCacheThroughSwitches: while objects are created,
+// updated and deleted in the slots of two groups, the groups change again
+// and again; a handler's view of the slots held since they were added
+// (what it was told) ends equal to the cache's contents, and it is told of
+// no deletion that did not happen. (Objects of a slot dropped leave its
+// view untold, by design: they are not compared.)
+func TestHandlerFollowsTheCacheThroughSwitches(t *testing.T) {
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	c := newCache(t, ns)
+	g.Expect(c.SetSlots(context.Background(), []int{0})).To(Succeed())
+	ctx := start(t, c)
+	inf, err := c.GetInformer(ctx, &corev1.ConfigMap{})
+	g.Expect(err).NotTo(HaveOccurred())
+	v := newView()
+	_, err = inf.AddEventHandler(v)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	// The writer: creates objects in slots 0, 1, 2, 5 and 6 in turn,
+	// updates the one created two steps before, and deletes the one
+	// created four before every third step.
+	var deletedMu sync.Mutex
+	deleted := map[string]bool{}
+	stop := make(chan struct{})
+	written := make(chan error, 1)
+	go func() {
+		name := func(i int) string { return fmt.Sprintf("w%d", i) }
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				written <- nil
+				return
+			default:
+			}
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name(i),
+				Labels: map[string]string{v1alpha1.SlotLabel(ring): strconv.Itoa([]int{0, 1, 2, 5, 6}[i%5])}}}
+			if err := env().Client.Create(ctx, cm); err != nil {
+				written <- err
+				return
+			}
+			if i >= 2 {
+				up := &corev1.ConfigMap{}
+				if err := env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name(i - 2)}, up); err == nil {
+					up.Data = map[string]string{"i": strconv.Itoa(i)}
+					if err := env().Client.Update(ctx, up); err != nil {
+						written <- err
+						return
+					}
+				}
+			}
+			if i >= 4 && i%3 == 0 {
+				deletedMu.Lock()
+				deleted[name(i-4)] = true
+				deletedMu.Unlock()
+				if err := env().Client.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name(i - 4)}}); err != nil && !apierrors.IsNotFound(err) {
+					written <- err
+					return
+				}
+			}
+		}
+	}()
+	// Slots 2, 5 and 6 are never dropped once added.
+	for _, held := range [][]int{{0, 1}, {0, 1, 2}, {0, 1, 2, 5}, {0, 2, 5}, {2, 5}, {2, 5, 6}} {
+		g.Expect(c.SetSlots(ctx, held)).To(Succeed())
+		g.Expect(c.RunningCaches()).To(Equal(len(c.Groups())))
+	}
+	close(stop)
+	g.Expect(<-written).To(Succeed())
+
+	contents := func() (map[string]string, error) {
+		list := &corev1.ConfigMapList{}
+		if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
+			return nil, err
+		}
+		out := map[string]string{}
+		for _, cm := range list.Items {
+			out[cm.Name] = cm.ResourceVersion
+		}
+		return out, nil
+	}
+	g.Eventually(func(g Gomega) {
+		want, err := contents()
+		g.Expect(err).NotTo(HaveOccurred())
+		got, _ := v.of(2, 5, 6)
+		g.Expect(got).To(Equal(want))
+	}).Should(Succeed())
+	_, told := v.of()
+	deletedMu.Lock()
+	defer deletedMu.Unlock()
+	for name := range told {
+		g.Expect(deleted).To(HaveKey(name), "told deleted but was not: %s", name)
+	}
 }

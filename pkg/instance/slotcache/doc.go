@@ -44,7 +44,12 @@
 // objects of a group dropped, leave the view silently: no Delete event, since
 // they were not deleted, and a controller told they were could clean up
 // after objects that still exist. A request already queued for such an
-// object is refused by the instance's record.
+// object is refused by the instance's record. A handler's record of them is
+// dropped with them: should one be deleted while its slot is away and the
+// slot come back, the handler is not told of the deletion (the object is
+// just not added again). Handlers keep no state per object in
+// controller-runtime, and cleanup on deletion rests on finalizers, which keep
+// an object until its controller removed them.
 //
 // To compute that difference, each handler keeps the key, UID and
 // resourceVersion of every object it was told of (tens of bytes per object
