@@ -109,7 +109,11 @@ func testInstall(t *testing.T) {
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := helm(ctx, "install", release, filepath.Join(repoRoot, "charts", "sharder"), "--namespace", sharderNamespace, "--create-namespace", "--values", values); err != nil {
+	// As a user installs a published release: the chart from an OCI
+	// registry, the image pulled from one (the suite's, see startRegistry).
+	if _, err := helm(ctx, "install", release, "oci://"+registryRepo+"/charts/sharder", "--version", published.chartVersion, "--plain-http",
+		"--namespace", sharderNamespace, "--create-namespace", "--values", values,
+		"--set", "image.repository="+registryRepo+"/sharder", "--set", "image.tag="+registryTag); err != nil {
 		t.Fatal(err)
 	}
 
@@ -121,6 +125,17 @@ func testInstall(t *testing.T) {
 	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	pods := podNames(ctx, g, sharderNamespace, "app.kubernetes.io/name=sharder")
 	g.Expect(pods).To(HaveLen(2))
+
+	By(t, "the replicas run the image pulled from the registry")
+	for _, name := range pods {
+		var pod corev1.Pod
+		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: sharderNamespace, Name: name}, &pod)).To(Succeed())
+		g.Expect(pod.Status.ContainerStatuses).NotTo(BeEmpty())
+		for _, cs := range pod.Status.ContainerStatuses {
+			g.Expect(cs.Image).To(Equal(registryRepo+"/sharder:"+registryTag), "pod %s", name)
+			g.Expect(cs.ImageID).To(Equal(published.sharderImage.String()), "pod %s runs the digest pushed", name)
+		}
+	}
 
 	By(t, "one replica leads")
 	g.Eventually(func(g Gomega) {

@@ -58,6 +58,12 @@ func runSuite(m *testing.M) int {
 	}
 	fmt.Fprintf(os.Stderr, "e2e/cluster: cluster up in %s\n", time.Since(start).Round(time.Second))
 	code := func() int {
+		stopRegistry, err := startRegistry()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "e2e/cluster: %v\n", err)
+			return 1
+		}
+		defer stopRegistry()
 		restConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "e2e/cluster: %v\n", err)

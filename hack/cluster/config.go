@@ -14,6 +14,8 @@ func writeConfigs(l layout, pauseImage string) error {
 		"net.d/10-sharder.conflist": cniConfig(l),
 		"kubelet.yaml":              kubeletConfig(l),
 		"kube-proxy.yaml":           kubeProxyConfig(l),
+		// The local registry, over plain HTTP (registryHost).
+		"certs.d/" + registryHost + "/hosts.toml": registryHostsConfig(),
 	}
 	for name, content := range files {
 		path := l.path("etc", name)
@@ -47,6 +49,8 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
   snapshotter = "overlayfs"
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = %q
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = %q
 
 [plugins."io.containerd.cri.v1.runtime"]
   restrict_oom_score_adj = true
@@ -63,7 +67,19 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
     bin_dirs = ["/usr/lib/cni"]
     conf_dir = %q
 `, l.path("containerd", "root"), l.path("containerd", "state"), l.socket(), l.path("containerd", "opt"), pauseImage,
-		l.path("containerd", "runc"), l.path("etc", "net.d"))
+		l.path("etc", "certs.d"), l.path("containerd", "runc"), l.path("etc", "net.d"))
+}
+
+// registryHostsConfig: containerd pulls images named registryHost/... from
+// the registry there over plain HTTP. Nothing of the cluster serves it: it
+// is where whoever uses the cluster runs a registry to push to (the
+// real-cluster suite does, with the images and the chart it installs).
+func registryHostsConfig() string {
+	return fmt.Sprintf(`server = "http://%[1]s"
+
+[host."http://%[1]s"]
+  capabilities = ["pull", "resolve"]
+`, registryHost)
 }
 
 // cniConfig: one bridge, masquerading to the outside, hairpin so that a pod

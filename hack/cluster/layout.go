@@ -11,16 +11,19 @@ import (
 // Addresses and names of the cluster. The ports are uncommon so that the
 // cluster runs next to envtest's control planes and the demo.
 const (
-	nodeName        = "sharder-node"
-	etcdPort        = 16379
-	etcdPeerPort    = 16380
-	apiServerPort   = 16443
-	kcmPort         = 16257
-	schedulerPort   = 16259
-	kubeletPort     = 16250
-	kubeletHealthz  = 16248
-	proxyHealthz    = 16256
-	proxyMetrics    = 16249
+	nodeName       = "sharder-node"
+	etcdPort       = 16379
+	etcdPeerPort   = 16380
+	apiServerPort  = 16443
+	kcmPort        = 16257
+	schedulerPort  = 16259
+	kubeletPort    = 16250
+	kubeletHealthz = 16248
+	proxyHealthz   = 16256
+	proxyMetrics   = 16249
+	// registryHost is the local registry's address: containerd pulls from
+	// it over plain HTTP (registryHostsConfig).
+	registryHost    = "127.0.0.1:16500"
 	serviceCIDR     = "10.97.0.0/16"
 	kubernetesSvcIP = "10.97.0.1"
 	podCIDR         = "10.98.0.0/24"
