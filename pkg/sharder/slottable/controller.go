@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
@@ -55,8 +56,10 @@ const ownWriteGrace = 5 * time.Second
 // ring's resourceVersion (a conflict re-reads and decides again). It
 // requeues the ring when a release's drain timeout ends.
 type Controller struct {
-	opts     Options
-	client   client.Client
+	opts   Options
+	client client.Client
+	// writer writes the tables, with Options.WriteTimeout.
+	writer   client.Client
 	reader   client.Reader
 	recorder record.EventRecorder
 
@@ -102,6 +105,15 @@ func NewController(opts Options) (*Controller, error) {
 func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	c.client = mgr.GetClient()
 	c.reader = mgr.GetAPIReader()
+	// The table writes carry a deadline the API server enforces (client-go
+	// sends the client's timeout as the request's timeout parameter).
+	writeCfg := rest.CopyConfig(mgr.GetConfig())
+	writeCfg.Timeout = c.opts.WriteTimeout
+	writer, err := client.New(writeCfg, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return fmt.Errorf("creating the slot table writer: %w", err)
+	}
+	c.writer = writer
 	c.recorder = c.opts.EventRecorder
 	if c.recorder == nil {
 		rec, err := eventrecorder.New(mgr, "sharder")
@@ -114,7 +126,7 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 		ring, ok := obj.(*v1alpha1.ControllerRing)
 		return !ok || ring.Spec.AssignsSlots()
 	})
-	err := ctrl.NewControllerManagedBy(mgr).
+	err = ctrl.NewControllerManagedBy(mgr).
 		Named("slottable").
 		For(&v1alpha1.ControllerRing{}, builder.WithPredicates(slotRings)).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(ringOfLease), builder.WithPredicates(acknowledgementChanged())).
@@ -279,7 +291,7 @@ func (c *Controller) decide(ctx context.Context, ring *v1alpha1.ControllerRing, 
 	if c.opts.FieldManager != "" {
 		patchOpts = append(patchOpts, client.FieldOwner(c.opts.FieldManager))
 	}
-	if err := c.client.Status().Patch(ctx, updated, client.MergeFromWithOptions(ring, client.MergeFromWithOptimisticLock{}), patchOpts...); err != nil {
+	if err := c.writer.Status().Patch(ctx, updated, client.MergeFromWithOptions(ring, client.MergeFromWithOptimisticLock{}), patchOpts...); err != nil {
 		c.opts.Registry.SetAssigned(ring.Name, counts(table))
 		switch {
 		case apierrors.IsConflict(err):
@@ -290,6 +302,8 @@ func (c *Controller) decide(ctx context.Context, ring *v1alpha1.ControllerRing, 
 		case apierrors.IsNotFound(err):
 			return reconcile.Result{}, nil
 		}
+		// Whatever the error, the write has landed or never will (the
+		// API server enforced its deadline): the permits may end.
 		return reconcile.Result{}, fmt.Errorf("writing the slot table of ring %s: %w", ring.Name, err)
 	}
 	written := c.opts.Clock.Now()

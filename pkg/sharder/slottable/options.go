@@ -49,6 +49,13 @@ type Options struct {
 	// dead and their slots are granted to others. Default: 30s.
 	UnknownHold time.Duration
 
+	// WriteTimeout is the deadline of each table write, which the API
+	// server enforces: a write granting a dead instance's slots lands
+	// within it or not at all, before the lease controller may release the
+	// instance's Lease. It must not exceed the lease controller's
+	// MoveMargin. Default: 2s (leasecontroller.DefaultMoveMargin).
+	WriteTimeout time.Duration
+
 	// FieldManager is the field manager of the table writes; empty: the
 	// client's default.
 	FieldManager string
@@ -82,6 +89,12 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Workers <= 0 {
 		o.Workers = DefaultWorkers
+	}
+	if o.WriteTimeout < 0 {
+		return errors.New("slottable: Options.WriteTimeout is negative")
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = leasecontroller.DefaultMoveMargin
 	}
 	if o.UnknownHold < 0 {
 		return errors.New("slottable: Options.UnknownHold is negative")

@@ -1,11 +1,15 @@
 package slottable_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,7 +24,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/sharder-dev/sharder/internal/fixture"
@@ -50,7 +53,8 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.Run(m, &suite, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}, Scheme: scheme}))
 }
 
-// write is a table write of the controller as its client saw it return.
+// write is a table write of the controller as its client saw it return:
+// the table written, or the error.
 type write struct {
 	at    time.Time
 	table *v1alpha1.SlotTable
@@ -58,7 +62,7 @@ type write struct {
 }
 
 // sharder is one test's lease controller and slot table controller, in one
-// manager whose client records the ring's status writes.
+// manager whose requests pass a recorder of the ring's status writes.
 type sharder struct {
 	registry *leasecontroller.Registry
 
@@ -82,7 +86,7 @@ func (s *sharder) successful() []write {
 	return out
 }
 
-// conflicts returns how many of the controller's writes failed.
+// failed returns how many of the controller's writes failed.
 func (s *sharder) failed() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -108,14 +112,9 @@ func startSharder(t *testing.T, ring, namespace string, opts slottable.Options, 
 	byObject := leasecontroller.CacheByObject()
 	byObject[&v1alpha1.ControllerRing{}] = cache.ByObject{Field: fields.OneTermEqualSelector("metadata.name", ring)}
 	mgrOpts.Cache = cache.Options{ByObject: byObject, DefaultNamespaces: map[string]cache.Config{namespace: {}}}
-	mgrOpts.NewClient = func(cfg *rest.Config, o client.Options) (client.Client, error) {
-		c, err := client.NewWithWatch(cfg, o)
-		if err != nil {
-			return nil, err
-		}
-		return interceptor.NewClient(c, interceptor.Funcs{SubResourcePatch: s.recordWrite}), nil
-	}
-	mgr := env().NewManager(t, nil, mgrOpts)
+	cfg := rest.CopyConfig(env().Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &recorder{next: rt, s: s} })
+	mgr := env().NewManager(t, cfg, mgrOpts)
 	lc, err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: s.registry, Identity: sharderIdentity})
 	if err != nil {
 		t.Fatal(err)
@@ -135,9 +134,19 @@ func startSharder(t *testing.T, ring, namespace string, opts slottable.Options, 
 	return s
 }
 
-// recordWrite passes a status patch on and records it, running the
-// interference first when one is set.
-func (s *sharder) recordWrite(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+// recorder passes the manager's requests on and records the ring status
+// writes (the table writes), running the interference first when one is
+// set.
+type recorder struct {
+	next http.RoundTripper
+	s    *sharder
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodPatch || !strings.Contains(req.URL.Path, "/controllerrings/") || !strings.HasSuffix(req.URL.Path, "/status") {
+		return r.next.RoundTrip(req)
+	}
+	s := r.s
 	s.mu.Lock()
 	interfere := s.interfere
 	s.interfere = nil
@@ -145,13 +154,28 @@ func (s *sharder) recordWrite(ctx context.Context, c client.Client, sub string, 
 	if interfere != nil {
 		interfere()
 	}
-	err := c.SubResource(sub).Patch(ctx, obj, patch, opts...)
-	if ring, ok := obj.(*v1alpha1.ControllerRing); ok && sub == "status" {
-		s.mu.Lock()
-		s.writes = append(s.writes, write{at: time.Now(), table: ring.Status.Slots.DeepCopy(), err: err})
-		s.mu.Unlock()
+	resp, err := r.next.RoundTrip(req)
+	w := write{err: err}
+	if err == nil {
+		body, rerr := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		ring := &v1alpha1.ControllerRing{}
+		switch {
+		case rerr != nil:
+			w.err = rerr
+		case resp.StatusCode != http.StatusOK:
+			w.err = fmt.Errorf("status %d", resp.StatusCode)
+		default:
+			w.err = json.Unmarshal(body, ring)
+		}
+		w.table = ring.Status.Slots
 	}
-	return err
+	w.at = time.Now()
+	s.mu.Lock()
+	s.writes = append(s.writes, w)
+	s.mu.Unlock()
+	return resp, err
 }
 
 var ringCounter struct {
