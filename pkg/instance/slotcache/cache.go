@@ -296,7 +296,7 @@ func (c *Cache) SetSlots(ctx context.Context, held []int) error {
 	c.mu.Unlock()
 
 	for _, g := range dropped {
-		c.handOver(ctx, g, nil)
+		c.handOver(g, nil)
 	}
 	errs := make([]error, len(incoming))
 	if started {
@@ -322,7 +322,7 @@ func (c *Cache) SetSlots(ctx context.Context, held []int) error {
 		}
 		g.serving.Store(true)
 		c.mu.Unlock()
-		c.handOver(ctx, old, g)
+		c.handOver(old, g)
 	}
 	return errors.Join(errs...)
 }
@@ -446,13 +446,12 @@ func (c *Cache) awaitSynced(ctx context.Context, g *group) error {
 // handOver moves a group's events from old to next (either may be nil: a
 // group new or dropped) on every fan, then stops old. Reads were switched
 // already.
-func (c *Cache) handOver(ctx context.Context, old, next *group) {
+func (c *Cache) handOver(old, next *group) {
 	c.mu.RLock()
 	fans := slices.Collect(maps.Values(c.fans))
-	started := c.runCtx != nil
 	c.mu.RUnlock()
 	for _, f := range fans {
-		f.handOver(ctx, old, next, started)
+		f.handOver(old, next)
 	}
 	if old != nil {
 		c.mu.Lock()
@@ -460,6 +459,13 @@ func (c *Cache) handOver(ctx context.Context, old, next *group) {
 		c.mu.Unlock()
 		old.stop()
 	}
+}
+
+// runContext returns the context the caches run in, nil before Start.
+func (c *Cache) runContext() context.Context {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.runCtx
 }
 
 // Groups returns the watch groups the cache serves, ascending.

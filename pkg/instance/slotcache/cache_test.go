@@ -203,6 +203,9 @@ func TestSlotChanges(t *testing.T) {
 	createConfigMap(t, ns, "unlabelled", -1)
 
 	c := newCache(t, ns)
+	g.Expect(c.SetSlots(context.Background(), []int{count})).NotTo(Succeed())
+	g.Expect(c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "s0-a"}, &corev1.ConfigMap{})).
+		To(MatchError(&cache.ErrCacheNotStarted{}))
 	g.Expect(c.SetSlots(context.Background(), []int{1, 0})).To(Succeed())
 	ctx := start(t, c)
 	g.Expect(c.Groups()).To(Equal([]int{0}))

@@ -78,7 +78,7 @@ func (f *fan) detach(g *group) {
 // group new or dropped): old's forwarders fall silent, next's start, and
 // each handler is told the difference between what it knows of the group
 // and next's contents (see the package documentation).
-func (f *fan) handOver(ctx context.Context, old, next *group, started bool) {
+func (f *fan) handOver(old, next *group) {
 	num := -1
 	keep := map[int]bool{}
 	if old != nil {
@@ -120,9 +120,14 @@ func (f *fan) handOver(ctx context.Context, old, next *group, started bool) {
 
 	// Listed after next's forwarders went live: a change next's store
 	// took before is in the list, one after reaches the handlers live.
+	// Before Start there is nothing to list: the informers have not run,
+	// and will tell the live forwarders everything. The list and lookups
+	// end with the cache, not with the caller's context: a hand-over
+	// left half done would keep objects from the handlers.
 	var snapshot []client.Object
 	listed := false
-	if next != nil && started && len(regs) > 0 {
+	ctx := f.c.runContext()
+	if next != nil && ctx != nil && len(regs) > 0 {
 		var err error
 		snapshot, err = f.contents(ctx, next)
 		listed = err == nil
