@@ -22,13 +22,13 @@
 //     chain of controller ownerReferences as object mode does: the first
 //     controller of the chain that carries a slot label gives its label
 //     (read from the API server, since a labelled object is in no cache of
-//     the labeler); a chain that reaches a main object still unlabelled in
-//     the caches gives that object's slot, the one it is about to be
-//     labelled with. A controller that exists without a slot label and is
-//     not in the caches (the caches are behind) is waited for: its arrival
-//     in the caches, or its leaving them once labelled, wakes its
-//     children, and they are looked at again after Options.ControllerWait
-//     in any case.
+//     the labeler); a chain that reaches a main object still without one
+//     gives that object's slot, the one it is about to be labelled with (a
+//     function of its key alone), so no controlled object waits for its
+//     controller's write. Controllers still without a slot label are read
+//     from the caches, others from the API server. When an object leaves
+//     the caches (labelled or deleted), the objects it controls are looked
+//     at again.
 //   - Children first: before it labels an object it labels the object's
 //     controlled objects in its caches, so that an instance that starts on
 //     the object finds its children in its cache (as object mode relabels

@@ -29,9 +29,9 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultWorkers        = 8
-	DefaultResyncPeriod   = 5 * time.Minute
-	DefaultControllerWait = 30 * time.Second
+	DefaultWorkers      = 8
+	DefaultResyncPeriod = 5 * time.Minute
+	DefaultRecheck      = 30 * time.Second
 )
 
 // Retry delays of an object whose write failed.
@@ -43,8 +43,8 @@ const (
 // Options configures a Labeler.
 type Options struct {
 	// Ring is the ring whose objects are labelled; it must be of unit
-	// Slots. New reads its name, UID, resources, namespaceSelector and
-	// slots, and keeps a copy. Required.
+	// Slots. New reads its name, resources, namespaceSelector and slots,
+	// and keeps a copy. Required.
 	Ring *v1alpha1.ControllerRing
 
 	// Client lists, watches and gets the metadata of the ring's resources
@@ -84,10 +84,11 @@ type Options struct {
 	// at again, to heal what a missed event left. Default: 5m.
 	ResyncPeriod time.Duration
 
-	// ControllerWait is when a controlled object whose controller exists
-	// without a slot label, and is not in the labeler's caches, is looked
-	// at again if no event of the controller came first. Default: 30s.
-	ControllerWait time.Duration
+	// Recheck is when an object is looked at again whose slot comes from
+	// an object of a namespace the caches have not seen yet, should the
+	// namespace's arrival, which queues its objects, have come first.
+	// Default: 30s.
+	Recheck time.Duration
 
 	// Logger logs what the labeler does. Default: controller-runtime's
 	// logger named "slotlabel", with the ring.
@@ -167,8 +168,8 @@ func New(opts Options) (*Labeler, error) {
 	if opts.ResyncPeriod <= 0 {
 		opts.ResyncPeriod = DefaultResyncPeriod
 	}
-	if opts.ControllerWait <= 0 {
-		opts.ControllerWait = DefaultControllerWait
+	if opts.Recheck <= 0 {
+		opts.Recheck = DefaultRecheck
 	}
 	spec := opts.Ring.Spec.DeepCopy()
 	l := &Labeler{

@@ -157,8 +157,8 @@ func (l *Labeler) controlledSlot(ctx context.Context, res *resource, obj *metaca
 						ref.Kind, klog.KObj(got), value, err)
 					return noSlot, 0, nil
 				}
-				if !l.selected(got.Namespace) {
-					return noSlot, 0, nil // of no selected namespace: not of the ring
+				if ok, wait := l.selectedOrWait(got.Namespace); !ok {
+					return noSlot, wait, nil
 				}
 				return slot, 0, nil
 			}
@@ -178,13 +178,8 @@ func (l *Labeler) controlledSlot(ctx context.Context, res *resource, obj *metaca
 			return noSlot, 0, nil
 		}
 		if owner.main {
-			if _, known := l.namespaces.GetNamespace(next.GetNamespace()); next.GetNamespace() != "" && !known {
-				// A namespace the caches have not seen yet: its arrival
-				// queues its objects; in case it came first, look again.
-				return noSlot, l.opts.ControllerWait, nil
-			}
-			if !l.selected(next.GetNamespace()) {
-				return noSlot, 0, nil
+			if ok, wait := l.selectedOrWait(next.GetNamespace()); !ok {
+				return noSlot, wait, nil
 			}
 			return l.mainSlot(owner, next), 0, nil
 		}
@@ -192,6 +187,21 @@ func (l *Labeler) controlledSlot(ctx context.Context, res *resource, obj *metaca
 	}
 	l.report(res, obj, ReasonOwnershipCycle, "its chain of controllers is more than %d deep", owners.MaxOwnerDepth)
 	return noSlot, 0, nil
+}
+
+// selectedOrWait reports whether the ring selects namespace, the namespace
+// of the object a controlled object takes its slot from. When the caches
+// have not seen the namespace yet, it answers false with
+// Options.Recheck: the namespace's arrival queues its objects, and
+// the delay covers an arrival that came first.
+func (l *Labeler) selectedOrWait(namespace string) (bool, time.Duration) {
+	if namespace == "" {
+		return true, 0
+	}
+	if _, known := l.namespaces.GetNamespace(namespace); !known {
+		return false, l.opts.Recheck
+	}
+	return l.selected(namespace), 0
 }
 
 // resourceOf returns the resource of the ring ref points to; false when
