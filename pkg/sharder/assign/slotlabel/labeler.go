@@ -48,7 +48,9 @@ type Options struct {
 	Ring *v1alpha1.ControllerRing
 
 	// Client lists, watches and gets the metadata of the ring's resources
-	// (and of Namespaces). Required.
+	// (and of Namespaces). Give it the assignment's high QPS and burst
+	// (assign.Options.QPS): client-go's defaults would hold the writes of a
+	// ring created over many objects to a few per second. Required.
 	Client metadata.Interface
 
 	// Writer patches the slot labels; give it a request timeout, as the
