@@ -2,7 +2,6 @@ package slottable
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -43,6 +42,10 @@ const (
 	// slots to others one lease duration of the instance later.
 	ReasonFenced = "InstanceFenced"
 )
+
+// bindingRetry is how soon a ring whose policy binding could not be written
+// is looked at again.
+const bindingRetry = 10 * time.Second
 
 // ownWriteGrace is how long after its own table write the controller takes a
 // ring carrying an older table for its cache being behind (and waits for
@@ -87,6 +90,9 @@ type ringState struct {
 	// binding is the generation of the ring whose policy binding was
 	// written; 0 before.
 	binding int64
+	// invalid is the resourceVersion of the ring last reported as carrying
+	// an invalid table.
+	invalid string
 }
 
 // NewController returns a slot table controller for opts, with defaults
@@ -226,7 +232,15 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request) (reco
 	res, err := c.decide(ctx, ring, st)
 	if !c.opts.SkipBinding {
 		if berr := c.writeBinding(ctx, ring, st); berr != nil {
-			err = errors.Join(err, berr)
+			// Retried on its own schedule: as an error it would replace the
+			// table's requeue (a drain deadline, a fence's wait) by a
+			// growing backoff.
+			ctrl.LoggerFrom(ctx).Error(berr, "Writing the ring's slot label policy binding", "ring", ring.Name)
+			if err == nil && !res.Requeue { //nolint:staticcheck // a rate-limited retry is retry enough
+				if res.RequeueAfter == 0 || res.RequeueAfter > bindingRetry {
+					res.RequeueAfter = bindingRetry
+				}
+			}
 		}
 	}
 	return res, err
@@ -238,8 +252,13 @@ func (c *Controller) decide(ctx context.Context, ring *v1alpha1.ControllerRing, 
 	count := ring.Spec.EffectiveSlotCount()
 	table, err := slots.FromStatus(count, ring.Status.Slots)
 	if err != nil {
-		log.Error(err, "The ring's slot table is not one the sharder writes; leaving it alone", "ring", ring.Name)
-		c.recorder.Eventf(ring, corev1.EventTypeWarning, ReasonInvalidSlotTable, "The slot table in the ring's status is invalid, the sharder leaves it alone: %v", err)
+		// Reported once per version of the ring: a change of the ring
+		// (or someone correcting the table) decides again.
+		if st.invalid != ring.ResourceVersion {
+			st.invalid = ring.ResourceVersion
+			log.Error(err, "The ring's slot table is not one the sharder writes; leaving it alone", "ring", ring.Name)
+			c.recorder.Eventf(ring, corev1.EventTypeWarning, ReasonInvalidSlotTable, "The slot table in the ring's status is invalid, the sharder leaves it alone: %v", err)
+		}
 		return reconcile.Result{}, nil
 	}
 	now := c.opts.Clock.Now()

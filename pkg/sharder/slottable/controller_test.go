@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -158,6 +159,34 @@ func TestUnknownHolder(t *testing.T) {
 	n := s.settled(g, ring, 1)
 	last := s.successful()[n-1]
 	g.Expect(last.at.Sub(start)).To(BeNumerically(">=", hold), "the unknown holder's slots moved after the hold")
+}
+
+// TestInvalidTable: a table the sharder would never write (a slot held by
+// two instances) is left alone and reported.
+func TestInvalidTable(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ring, ns := newRing(t, 16)
+	table := &v1alpha1.SlotTable{Revision: 3, Instances: []v1alpha1.SlotHolder{{Name: "a", Granted: "0-3"}, {Name: "b", Granted: "3-5"}}}
+	patch := client.RawPatch(types.MergePatchType, mustJSON(map[string]any{"status": map[string]any{"slots": table}}))
+	g.Expect(env().Client.Status().Patch(context.Background(), &v1alpha1.ControllerRing{ObjectMeta: metav1.ObjectMeta{Name: ring.Name}}, patch)).To(Succeed())
+	createLease(t, ring.Name, ns, "a", 60)
+	createLease(t, ring.Name, ns, "b", 60)
+	s := startSharder(t, ring.Name, ns, slottable.Options{})
+
+	g.Eventually(func(g Gomega) {
+		events := &corev1.EventList{}
+		g.Expect(env().Client.List(context.Background(), events)).To(Succeed())
+		g.Expect(events.Items).To(ContainElement(And(
+			HaveField("InvolvedObject.UID", ring.UID),
+			HaveField("Reason", slottable.ReasonInvalidSlotTable),
+		)))
+	}).Should(Succeed())
+	g.Consistently(func() (*v1alpha1.SlotTable, error) {
+		r, err := getRing(ring.Name)
+		return r.Status.Slots, err
+	}).Should(Equal(table))
+	g.Expect(s.successful()).To(BeEmpty())
 }
 
 // TestConflict: a table written by someone else between the controller's
