@@ -52,12 +52,35 @@ const bindingRetry = 10 * time.Second
 // the write's event) rather than for a table someone else reset.
 const ownWriteGrace = 5 * time.Second
 
-// Controller is the sharder's slot table controller. One work item per ring
-// of unit Slots: each reconcile reads the ring's table (status.slots), its
-// members from the Registry and the acknowledgements on their Leases, runs
-// slots.Step, and writes the next table when it changed, locked on the
-// ring's resourceVersion (a conflict re-reads and decides again). It
-// requeues the ring when a release's drain timeout ends.
+// Controller is the sharder's slot table controller (docs/design.md §11).
+// It runs on the elected sharder only, next to the lease controller whose
+// Registry it reads. One work item per ring of unit Slots, woken by the
+// ring, by the Registry's membership changes and by a change of an
+// acknowledgement on the ring's Leases; each reconcile:
+//
+//   - reads the ring's table (status.slots; a new ring's is
+//     slots.NewTable), its members from the Registry with their weights,
+//     and the acknowledgements on their Leases (the cache's);
+//   - runs slots.Step, and writes the next table when it changed, locked on
+//     the ring's resourceVersion (a conflict re-reads and decides again),
+//     with Options.WriteTimeout;
+//   - records each instance's slot count in the Registry (SetAssigned), so
+//     that the lease controller holds a dead instance's Lease while it
+//     holds slots, and takes a Registry.BeginMove permit per gone holder
+//     around a write granting its slots away, so that the hold ends only
+//     after that write returned;
+//   - fences a ready instance that did not acknowledge a release within
+//     the ring's drainTimeout (fence.go), and grants its slots one lease
+//     duration after the takeover;
+//   - requeues the ring when a release's drain timeout, a fence's wait or
+//     the hold of unknown holders ends;
+//   - creates or updates the ring's binding of the slot label policy
+//     (slotpolicy.Binding), once per generation of the ring.
+//
+// It needs, besides the lease controller's permissions: update and patch on
+// controllerrings/status; get, create and update on
+// admissionregistration.k8s.io validatingadmissionpolicybindings (unless
+// Options.SkipBinding).
 type Controller struct {
 	opts   Options
 	client client.Client
