@@ -53,6 +53,8 @@ type Controller struct {
 
 	mu    sync.Mutex
 	rings map[string]*ringAssigner
+	// slotRings serves the rings of unit Slots.
+	slotRings map[string]*slotRing
 }
 
 var (
@@ -67,9 +69,10 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	return &Controller{
-		opts:    opts,
-		started: make(chan struct{}),
-		rings:   map[string]*ringAssigner{},
+		opts:      opts,
+		started:   make(chan struct{}),
+		rings:     map[string]*ringAssigner{},
+		slotRings: map[string]*slotRing{},
 	}, nil
 }
 
@@ -131,11 +134,14 @@ func (c *Controller) Start(ctx context.Context) error {
 	close(c.started)
 	<-ctx.Done()
 	c.mu.Lock()
-	rings := c.rings
-	c.rings = map[string]*ringAssigner{}
+	rings, slotRings := c.rings, c.slotRings
+	c.rings, c.slotRings = map[string]*ringAssigner{}, map[string]*slotRing{}
 	c.mu.Unlock()
 	for _, r := range rings {
 		r.stop()
+	}
+	for _, s := range slotRings {
+		s.stop()
 	}
 	return nil
 }
@@ -143,10 +149,13 @@ func (c *Controller) Start(ctx context.Context) error {
 // membershipChanged is the Registry subscription; it must not block.
 func (c *Controller) membershipChanged(ring string) {
 	c.mu.Lock()
-	r := c.rings[ring]
+	r, s := c.rings[ring], c.slotRings[ring]
 	c.mu.Unlock()
 	if r != nil {
 		r.notifyMembership()
+	}
+	if s != nil {
+		s.notifyMembership()
 	}
 }
 
@@ -183,9 +192,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	metrics.SetRingInfo(ring.Name, len(ring.Spec.InstanceServiceAccounts) > 0)
 
 	if ring.Spec.AssignsSlots() {
-		c.stopRing(ring.Name)
-		logger.Info("Ring is of unit Slots, which this sharder does not serve yet: leaving it alone")
-		return reconcile.Result{}, c.writeNotReadyStatus(ctx, ring, v1alpha1.ReasonAssignmentUnitNotServed, slotsNotServed)
+		return c.reconcileSlots(ctx, ring)
 	}
 	if msg := unknownAlgorithm(ring.Spec.EffectiveAlgorithm()); msg != "" {
 		c.stopRing(ring.Name)
@@ -231,18 +238,63 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 func (c *Controller) stopRing(name string) {
 	c.mu.Lock()
-	r := c.rings[name]
+	r, s := c.rings[name], c.slotRings[name]
 	delete(c.rings, name)
+	delete(c.slotRings, name)
 	c.mu.Unlock()
 	if r != nil {
 		r.stop()
 	}
+	if s != nil {
+		s.stop()
+	}
 }
 
-// slotsNotServed is the Ready message of a ring of unit Slots.
-const slotsNotServed = "This sharder does not serve slot mode yet (spec.assignment.unit: Slots); " +
-	"objects of this ring are not assigned: the sharder writes none of their labels and its webhooks do not serve the ring. " +
-	"Use unit Objects (a ring's unit cannot change: create the ring anew)."
+// reconcileSlots starts, reconfigures or restarts the slot labeler and
+// status writer of a ring of unit Slots (docs/design.md §11). Its slot
+// table is the slot table controller's.
+func (c *Controller) reconcileSlots(ctx context.Context, ring *v1alpha1.ControllerRing) (reconcile.Result, error) {
+	logger := log.FromContext(ctx)
+	c.mu.Lock()
+	s, r := c.slotRings[ring.Name], c.rings[ring.Name]
+	c.mu.Unlock()
+	if r != nil {
+		c.stopRing(ring.Name) // a ring of the same name served in object mode before
+		s = nil
+	}
+	cfg, err := resolveRing(ring, c.mapper, c.opts.NamespacedWatchLimit)
+	if err == nil && len(cfg.unresolved) > 0 {
+		// Discovery may predate a CustomResourceDefinition installed since.
+		c.mapper.Reset()
+		cfg, err = resolveRing(ring, c.mapper, c.opts.NamespacedWatchLimit)
+	}
+	if err != nil {
+		c.stopRing(ring.Name)
+		logger.Info("Ring spec is invalid", "error", err.Error())
+		return reconcile.Result{}, c.writeNotReadyStatus(ctx, ring, v1alpha1.ReasonInvalidSpec,
+			fmt.Sprintf("The ring's spec cannot be used: %v. Correct it; nothing is labelled until then.", err))
+	}
+	if s != nil && !s.sameLabeler(cfg) {
+		logger.Info("Ring resources or namespaces changed: restarting its slot labeler")
+		c.stopRing(ring.Name)
+		s = nil
+	}
+	if s == nil {
+		if s, err = newSlotRing(c, ring, cfg); err != nil {
+			logger.Info("Ring spec is invalid", "error", err.Error())
+			return reconcile.Result{}, c.writeNotReadyStatus(ctx, ring, v1alpha1.ReasonInvalidSpec,
+				fmt.Sprintf("The ring's spec cannot be used: %v. Correct it; nothing is labelled until then.", err))
+		}
+		c.mu.Lock()
+		c.slotRings[ring.Name] = s
+		c.mu.Unlock()
+		s.start(c.ctx)
+		logger.Info("Ring slot labeling started", "resources", len(cfg.resources), "unresolved", len(cfg.unresolved))
+	} else if !s.config().sameConfig(cfg) {
+		s.reconfigure(cfg)
+	}
+	return reconcile.Result{RequeueAfter: *c.opts.ResolveInterval}, nil
+}
 
 // writeNotReadyStatus reports a ring the controller does not run: Ready is
 // False with reason and message, and a warning event says so when the

@@ -43,8 +43,8 @@ func (c *Controller) addFinalizer(ctx context.Context, ring *v1alpha1.Controller
 	}
 }
 
-// finalize removes the ring's shard and drain labels from every object of
-// its resources, then its finalizer, so that the ring goes: deleting a ring
+// finalize removes the ring's shard and drain labels (a ring of unit
+// Slots: its slot label) from every object of its resources, then its finalizer, so that the ring goes: deleting a ring
 // leaves no object drained, released by a forced move, or assigned to an
 // instance of a ring that is gone, as `sharder uninstall` leaves none. The
 // ring's machinery must be stopped already, so that nothing labels the
@@ -60,7 +60,13 @@ func (c *Controller) finalize(ctx context.Context, ring *v1alpha1.ControllerRing
 		if problem != nil {
 			continue // not served: no object of it can carry a label
 		}
-		n, err := c.removeLabels(ctx, ring.Name, res.gvr)
+		var n int64
+		var err error
+		if ring.Spec.AssignsSlots() {
+			n, err = c.removeSlotLabels(ctx, ring.Name, res.gvr)
+		} else {
+			n, err = c.removeLabels(ctx, ring.Name, res.gvr)
+		}
 		removed += n
 		if err != nil {
 			c.ringEvent(ring, corev1.EventTypeWarning, "LabelsNotRemoved",
@@ -96,6 +102,16 @@ func (c *Controller) removeLabels(ctx context.Context, ring string, gvr schema.G
 		}
 	}
 	return removed, nil
+}
+
+// removeSlotLabels removes the slot label of ring from every object of gvr
+// carrying it, and returns how many objects it changed. The labelled
+// objects are in no cache of the sharder: they are listed from the API
+// server, page by page. The slot label policy lets the sharder remove the
+// label while the ring is being deleted.
+func (c *Controller) removeSlotLabels(ctx context.Context, ring string, gvr schema.GroupVersionResource) (int64, error) {
+	label := v1alpha1.SlotLabel(ring)
+	return c.patchSelected(ctx, gvr, label, fmt.Appendf(nil, `{"metadata":{"labels":{%q:null}}}`, label))
 }
 
 // patchSelected applies patch to every object of gvr that matches selector,
