@@ -23,6 +23,8 @@ import (
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance/internal/inflight"
 	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
+	"github.com/sharder-dev/sharder/pkg/instance/slotcache"
+	"github.com/sharder-dev/sharder/pkg/slots"
 )
 
 // RBAC: the instance runs inside the user's controller, whose role this
@@ -60,6 +62,8 @@ type Instance struct {
 	log        logr.Logger
 	reconciles *inflight.Gate
 	holder     *leaseholder.Holder
+	// slots is the instance's state in slot mode, nil in object mode.
+	slots *slotMode
 
 	// acked holds the objects whose drain this instance is acknowledging or
 	// has acknowledged, until they leave the cache.
@@ -129,6 +133,22 @@ func Setup(mgr manager.Manager, opts Options) (*Instance, error) {
 		reconciles: inflight.New(),
 		kinds:      map[schema.GroupVersionKind]client.Object{},
 	}
+	if sc, ok := mgr.GetCache().(*slotcache.Cache); ok {
+		if sc.Ring() != opts.Ring {
+			return nil, fmt.Errorf("%w: the manager's slot cache is of ring %q, the instance of ring %q", ErrModeMismatch, sc.Ring(), opts.Ring)
+		}
+	}
+	ringClient, err := newRingClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return nil, err
+	}
+	sc, _ := mgr.GetCache().(*slotcache.Cache)
+	if err := i.checkRingAtSetup(ringClient, sc); err != nil {
+		return nil, err
+	}
+	if sc != nil {
+		i.slots = newSlotMode(i, sc, ringClient)
+	}
 	i.holder, err = leaseholder.NewHolder(direct, leaseholder.HolderOptions{
 		Ring:            opts.Ring,
 		Namespace:       opts.LeaseNamespace,
@@ -175,29 +195,47 @@ func (i *Instance) AddNotifier(n Notifier) {
 	i.notifiers = append(i.notifiers, n)
 }
 
-// LabelChild gives child its owner's shard label of the instance's ring, so
-// that a child created during a reconcile of owner is assigned with its owner
-// from the start: the instance's own label-selected cache sees it at once,
-// and the sharder and the webhook find it where they would put it. Call it
-// before creating child (next to setting its controller reference). It
-// reports false, leaving child alone, when owner carries no shard label.
+// LabelChild gives child its owner's shard label of the instance's ring (in
+// slot mode: its owner's slot label), so that a child created during a
+// reconcile of owner is assigned with its owner from the start: the
+// instance's own label-selected cache sees it at once, and the sharder and
+// the webhook find it where they would put it (in slot mode the sharder
+// need not write it at all). Call it before creating child (next to setting
+// its controller reference). It reports false, leaving child alone, when
+// owner carries neither label.
 func (i *Instance) LabelChild(owner, child metav1.Object) bool {
 	return LabelChild(i.opts.Ring, owner, child)
 }
 
-// LabelChild is Instance.LabelChild for a given ring.
+// LabelChild is Instance.LabelChild for a given ring: it copies whichever of
+// the ring's shard label (object mode) and slot label (slot mode) owner
+// carries.
 func LabelChild(ring string, owner, child metav1.Object) bool {
-	value, ok := owner.GetLabels()[v1alpha1.ShardLabel(ring)]
-	if !ok || value == "" {
-		return false
+	copied := false
+	for _, key := range []string{v1alpha1.ShardLabel(ring), v1alpha1.SlotLabel(ring)} {
+		value, ok := owner.GetLabels()[key]
+		if !ok || value == "" {
+			continue
+		}
+		labels := child.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[key] = value
+		child.SetLabels(labels)
+		copied = true
 	}
-	labels := child.GetLabels()
-	if labels == nil {
-		labels = map[string]string{}
+	return copied
+}
+
+// SlotRecord returns, in slot mode, a copy of the instance's record of the
+// slots it holds (the revision of the last slot table it acted on and its
+// slots); ok is false in object mode.
+func (i *Instance) SlotRecord() (record slots.Record, ok bool) {
+	if i.slots == nil {
+		return slots.Record{}, false
 	}
-	labels[v1alpha1.ShardLabel(ring)] = value
-	child.SetLabels(labels)
-	return true
+	return i.slots.Record(), true
 }
 
 // NeedLeaderElection returns false: every instance runs.
@@ -225,6 +263,13 @@ func (i *Instance) Start(ctx context.Context) error {
 	})
 	if err != nil {
 		return nil //nolint:nilerr // ctx ended before the Lease was held: a normal shutdown
+	}
+	if i.slots != nil {
+		go i.checkWatchLag(ctx)
+		return i.slots.start(ctx, func() {
+			i.reconciles.Open()
+			i.log.Info("Instance holds its Lease and read its slots, reconciling", "slots", slots.FormatList(i.slots.Record().Slots))
+		})
 	}
 	i.reconciles.Open()
 	i.log.Info("Instance holds its Lease, reconciling")
@@ -317,8 +362,13 @@ func (i *Instance) register(gvk schema.GroupVersionKind, proto client.Object) {
 	}
 }
 
-// assigned reports whether obj carries this instance's shard label.
+// assigned reports whether obj carries this instance's shard label (in slot
+// mode: a slot label naming a slot of the record).
 func (i *Instance) assigned(obj metav1.Object) bool {
+	if i.slots != nil {
+		slot, ok := i.slots.slotOf(obj)
+		return ok && i.slots.holds(slot)
+	}
 	return obj.GetLabels()[v1alpha1.ShardLabel(i.opts.Ring)] == i.opts.Identity
 }
 
@@ -338,6 +388,10 @@ func (i *Instance) notify(call func(Notifier)) {
 // (moved), or gone from the instance's label-selected cache, moved or
 // deleted.
 func (i *Instance) left(gvk schema.GroupVersionKind, obj client.Object, moved bool) {
+	if i.slots != nil { // deleted: nothing to cancel, no drain in slot mode
+		i.notify(func(n Notifier) { n.OnLost(obj) })
+		return
+	}
 	key := inflight.Key{GroupKind: gvk.GroupKind(), NamespacedName: client.ObjectKeyFromObject(obj)}
 	if _, drained := i.acked.LoadAndDelete(key); drained {
 		i.notify(func(n Notifier) { n.OnDrained(obj) })
@@ -388,6 +442,9 @@ func (i *Instance) cancelMoved(gvk schema.GroupVersionKind, key inflight.Key, mo
 func (i *Instance) lost() {
 	i.reconciles.Close()
 	i.reconciles.CancelAll(ErrLeaseLost)
+	if i.slots != nil {
+		i.slots.drop()
+	}
 	i.log.Info("Instance lost its Lease, no longer reconciling")
 	if i.opts.OnLost != nil {
 		i.opts.OnLost()

@@ -82,6 +82,11 @@ func (h eventHandler) OnUpdate(oldObj, newObj any) {
 	if !okOld || !okNew {
 		return
 	}
+	if h.inst.slots != nil {
+		// An object's slot label never changes; objects of a slot let go
+		// of leave the slot cache silently.
+		return
+	}
 	// With the instance's selector on the cache, objects leave through
 	// OnDelete; updates that change the shard label only show up in caches
 	// without the selector.

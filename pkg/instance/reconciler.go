@@ -15,6 +15,7 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/drain"
 	"github.com/sharder-dev/sharder/pkg/instance/internal/inflight"
+	"github.com/sharder-dev/sharder/pkg/slots"
 )
 
 // acknowledgeAttempts bounds how often a drain acknowledgement is retried
@@ -104,6 +105,9 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// cancels this reconcile (checkWatchLag) rather than miss it.
 		log.V(1).Info("Request deferred: the instance's watch is behind the API server")
 		return reconcile.Result{RequeueAfter: r.inst.opts.RetryPeriod}, nil
+	}
+	if r.inst.slots != nil {
+		return r.reconcileSlot(ctx, req, cancel)
 	}
 
 	obj, ok := r.proto.DeepCopyObject().(client.Object)
@@ -220,4 +224,49 @@ func (r *reconciler) readLive(ctx context.Context, req reconcile.Request) (*meta
 		return nil, fmt.Errorf("reading %s %s from the API server: %w", r.gvk.Kind, req.NamespacedName, err)
 	}
 	return live, nil
+}
+
+// reconcileSlot handles a request in slot mode: next runs only for an object
+// whose slot label names a slot of the instance's record, never by what the
+// cache holds. An object absent from the cache that the API server no
+// longer has is handed to next when the slot its name maps to (a main
+// object's slot, slots.ForMainObject) is in the record, so that it can
+// finish its deletion handling. A request dropped is not requeued: the
+// slot's objects are the business of the instance it goes to.
+func (r *reconciler) reconcileSlot(ctx context.Context, req reconcile.Request, cancel context.CancelCauseFunc) (reconcile.Result, error) {
+	log := logf.FromContext(ctx)
+	s := r.inst.slots
+	obj, ok := r.proto.DeepCopyObject().(client.Object)
+	if !ok {
+		return reconcile.Result{}, reconcile.TerminalError(fmt.Errorf("%T is not a client.Object", r.proto))
+	}
+	var slot int
+	if err := r.inst.client.Get(ctx, req.NamespacedName, obj); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("reading %s %s: %w", r.gvk.Kind, req.NamespacedName, err)
+		}
+		if _, err := r.readLive(ctx, req); !apierrors.IsNotFound(err) {
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			// It exists: of a slot not held, or of a slot just gained and
+			// not yet in the cache (its arrival queues a request).
+			log.V(1).Info("Request dropped: object not in this instance's cache")
+			return reconcile.Result{}, nil
+		}
+		slot = slots.ForMainObject(s.spec, r.gvk.Group, r.gvk.Kind, req.Namespace, req.Name)
+	} else {
+		var labelled bool
+		if slot, labelled = s.slotOf(obj); !labelled {
+			log.V(1).Info("Request dropped: object without a valid slot label")
+			return reconcile.Result{}, nil
+		}
+	}
+	end, admitted := s.begin(slot, cancel)
+	if !admitted {
+		log.V(1).Info("Request dropped: the object's slot is not held by this instance", "slot", slot)
+		return reconcile.Result{}, nil
+	}
+	defer end()
+	return r.next.Reconcile(ctx, req)
 }

@@ -94,6 +94,13 @@ type Holder struct {
 	// woken carries the watch's requests to check the Lease.
 	woken chan struct{}
 
+	// annotations carries Annotate's requests to the renewal loop; extra
+	// holds the annotations asked for, written with every renewal.
+	annotations chan *annotation
+	extra       map[string]string
+	// stopped is closed when Start returns.
+	stopped chan struct{}
+
 	// proof is what the watch on the Lease proved: its own guard, since the
 	// watch's handler runs on a goroutine of its own.
 	proof watchProof
@@ -121,7 +128,10 @@ func NewHolder(c client.Client, opts HolderOptions) (*Holder, error) {
 	if err := opts.validate(); err != nil {
 		return nil, fmt.Errorf("lease holder: %w", err)
 	}
-	return &Holder{client: c, opts: opts, log: logr.Discard(), woken: make(chan struct{}, 1)}, nil
+	return &Holder{
+		client: c, opts: opts, log: logr.Discard(), woken: make(chan struct{}, 1),
+		annotations: make(chan *annotation), stopped: make(chan struct{}),
+	}, nil
 }
 
 // NeedLeaderElection returns false: every instance holds its own Lease.
@@ -158,6 +168,7 @@ func (h *Holder) Start(ctx context.Context) error {
 	if !h.started.CompareAndSwap(false, true) {
 		return errors.New("lease holder: already started")
 	}
+	defer close(h.stopped)
 	h.log = ctrl.LoggerFrom(ctx).WithValues("lease", klog.KRef(h.opts.Namespace, h.opts.Identity), "ring", h.opts.Ring)
 
 	if !h.acquire(ctx) {
@@ -220,13 +231,22 @@ var errCheckFailed = errors.New("check failed")
 func (h *Holder) renew(ctx context.Context) error {
 	period := h.untilRenewalDue()
 	for {
-		if due, err := h.waitWatching(ctx, period); !due {
+		due, req, err := h.waitWatching(ctx, period)
+		if !due {
 			return err
+		}
+		if req != nil {
+			if h.extra == nil {
+				h.extra = map[string]string{}
+			}
+			h.extra[req.key] = req.value
 		}
 		deadline := h.renewedAt.Add(h.opts.RenewDeadline)
 		remaining := deadline.Sub(h.opts.Clock.Now())
 		if remaining <= 0 {
-			return fmt.Errorf("%w %v", errRenewDeadline, h.opts.RenewDeadline)
+			err := fmt.Errorf("%w %v", errRenewDeadline, h.opts.RenewDeadline)
+			req.answer(false, err)
+			return err
 		}
 		// An attempt may take the time left until the deadline: on a loaded
 		// API server a renewal that answers late still keeps the Lease,
@@ -235,6 +255,7 @@ func (h *Holder) renew(ctx context.Context) error {
 		attemptCtx, cancel := context.WithTimeout(ctx, remaining)
 		ok, err := h.tryAcquireOrRenew(attemptCtx)
 		cancel()
+		req.answer(ok, err)
 		switch {
 		case ok:
 			// Due a renew period after this attempt started: a slow

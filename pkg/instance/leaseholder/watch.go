@@ -123,20 +123,23 @@ func (h *Holder) wake() {
 }
 
 // waitWatching waits for d, checking the Lease whenever the watch wakes
-// it. It returns true once d has passed, false when ctx ended first (nil) or
-// the check found the Lease lost (an error wrapping ErrLeaseLost).
-func (h *Holder) waitWatching(ctx context.Context, d time.Duration) (bool, error) {
+// it. It returns true once d has passed or Annotate asked for a renewal now
+// (its request), false when ctx ended first (nil) or the check found the
+// Lease lost (an error wrapping ErrLeaseLost).
+func (h *Holder) waitWatching(ctx context.Context, d time.Duration) (bool, *annotation, error) {
 	t := h.opts.Clock.NewTimer(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return false, nil
+			return false, nil, nil
 		case <-t.C():
-			return true, nil
+			return true, nil, nil
+		case req := <-h.annotations:
+			return true, req, nil
 		case <-h.woken:
 			if err := h.check(ctx); errors.Is(err, ErrLeaseLost) {
-				return false, err
+				return false, nil, err
 			}
 		}
 	}

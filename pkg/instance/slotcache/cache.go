@@ -71,6 +71,7 @@ func NewCacheFunc(ring string, count int, objects ...client.Object) cache.NewCac
 type Cache struct {
 	cfg   *rest.Config
 	base  cache.Options
+	name  string
 	label string
 	count int
 	// ring maps each ring kind to its object and whether it is namespaced.
@@ -170,6 +171,7 @@ func New(cfg *rest.Config, opts Options) (*Cache, error) {
 	c := &Cache{
 		cfg:     cfg,
 		base:    base,
+		name:    opts.Ring,
 		label:   v1alpha1.SlotLabel(opts.Ring),
 		count:   opts.Count,
 		ring:    map[schema.GroupKind]ringKind{},
@@ -467,6 +469,12 @@ func (c *Cache) runContext() context.Context {
 	defer c.mu.RUnlock()
 	return c.runCtx
 }
+
+// Ring returns the name of the ring whose slots the cache selects.
+func (c *Cache) Ring() string { return c.name }
+
+// Count returns the ring's slot count the cache was created with.
+func (c *Cache) Count() int { return c.count }
 
 // Groups returns the watch groups the cache serves, ascending.
 func (c *Cache) Groups() []int {

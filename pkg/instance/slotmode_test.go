@@ -1,0 +1,369 @@
+package instance_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/sharder-dev/sharder/internal/fixture"
+	"github.com/sharder-dev/sharder/internal/testenv"
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/instance"
+	"github.com/sharder-dev/sharder/pkg/instance/slotcache"
+	"github.com/sharder-dev/sharder/pkg/slots"
+)
+
+// slotCount is the slot count of the slot-mode tests' rings: eight slots,
+// one per watch group.
+const slotCount = 8
+
+// createSlotRing creates the ring named ns, of unit Slots with slotCount
+// slots, sharding the ConfigMaps of ns with its Leases in ns.
+func createSlotRing(t *testing.T, ns string) *v1alpha1.ControllerRing {
+	t.Helper()
+	ring := fixture.Ring(ns, ns, nil, fixture.InNamespace(ns), func(r *v1alpha1.ControllerRing) {
+		r.Spec.Assignment = &v1alpha1.RingAssignment{
+			Unit:  v1alpha1.AssignmentUnitSlots,
+			Slots: &v1alpha1.RingSlots{Count: slotCount},
+		}
+	})
+	fixture.Create(t, env().Client, ring)
+	return ring
+}
+
+// table returns a table of revision rev in which slot i is held as
+// holders[i] says (absent: unassigned).
+func table(rev int64, holders map[int]slots.Slot) slots.Table {
+	t := slots.NewTable(slotCount)
+	t.Revision = rev
+	for i, s := range holders {
+		t.Slots[i] = s
+	}
+	return t
+}
+
+func granted(id string) slots.Slot { return slots.Slot{Holder: id} }
+
+func releasing(id string, since int64) slots.Slot {
+	return slots.Slot{Holder: id, Releasing: true, Since: since}
+}
+
+// writeTable writes t into the ring's status, as the sharder does.
+func writeTable(g Gomega, ring string, t slots.Table) {
+	g.Eventually(func() error {
+		r := &v1alpha1.ControllerRing{}
+		if err := env().Client.Get(context.Background(), client.ObjectKey{Name: ring}, r); err != nil {
+			return err
+		}
+		r.Status.Slots = t.Status()
+		return env().Client.Status().Update(context.Background(), r)
+	}).Should(Succeed())
+}
+
+// createSlotConfigMap creates a ConfigMap of slot.
+func createSlotConfigMap(t *testing.T, ns, ring, name string, slot int) *corev1.ConfigMap {
+	t.Helper()
+	return createConfigMap(t, ns, name, map[string]string{v1alpha1.SlotLabel(ring): strconv.Itoa(slot)})
+}
+
+// touchSlot changes a ConfigMap's data, so that its controllers get a request.
+func touchSlot(g Gomega, cm *corev1.ConfigMap) {
+	patch := fmt.Appendf(nil, `{"data":{"touched":%q}}`, time.Now().Format(time.RFC3339Nano))
+	g.Expect(env().Client.Patch(context.Background(), cm.DeepCopy(), client.RawPatch(types.MergePatchType, patch))).To(Succeed())
+}
+
+// slotRecorder counts, per ConfigMap name, the requests its controller got
+// and the runs of the user reconciler the instance admitted.
+type slotRecorder struct {
+	mu       sync.Mutex
+	requests map[string]int
+	runs     map[string]int
+}
+
+func (r *slotRecorder) add(m map[string]int, name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m[name]++
+}
+
+func (r *slotRecorder) requestsOf(name string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.requests[name]
+}
+
+func (r *slotRecorder) runsOf(name string) func() int {
+	return func() int {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.runs[name]
+	}
+}
+
+type slotInstance struct {
+	inst *instance.Instance
+	mgr  manager.Manager
+	rec  *slotRecorder
+}
+
+func (si *slotInstance) record() slots.Record {
+	r, _ := si.inst.SlotRecord()
+	return r
+}
+
+// startSlotInstance starts instance id of the slot ring ns with one
+// controller of ConfigMaps; hook, when set, runs in each admitted
+// reconcile.
+func startSlotInstance(t *testing.T, ns, id string, hook func(ctx context.Context, req reconcile.Request)) *slotInstance {
+	t.Helper()
+	// Released: the instance acquires it at once.
+	lease := fixture.InstanceLease(ns, ns, id, time.Now().Add(-time.Minute), 3*time.Second, fixture.Released)
+	NewWithT(t).Expect(env().Client.Create(context.Background(), lease)).To(Succeed())
+
+	mgrOpts := env().ManagerOptions()
+	mgrOpts.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}
+	mgrOpts.NewCache = instance.SlotCache(ns, &corev1.ConfigMap{})
+	mgrOpts.Logger = ctrl.Log.WithName(id)
+	mgr := env().NewManager(t, nil, mgrOpts)
+	inst, err := instance.Setup(mgr, instance.Options{
+		Ring:           ns,
+		LeaseNamespace: ns,
+		Identity:       id,
+		LeaseDuration:  3 * time.Second,
+		RenewPeriod:    300 * time.Millisecond,
+		RetryPeriod:    100 * time.Millisecond,
+		OnLost:         func() { t.Errorf("instance %s lost its Lease", id) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &slotRecorder{requests: map[string]int{}, runs: map[string]int{}}
+	user := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		rec.add(rec.runs, req.Name)
+		if hook != nil {
+			hook(ctx, req)
+		}
+		return reconcile.Result{}, nil
+	})
+	wrapped, err := inst.Wrap(&corev1.ConfigMap{}, user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counting := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		rec.add(rec.requests, req.Name)
+		return wrapped.Reconcile(ctx, req)
+	})
+	if err := ctrl.NewControllerManagedBy(mgr).Named("configmap").For(&corev1.ConfigMap{}).
+		WithOptions(controllerOptions()).Complete(counting); err != nil {
+		t.Fatal(err)
+	}
+	testenv.StartManager(t, mgr)
+	return &slotInstance{inst: inst, mgr: mgr, rec: rec}
+}
+
+// acknowledged returns the Lease's acknowledgement annotation.
+func acknowledged(ns, id string) func() (string, error) {
+	return func() (string, error) {
+		l := &coordinationv1.Lease{}
+		if err := env().Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: id}, l); err != nil {
+			return "", err
+		}
+		return l.Annotations[v1alpha1.AnnotationSlotsAcknowledged], nil
+	}
+}
+
+// TestSlotModeStartsFromTable: an instance starts from the table it reads
+// after acquiring its Lease and reconciles exactly the objects of its
+// slots; a table older than the one it acted on changes nothing.
+func TestSlotModeStartsFromTable(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	createSlotRing(t, ns)
+	const id = "i-0"
+	for slot := range slotCount {
+		createSlotConfigMap(t, ns, ns, fmt.Sprintf("cm-%d", slot), slot)
+	}
+	writeTable(g, ns, table(4, map[int]slots.Slot{0: granted(id), 1: granted(id), 2: granted(id),
+		3: granted("other"), 4: granted("other"), 5: releasing(id, 3)}))
+	si := startSlotInstance(t, ns, id, nil)
+
+	for slot := range 3 {
+		g.Eventually(si.rec.runsOf(fmt.Sprintf("cm-%d", slot)), 20*time.Second).Should(BeNumerically(">=", 1))
+	}
+	g.Expect(si.record()).To(Equal(slots.Record{Revision: 4, Slots: []int{0, 1, 2}}))
+	// Slot 5 releasing from it at its start: acknowledged, never taken up.
+	g.Eventually(acknowledged(ns, id)).Should(Equal(slots.FormatAcknowledgement(ringUID(g, ns), 4)))
+	for slot := 3; slot < slotCount; slot++ {
+		g.Consistently(si.rec.runsOf(fmt.Sprintf("cm-%d", slot)), 500*time.Millisecond).Should(BeZero())
+	}
+
+	// An older table seen after a newer one changes nothing: not the
+	// record, not what is reconciled.
+	writeTable(g, ns, table(3, map[int]slots.Slot{6: granted(id), 7: granted(id)}))
+	cm0 := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cm-0"}}
+	before := si.rec.runsOf("cm-0")()
+	touchSlot(g, cm0)
+	g.Eventually(si.rec.runsOf("cm-0")).Should(BeNumerically(">", before), "slot 0 is still held")
+	g.Consistently(si.record, time.Second).Should(Equal(slots.Record{Revision: 4, Slots: []int{0, 1, 2}}))
+	g.Expect(si.rec.runsOf("cm-6")()).To(BeZero())
+	g.Expect(si.rec.runsOf("cm-7")()).To(BeZero())
+}
+
+func ringUID(g Gomega, ring string) types.UID {
+	r := &v1alpha1.ControllerRing{}
+	g.Expect(env().Client.Get(context.Background(), client.ObjectKey{Name: ring}, r)).To(Succeed())
+	return r.UID
+}
+
+// TestSlotModeRelease: the table releases a slot while a reconcile of one
+// of its objects runs. The reconcile's context is cancelled (cause
+// ErrSlotReleased), the acknowledgement of the table's revision lands on
+// the Lease only after it returned, and no reconcile of the slot's objects
+// is admitted once the table was seen, although the cache still holds
+// them. Then a grant: the objects of the new slot get reconciled.
+func TestSlotModeRelease(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	createSlotRing(t, ns)
+	const id = "i-0"
+	createSlotConfigMap(t, ns, ns, "busy", 0)
+	other := createSlotConfigMap(t, ns, ns, "other", 0)
+	kept := createSlotConfigMap(t, ns, ns, "kept", 1)
+	createSlotConfigMap(t, ns, ns, "new", 2)
+
+	started := make(chan struct{}, 16)
+	cancelled := make(chan error, 1)
+	letGo := make(chan struct{})
+	var returned sync.Once
+	returnedAt := make(chan time.Time, 1)
+	hook := func(ctx context.Context, req reconcile.Request) {
+		if req.Name != "busy" {
+			return
+		}
+		started <- struct{}{}
+		<-ctx.Done()
+		cancelled <- context.Cause(ctx)
+		<-letGo // ignores its cancellation until the test lets go
+		returned.Do(func() { returnedAt <- time.Now() })
+	}
+	writeTable(g, ns, table(1, map[int]slots.Slot{0: granted(id), 1: granted(id), 2: granted("other")}))
+	si := startSlotInstance(t, ns, id, hook)
+	g.Eventually(started, 20*time.Second).Should(Receive())
+	g.Eventually(si.rec.runsOf("other")).Should(BeNumerically(">=", 1))
+	g.Eventually(si.rec.runsOf("kept")).Should(BeNumerically(">=", 1))
+	uid := ringUID(g, ns)
+
+	// Revision 2 releases slot 0 from the instance.
+	writeTable(g, ns, table(2, map[int]slots.Slot{0: releasing(id, 2), 1: granted(id), 2: granted("other")}))
+	var cause error
+	g.Eventually(cancelled, 10*time.Second).Should(Receive(&cause))
+	g.Expect(errors.Is(cause, instance.ErrSlotReleased)).To(BeTrue(), "cause %v", cause)
+	g.Expect(si.record()).To(Equal(slots.Record{Revision: 2, Slots: []int{1}}))
+
+	// The cache still holds slot 0's objects (the acknowledgement, then the
+	// switch of the cache, wait for the reconcile), yet a request for one of
+	// them is not admitted.
+	g.Expect(si.mgr.GetCache().Get(context.Background(), client.ObjectKeyFromObject(other), &corev1.ConfigMap{})).To(Succeed())
+	runs, requests := si.rec.runsOf("other")(), si.rec.requestsOf("other")
+	touchSlot(g, other)
+	g.Eventually(func() int { return si.rec.requestsOf("other") }).Should(BeNumerically(">", requests))
+	g.Consistently(acknowledged(ns, id), time.Second).Should(BeEmpty(), "not acknowledged while the reconcile runs")
+	g.Expect(si.rec.runsOf("other")()).To(Equal(runs), "no reconcile of a released slot's object")
+
+	close(letGo)
+	var at time.Time
+	g.Eventually(returnedAt).Should(Receive(&at))
+	g.Eventually(acknowledged(ns, id), 5*time.Second).Should(Equal(slots.FormatAcknowledgement(uid, 2)))
+	// The cache lets go of slot 0, and slot 1 is still reconciled.
+	g.Eventually(func() error {
+		return si.mgr.GetCache().Get(context.Background(), client.ObjectKeyFromObject(other), &corev1.ConfigMap{})
+	}, 10*time.Second).ShouldNot(Succeed())
+	before := si.rec.runsOf("kept")()
+	touchSlot(g, kept)
+	g.Eventually(si.rec.runsOf("kept")).Should(BeNumerically(">", before))
+	g.Expect(si.rec.runsOf("other")()).To(Equal(runs))
+	g.Expect(si.rec.runsOf("busy")()).To(Equal(1))
+
+	// Revision 3 grants slot 2 (the sharder saw the acknowledgement and
+	// gave slot 0 to another instance).
+	g.Expect(si.rec.runsOf("new")()).To(BeZero())
+	writeTable(g, ns, table(3, map[int]slots.Slot{0: granted("other"), 1: granted(id), 2: granted(id)}))
+	g.Eventually(si.rec.runsOf("new"), 10*time.Second).Should(BeNumerically(">=", 1))
+	g.Expect(si.record()).To(Equal(slots.Record{Revision: 3, Slots: []int{1, 2}}))
+	g.Consistently(si.rec.runsOf("other"), 500*time.Millisecond).Should(Equal(runs))
+	// Nothing more to acknowledge.
+	g.Expect(acknowledged(ns, id)()).To(Equal(slots.FormatAcknowledgement(uid, 2)))
+}
+
+// TestSlotModeMismatch: a manager whose cache does not fit the ring's unit
+// is refused with ErrModeMismatch, when the manager is created or at Setup.
+func TestSlotModeMismatch(t *testing.T) {
+	t.Parallel()
+	ns := env().Namespace(t)
+	slotRing := createSlotRing(t, ns)
+	objectRing := fixture.Ring(ns+"-objects", ns, nil, fixture.InNamespace(ns))
+	fixture.Create(t, env().Client, objectRing)
+	opts := func(ring string) instance.Options {
+		return instance.Options{Ring: ring, LeaseNamespace: ns, Identity: "i-0"}
+	}
+
+	t.Run("slot ring, object cache", func(t *testing.T) {
+		g := NewWithT(t)
+		mgrOpts := env().ManagerOptions()
+		mgrOpts.Cache = instance.CacheOptions(slotRing.Name, "i-0", &corev1.ConfigMap{})
+		_, err := instance.Setup(env().NewManager(t, nil, mgrOpts), opts(slotRing.Name))
+		g.Expect(err).To(MatchError(instance.ErrModeMismatch))
+		g.Expect(err.Error()).To(ContainSubstring("assigns Slots"))
+	})
+	t.Run("object ring, slot cache", func(t *testing.T) {
+		g := NewWithT(t)
+		mgrOpts := env().ManagerOptions()
+		mgrOpts.NewCache = instance.SlotCache(objectRing.Name, &corev1.ConfigMap{})
+		_, err := manager.New(env().Config, mgrOpts)
+		g.Expect(err).To(MatchError(instance.ErrModeMismatch))
+		g.Expect(err.Error()).To(ContainSubstring("assigns Objects"))
+
+		mgrOpts.NewCache = slotcache.NewCacheFunc(objectRing.Name, slotCount, &corev1.ConfigMap{})
+		_, err = instance.Setup(env().NewManager(t, nil, mgrOpts), opts(objectRing.Name))
+		g.Expect(err).To(MatchError(instance.ErrModeMismatch))
+	})
+	t.Run("slot count", func(t *testing.T) {
+		g := NewWithT(t)
+		mgrOpts := env().ManagerOptions()
+		mgrOpts.NewCache = slotcache.NewCacheFunc(slotRing.Name, 2*slotCount, &corev1.ConfigMap{})
+		_, err := instance.Setup(env().NewManager(t, nil, mgrOpts), opts(slotRing.Name))
+		g.Expect(err).To(MatchError(instance.ErrModeMismatch))
+		g.Expect(err.Error()).To(ContainSubstring("16"))
+	})
+	t.Run("other ring's slot cache", func(t *testing.T) {
+		g := NewWithT(t)
+		mgrOpts := env().ManagerOptions()
+		mgrOpts.NewCache = instance.SlotCache(slotRing.Name, &corev1.ConfigMap{})
+		_, err := instance.Setup(env().NewManager(t, nil, mgrOpts), opts(objectRing.Name))
+		g.Expect(err).To(MatchError(instance.ErrModeMismatch))
+	})
+	t.Run("no ring", func(t *testing.T) {
+		g := NewWithT(t)
+		mgrOpts := env().ManagerOptions()
+		mgrOpts.NewCache = instance.SlotCache(ns+"-missing", &corev1.ConfigMap{})
+		_, err := manager.New(env().Config, mgrOpts)
+		g.Expect(err).To(MatchError(ContainSubstring("reading the ring")))
+	})
+}
