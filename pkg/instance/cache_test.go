@@ -73,6 +73,13 @@ func TestLabelChild(t *testing.T) {
 	child = &corev1.Secret{}
 	g.Expect(LabelChild("api", owner, child)).To(BeFalse(), "owner is not in that ring")
 	g.Expect(child.Labels).To(BeEmpty())
+
+	// Slot mode: the owner's slot label.
+	slotOwner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{
+		"slot.sharder.dev/web": "17", "slot.sharder.dev/api": "3", "app": "x"}}}
+	child = &corev1.Secret{}
+	g.Expect(LabelChild("web", slotOwner, child)).To(BeTrue())
+	g.Expect(child.Labels).To(Equal(map[string]string{"slot.sharder.dev/web": "17"}), "only the ring's slot label is copied")
 }
 
 func TestOptionsComplete(t *testing.T) {

@@ -34,4 +34,47 @@
 //	r, _ := inst.Wrap(&corev1.ConfigMap{}, &MyReconciler{Client: mgr.GetClient()})
 //	_ = ctrl.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{}).Complete(r)
 //	_ = mgr.Start(ctx)
+//
+// # Slot mode
+//
+// A ring of unit Slots (spec.assignment.unit: Slots, docs/design.md §11)
+// assigns slots, not objects: every object carries a slot label
+// slot.sharder.dev/<ring> written once, and the sharder hands the ring's
+// slots to its instances in a table in the ring's status. The one change to
+// the main above is the manager's cache: NewCache: SlotCache(ring, objects...)
+// in place of Cache: CacheOptions(ring, id, objects...). SlotCache reads the
+// ring when the manager is created and returns a slotcache.Cache of the
+// ring's slot count (slotcache.NewCacheFunc with the count does the same
+// without that read); Setup finds it and runs the instance in slot mode:
+//
+//	mgr, _ := ctrl.NewManager(cfg, ctrl.Options{
+//		NewCache: instance.SlotCache("my-ring", &corev1.ConfigMap{}),
+//	})
+//	inst, _ := instance.Setup(mgr, instance.Options{Ring: "my-ring", LeaseNamespace: "my-system", Identity: id})
+//
+// A cache that does not fit the ring is refused with an error wrapping
+// ErrModeMismatch: a ring of unit Slots with any other cache (Setup), a slot
+// cache for a ring of unit Objects (SlotCache, Setup) or of another slot
+// count (Setup, or the start when Setup could not read the ring). Setup
+// reads the ring to check this when it can; in object mode the instance
+// needs no permission on ControllerRings (a ring it cannot read, or not
+// created yet, is not checked).
+//
+// In slot mode the instance keeps a record of the slots it holds
+// (slots.Record). Once it holds its Lease it reads the ring from the API
+// server (never a cache), applies its table, and only then admits
+// reconciles; it then follows the ring with a watch of that one ring and
+// applies only tables newer than the last it acted on. Slots granted to it
+// join the record and the cache starts watching them. Slots the table
+// releases from it leave the record at once: no reconcile of their objects
+// is admitted from then on, those in flight are cancelled (cause
+// ErrSlotReleased) and waited for, and then the instance acknowledges the
+// table's revision on its Lease (annotation sharder.dev/slots-acknowledged,
+// a renewal brought forward) and the cache lets go of the slots. Wrap
+// admits a reconcile only for an object whose slot label names a slot of
+// the record, whatever the cache holds; drains do not exist in slot mode.
+// LabelChild copies the owner's slot label. The record is dropped with the
+// Lease: a process that starts again starts from a new read of the ring.
+// The instance's service account needs get, list and watch on the ring
+// (ControllerRings are cluster-scoped) besides the Lease permissions.
 package instance

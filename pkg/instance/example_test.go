@@ -84,3 +84,42 @@ func Example() {
 		os.Exit(1)
 	}
 }
+
+// Example_slotMode makes the same controller an instance of the ring
+// "configmap-slots" of unit Slots: only the manager's cache differs.
+func Example_slotMode() {
+	const ring = "configmap-slots"
+	// 1. The cache watches the ConfigMaps and Secrets of this instance's
+	// slots, and changes them as the sharder moves slots.
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		NewCache: instance.SlotCache(ring, &corev1.ConfigMap{}, &corev1.Secret{}),
+	})
+	if err != nil {
+		fmt.Println(err) // also when the ring is not of unit Slots
+		os.Exit(1)
+	}
+
+	// 2. Setup finds the slot cache: the instance admits reconciles by the
+	// slots it holds, and acknowledges releases on its Lease.
+	inst, err := instance.Setup(mgr, instance.Options{Ring: ring, LeaseNamespace: "example-system"})
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+
+	// 3. The reconciler runs only for objects of the instance's slots;
+	// LabelChild gives each Secret its ConfigMap's slot label.
+	r, err := inst.Wrap(&corev1.ConfigMap{}, &ConfigMapReconciler{Client: mgr.GetClient(), Instance: inst})
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{}).Owns(&corev1.Secret{}).Complete(r); err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+}

@@ -31,7 +31,8 @@ import (
 // package cannot generate (a +kubebuilder:rbac marker here would land in the
 // sharder's own role). The controller's service account needs get, list,
 // watch, create and update on Leases in the ring's lease namespace, and patch on the ring's
-// main resources for drain acknowledgements (docs/instance.md).
+// main resources for drain acknowledgements (docs/instance.md); in slot mode,
+// get, list and watch on its ControllerRing instead of the patch.
 
 // ErrMoved is the cause (context.Cause) of the cancellation of a reconcile
 // whose object was assigned away from this instance while it ran.
@@ -97,6 +98,16 @@ var (
 // CacheByObject with the same ring and identity): cache selectors are fixed
 // when the manager is created. Wrap each reconciler of the ring's main
 // resources with the returned Instance.
+//
+// When the manager's cache is a slot cache (SlotCache, or
+// slotcache.NewCacheFunc) of opts.Ring, the instance runs in slot mode (see
+// the package documentation): it admits reconciles by its record of the
+// slots it holds, read from the ring after it acquired its Lease. Setup
+// reads the ring, when it can, and returns an error wrapping ErrModeMismatch
+// when the cache does not fit it (a ring of unit Slots with another cache,
+// a slot cache for a ring of unit Objects or another slot count, or a slot
+// cache of another ring). An instance in slot mode checks the ring again
+// when it starts: the manager then stops with such an error.
 //
 // The instance runs on every replica (NeedLeaderElection is false); run the
 // manager without leader election, since each instance reconciles only its
@@ -242,7 +253,10 @@ func (i *Instance) SlotRecord() (record slots.Record, ok bool) {
 func (i *Instance) NeedLeaderElection() bool { return false }
 
 // Start registers the notifications with the cache, waits until the instance
-// holds its Lease, then admits reconciles until ctx ends.
+// holds its Lease, then admits reconciles until ctx ends. In slot mode it
+// first reads the ring and applies its table, then follows the ring; it
+// returns an error when the ring does not fit the manager's cache
+// (ErrModeMismatch) or was deleted and created again.
 func (i *Instance) Start(ctx context.Context) error {
 	i.mu.Lock()
 	i.startCtx = ctx

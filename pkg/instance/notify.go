@@ -10,6 +10,11 @@ import (
 // it. Each object's story is Gained, then exactly one of Drained or Lost; it
 // may start again if the object is assigned back later.
 //
+// In slot mode, OnGained reports an object of a slot the instance holds
+// arriving in its cache, OnLost its deletion; OnDrained is never called, and
+// the objects of a slot the instance lets go of leave silently (they were
+// not deleted).
+//
 // Notifications are delivered synchronously from the instance cache's event
 // delivery for the object's kind: for one kind they arrive one at a time, in
 // the order the cache saw the changes; kinds are independent of each other.

@@ -60,6 +60,16 @@ const acknowledgeAttempts = 3
 // those in flight before the Lease is released. Call Wrap before the manager
 // starts.
 //
+// In slot mode (a ring of unit Slots) there are no drains and no shard
+// label: next runs only for an object whose slot label names a slot of the
+// instance's record of the slots it holds, never by whether the cache still
+// holds the object; other requests are dropped, not requeued. An object
+// absent from the cache and gone from the API server is handed to next
+// when the slot of its name (a main object's slot, slots.ForMainObject) is
+// in the record. The context passed to next is also cancelled, its cause
+// ErrSlotReleased, when the sharder asks for the release of the object's
+// slot; the instance acknowledges the release only once next returned.
+//
 // Wrap returns an error when obj's kind is not in the manager's scheme.
 func (i *Instance) Wrap(obj client.Object, next reconcile.Reconciler) (reconcile.Reconciler, error) {
 	gvk, err := apiutil.GVKForObject(obj, i.mgr.GetScheme())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,6 +120,10 @@ type slotInstance struct {
 	inst *instance.Instance
 	mgr  manager.Manager
 	rec  *slotRecorder
+	// lost counts the calls of OnLost; done receives what the manager
+	// returned, when the instance was started to lose its Lease.
+	lost atomic.Int32
+	done chan error
 }
 
 func (si *slotInstance) record() slots.Record {
@@ -131,6 +136,14 @@ func (si *slotInstance) record() slots.Record {
 // reconcile.
 func startSlotInstance(t *testing.T, ns, id string, hook func(ctx context.Context, req reconcile.Request)) *slotInstance {
 	t.Helper()
+	return startSlotInstanceLosing(t, ns, id, hook, false)
+}
+
+// startSlotInstanceLosing is startSlotInstance; when mayLose, losing the
+// Lease is no failure and the manager's end is reported on done.
+func startSlotInstanceLosing(t *testing.T, ns, id string, hook func(ctx context.Context, req reconcile.Request), mayLose bool) *slotInstance {
+	t.Helper()
+	si := &slotInstance{done: make(chan error, 1)}
 	// Released: the instance acquires it at once.
 	lease := fixture.InstanceLease(ns, ns, id, time.Now().Add(-time.Minute), 3*time.Second, fixture.Released)
 	NewWithT(t).Expect(env().Client.Create(context.Background(), lease)).To(Succeed())
@@ -147,7 +160,12 @@ func startSlotInstance(t *testing.T, ns, id string, hook func(ctx context.Contex
 		LeaseDuration:  3 * time.Second,
 		RenewPeriod:    300 * time.Millisecond,
 		RetryPeriod:    100 * time.Millisecond,
-		OnLost:         func() { t.Errorf("instance %s lost its Lease", id) },
+		OnLost: func() {
+			si.lost.Add(1)
+			if !mayLose {
+				t.Errorf("instance %s lost its Lease", id)
+			}
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -172,8 +190,15 @@ func startSlotInstance(t *testing.T, ns, id string, hook func(ctx context.Contex
 		WithOptions(controllerOptions()).Complete(counting); err != nil {
 		t.Fatal(err)
 	}
-	testenv.StartManager(t, mgr)
-	return &slotInstance{inst: inst, mgr: mgr, rec: rec}
+	si.inst, si.mgr, si.rec = inst, mgr, rec
+	if !mayLose {
+		testenv.StartManager(t, mgr)
+		return si
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { si.done <- mgr.Start(ctx) }()
+	t.Cleanup(cancel)
+	return si
 }
 
 // acknowledged returns the Lease's acknowledgement annotation.
@@ -366,4 +391,35 @@ func TestSlotModeMismatch(t *testing.T) {
 		_, err := manager.New(env().Config, mgrOpts)
 		g.Expect(err).To(MatchError(ContainSubstring("reading the ring")))
 	})
+}
+
+// TestSlotModeLeaseLossAndRestart: an instance that loses its Lease drops
+// its record and stops; the next process with its ID starts from the table
+// it reads after acquiring the Lease, not from what the last one held.
+func TestSlotModeLeaseLossAndRestart(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	createSlotRing(t, ns)
+	const id = "i-0"
+	createSlotConfigMap(t, ns, ns, "cm-0", 0)
+	createSlotConfigMap(t, ns, ns, "cm-1", 1)
+	writeTable(g, ns, table(1, map[int]slots.Slot{0: granted(id), 1: granted("other")}))
+	first := startSlotInstanceLosing(t, ns, id, nil, true)
+	g.Eventually(first.rec.runsOf("cm-0"), 20*time.Second).Should(BeNumerically(">=", 1))
+
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: id}}
+	g.Expect(env().Client.Delete(context.Background(), lease)).To(Succeed())
+	var err error
+	g.Eventually(first.done, 10*time.Second).Should(Receive(&err))
+	g.Expect(err).To(MatchError(instance.ErrLeaseLost))
+	g.Expect(first.lost.Load()).To(BeEquivalentTo(1))
+	g.Expect(first.record()).To(Equal(slots.Record{}), "the record goes with the Lease")
+
+	// Meanwhile the sharder granted slot 0 away and slot 1 here.
+	writeTable(g, ns, table(3, map[int]slots.Slot{0: granted("other"), 1: granted(id)}))
+	second := startSlotInstance(t, ns, id, nil)
+	g.Eventually(second.rec.runsOf("cm-1"), 20*time.Second).Should(BeNumerically(">=", 1))
+	g.Expect(second.record()).To(Equal(slots.Record{Revision: 3, Slots: []int{1}}))
+	g.Consistently(second.rec.runsOf("cm-0"), 500*time.Millisecond).Should(BeZero())
 }
