@@ -41,6 +41,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/sharder/eventrecorder"
 	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
+	"github.com/sharder-dev/sharder/pkg/sharder/slottable"
 	"github.com/sharder-dev/sharder/pkg/sharder/webhook"
 )
 
@@ -389,8 +390,9 @@ func cacheByObject() map[client.Object]cache.ByObject {
 	return byObject
 }
 
-// setupParts adds the sharder's parts to mgr: the lease controller and the
-// assignment controller (leader only) and the webhook (every replica).
+// setupParts adds the sharder's parts to mgr: the lease controller, the
+// assignment controller and the slot table controller (leader only) and the
+// webhook (every replica).
 // namespace is the namespace the sharder runs in.
 func setupParts(mgr manager.Manager, cfg *config.Config, namespace string, leader *leaderLock) error {
 	// One broadcaster of core/v1 Events for both controllers and the
@@ -405,8 +407,16 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string, leade
 	// A label write must end before the webhook call it waits for gives
 	// up: under failure policy Ignore it would land unchecked after that.
 	writeTimeout := min(assign.DefaultWriteTimeout, time.Duration(cfg.Webhook.TimeoutSeconds)*time.Second/2)
+	// The identity the lease controller holds Leases as, and the slot table
+	// controller fences them as.
+	hostID, err := membership.DefaultIdentity()
+	if err != nil {
+		return fmt.Errorf("the sharder's Lease holder identity: %w", err)
+	}
+	identity := membership.SharderHolderPrefix + hostID
 	lc, err := leasecontroller.NewController(leasecontroller.ControllerOptions{
 		Registry:      registry,
+		Identity:      identity,
 		Workers:       cfg.Controllers.Leases.Workers,
 		MoveMargin:    writeTimeout,
 		EventRecorder: recorder,
@@ -439,6 +449,24 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string, leade
 	}
 	if err := ac.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the assignment controller: %w", err)
+	}
+
+	// The slot tables of the rings of unit Slots (docs/design.md §11),
+	// decided from the lease controller's registry: it fences as the lease
+	// controller's identity, and its table writes carry the label writes'
+	// deadline, the lease controller's MoveMargin.
+	tc, err := slottable.NewController(slottable.Options{
+		Registry:      registry,
+		Identity:      identity,
+		WriteTimeout:  writeTimeout,
+		FieldManager:  leader.fieldManager(),
+		EventRecorder: recorder,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the slot table controller: %w", err)
+	}
+	if err := tc.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the slot table controller: %w", err)
 	}
 
 	if !cfg.Webhook.Enabled {

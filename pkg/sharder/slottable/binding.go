@@ -13,6 +13,8 @@ import (
 	"github.com/sharder-dev/sharder/pkg/sharder/slotpolicy"
 )
 
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get;create;update;patch;delete
+
 // writeBinding creates or updates the ring's binding of the slot label
 // policy (slotpolicy.Binding), once per generation of the ring in this
 // process. It reads the binding from the API server, not a cache: the

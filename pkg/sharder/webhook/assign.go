@@ -30,7 +30,6 @@ const (
 	assignReasonLabelled  = "already-labelled"
 	assignReasonNotCreate = "not-a-create"
 	assignReasonWatchMode = "watch-mode"
-	assignReasonSlots     = "slots-not-served"
 )
 
 // assignHandler answers the create requests of rings in admission mode
@@ -103,13 +102,16 @@ func (h *assignHandler) handle(ctx context.Context, req admission.Request, ringN
 		return skip(reasonError, err)
 	}
 	patch, reason, err := assignment(rg, obj, func() (string, string, error) {
+		if rg.Spec.AssignsSlots() {
+			return h.labels.chooseSlot(ctx, rg, req.Resource, req.Kind, obj)
+		}
 		return h.labels.choose(ctx, rg, req.Resource, req.Kind, obj, "") // an unlabelled create: the ring's pick
 	})
 	if err != nil {
 		return skip(reason, err)
 	}
 	if patch == nil {
-		if reason == assignReasonWatchMode || reason == assignReasonLabelled || reason == assignReasonSlots {
+		if reason == assignReasonWatchMode || reason == assignReasonLabelled {
 			return skip(reason, nil)
 		}
 		log.V(1).Info("Leaving the new object to the sharder", "why", reason)
@@ -119,29 +121,33 @@ func (h *assignHandler) handle(ctx context.Context, req admission.Request, ringN
 }
 
 // assignment answers the creation of obj in ring rg: the patch adding the
-// shard label of the instance choose picks, or none with the reason (a
-// metric reason, or why choose found no instance). It never guesses: no
-// instance, no label.
+// shard label of the instance choose picks (a ring of unit Slots: the slot
+// label of the slot it computes), or none with the reason (a metric
+// reason, or why choose found no value). It never guesses: no instance or
+// slot, no label.
 func assignment(rg *v1alpha1.ControllerRing, obj *metav1.PartialObjectMetadata, choose choice) (*jsonpatch.JsonPatchOperation, string, error) {
+	label := v1alpha1.ShardLabel(rg.Name)
+	if rg.Spec.AssignsSlots() {
+		label = v1alpha1.SlotLabel(rg.Name)
+	}
 	switch {
-	case rg.Spec.AssignsSlots():
-		// Slot mode is not served yet (docs/design.md §11): the ring has no
-		// assigning webhook, and a configuration lagging behind gets nothing.
-		return nil, assignReasonSlots, nil
 	case !rg.Spec.AssignsAtAdmission():
 		// The configuration lags behind a ring switched back to watch mode.
 		return nil, assignReasonWatchMode, nil
 	case hasRingLabel(obj, rg.Name):
 		return nil, assignReasonLabelled, nil
+	case rg.Spec.AssignsSlots() && obj.Labels[label] != "":
+		// Its creator set the slot: the slot label policy judges it.
+		return nil, assignReasonLabelled, nil
 	}
-	instance, why, err := choose()
+	value, why, err := choose()
 	if err != nil {
 		return nil, reasonError, err
 	}
-	if instance == "" {
+	if value == "" {
 		return nil, why, nil
 	}
-	op := labelPatch(obj.Labels, v1alpha1.ShardLabel(rg.Name), instance)
+	op := labelPatch(obj.Labels, label, value)
 	return &op, assignReasonAssigned, nil
 }
 

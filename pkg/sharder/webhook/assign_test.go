@@ -102,7 +102,11 @@ func TestAssignment(t *testing.T) {
 			wantPatch: &jsonpatch.JsonPatchOperation{Operation: "add", Path: "/metadata/labels/shard.sharder.dev~1web", Value: "inst-a"}},
 		{name: "watch mode", ring: watch, obj: obj(nil), choose: mustNotChoose, wantWhy: assignReasonWatchMode},
 		{name: "mode unset", ring: unset, obj: obj(nil), choose: mustNotChoose, wantWhy: assignReasonWatchMode},
-		{name: "unit Slots, not served", ring: slots, obj: obj(nil), choose: mustNotChoose, wantWhy: assignReasonSlots},
+		{name: "unit Slots", ring: slots, obj: obj(nil), choose: owner("7", ""),
+			wantPatch: &jsonpatch.JsonPatchOperation{Operation: "add", Path: "/metadata/labels", Value: map[string]string{v1alpha1.SlotLabel(name): "7"}}},
+		{name: "unit Slots, controller without a slot", ring: slots, obj: obj(nil), choose: owner("", "no slot label yet"), wantWhy: "no slot label yet"},
+		{name: "unit Slots, slot label set by the creator", ring: slots, obj: obj(map[string]string{v1alpha1.SlotLabel(name): "3"}),
+			choose: mustNotChoose, wantWhy: assignReasonLabelled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			patch, why, err := assignment(&tc.ring, tc.obj, tc.choose)

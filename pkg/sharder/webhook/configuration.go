@@ -53,7 +53,8 @@ type configParams struct {
 // request reaches both. Objects without the ring's labels never reach the
 // webhook, nor do writes that leave both labels as they are (status
 // updates, spec changes): the API server filters them out itself. A ring of
-// unit Slots, not served yet, gets no webhook.
+// unit Slots gets no validating webhook: its slot label is guarded by the
+// slot label policy (docs/design.md §11).
 //
 // Every field the API server would default is set, so that a configuration
 // read back compares equal to the one built.
@@ -72,7 +73,7 @@ func buildConfiguration(rings []v1alpha1.ControllerRing, p configParams) *admiss
 	for i := range rings {
 		ring := &rings[i]
 		if ring.Spec.AssignsSlots() {
-			continue // slot mode is not served yet (docs/design.md §11): no shard label to protect
+			continue // no shard label to protect: the slot label policy guards its slot label (docs/design.md §11)
 		}
 		rules := ringRules(&ring.Spec)
 		if len(rules) == 0 {

@@ -240,6 +240,14 @@ func (h *labelHandler) instancePod(ctx context.Context, rg *v1alpha1.ControllerR
 
 // ownerInstance returns the shard label of the object's controller.
 func (h *labelHandler) ownerInstance(ctx context.Context, rg *v1alpha1.ControllerRing, obj *metav1.PartialObjectMetadata) (string, string, error) {
+	return h.controllerLabel(ctx, rg, obj, v1alpha1.ShardLabel(rg.Name), "is not assigned to an instance yet")
+}
+
+// controllerLabel returns the value of label on the object's controller,
+// read from the API server; none, with why, when the object has no
+// controller of the ring or its controller does not carry the label (why
+// then ends with unset).
+func (h *labelHandler) controllerLabel(ctx context.Context, rg *v1alpha1.ControllerRing, obj *metav1.PartialObjectMetadata, label, unset string) (string, string, error) {
 	ref := metav1.GetControllerOfNoCopy(obj)
 	if ref == nil {
 		return "", "the object has no controller ownerReference", nil
@@ -275,11 +283,11 @@ func (h *labelHandler) ownerInstance(ctx context.Context, rg *v1alpha1.Controlle
 	if owner.UID != ref.UID {
 		return "", fmt.Sprintf("its controller %s %s is another object than the ownerReference names (uid %s)", ref.Kind, ref.Name, ref.UID), nil
 	}
-	instance := owner.Labels[v1alpha1.ShardLabel(rg.Name)]
-	if instance == "" {
-		return "", fmt.Sprintf("its controller %s %s is not assigned to an instance yet", ref.Kind, ref.Name), nil
+	value := owner.Labels[label]
+	if value == "" {
+		return "", fmt.Sprintf("its controller %s %s %s", ref.Kind, ref.Name, unset), nil
 	}
-	return instance, "", nil
+	return value, "", nil
 }
 
 // mainChoice returns the instance a new main object may be created with:

@@ -26,7 +26,8 @@ func AssignWebhookName(ring string) string { return ring + ".assign.sharder.dev"
 // buildMutatingConfiguration returns the MutatingWebhookConfiguration for
 // the rings in admission mode: one webhook per ring, sent only the creation
 // of an object of one of the ring's resources, in a namespace of the ring,
-// that carries neither of the ring's labels. Updates, deletions,
+// that carries neither of the ring's labels (a ring of unit Slots: no slot
+// label). Updates, deletions,
 // subresources, other resources and namespaces never reach it. Its failure
 // policy is always Ignore: when no replica answers in time the object is
 // created unlabelled and the sharder assigns it from its watch, as in watch
@@ -48,25 +49,32 @@ func buildMutatingConfiguration(rings []v1alpha1.ControllerRing, p configParams)
 	slices.SortFunc(rings, func(a, b v1alpha1.ControllerRing) int { return cmp.Compare(a.Name, b.Name) })
 	for i := range rings {
 		ring := &rings[i]
-		if !ring.Spec.AssignsAtAdmission() || ring.Spec.AssignsSlots() {
-			continue // slot mode is not served yet (docs/design.md §11)
+		if !ring.Spec.AssignsAtAdmission() {
+			continue
 		}
 		rules := createRules(&ring.Spec)
 		if len(rules) == 0 {
 			continue
 		}
-		shard, drain := v1alpha1.ShardLabel(ring.Name), v1alpha1.DrainLabel(ring.Name)
+		// Objects created without the ring's labels: a ring of unit Slots
+		// has its slot label only (docs/design.md §11).
+		selector := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: v1alpha1.ShardLabel(ring.Name), Operator: metav1.LabelSelectorOpDoesNotExist},
+			{Key: v1alpha1.DrainLabel(ring.Name), Operator: metav1.LabelSelectorOpDoesNotExist},
+		}}
+		if ring.Spec.AssignsSlots() {
+			selector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: v1alpha1.SlotLabel(ring.Name), Operator: metav1.LabelSelectorOpDoesNotExist},
+			}}
+		}
 		cfg.Webhooks = append(cfg.Webhooks, admissionregistrationv1.MutatingWebhook{
-			Name:              AssignWebhookName(ring.Name),
-			ClientConfig:      clientConfig(p, AssignPathPrefix+ring.Name),
-			Rules:             rules,
-			FailurePolicy:     ptr.To(admissionregistrationv1.Ignore),
-			MatchPolicy:       ptr.To(admissionregistrationv1.Equivalent),
-			NamespaceSelector: namespaceSelector(&ring.Spec),
-			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-				{Key: shard, Operator: metav1.LabelSelectorOpDoesNotExist},
-				{Key: drain, Operator: metav1.LabelSelectorOpDoesNotExist},
-			}},
+			Name:                    AssignWebhookName(ring.Name),
+			ClientConfig:            clientConfig(p, AssignPathPrefix+ring.Name),
+			Rules:                   rules,
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			NamespaceSelector:       namespaceSelector(&ring.Spec),
+			ObjectSelector:          selector,
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			TimeoutSeconds:          ptr.To(min(p.timeout, MaxAssignTimeoutSeconds)),
 			AdmissionReviewVersions: []string{"v1"},

@@ -239,9 +239,6 @@ type RingAssignment struct {
 	// slots; the sharder assigns slots to instances in the ring's status and
 	// moves them without writing any object). Fixed when the ring is
 	// created. Rings of instances run by sharder agent need Objects.
-	// This release does not serve Slots yet: a ring of unit Slots is
-	// reported not ready (reason AssignmentUnitNotServed) and left alone,
-	// its objects neither labelled nor assigned.
 	// Default: Objects.
 	// +optional
 	// +kubebuilder:default=Objects
@@ -340,10 +337,6 @@ const (
 	// ReasonUnknownAlgorithm: spec.algorithm names no algorithm the running
 	// sharder knows; nothing of the ring is assigned or moved.
 	ReasonUnknownAlgorithm = "UnknownAlgorithm"
-	// ReasonAssignmentUnitNotServed: spec.assignment.unit is Slots, which
-	// this sharder does not serve yet (docs/design.md §11); nothing of the
-	// ring is assigned, moved or labelled, and no webhook serves it.
-	ReasonAssignmentUnitNotServed = "AssignmentUnitNotServed"
 )
 
 // ControllerRingStatus is the ring as the sharder last observed it.
