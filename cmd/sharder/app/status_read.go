@@ -32,6 +32,7 @@ func readStatus(ctx context.Context, c client.Client, rings []v1alpha1.Controlle
 			r.Problems = append(r.Problems, err.Error()+" (instances are shown from the status alone)")
 		}
 		instances := instancesFromStatus(ring, leases, err == nil, now, &r)
+		addSlots(ring, &r, instances)
 		r.Instances = sortedInstances(instances)
 		r.ReadyInstances = countReady(r.Instances)
 		report.Rings = append(report.Rings, r)

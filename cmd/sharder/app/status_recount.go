@@ -51,6 +51,7 @@ func recountStatus(ctx context.Context, c client.Client, m metadata.Interface, r
 		} else {
 			countObjects(ctx, c.RESTMapper(), m, ring, selected, instances, &r)
 		}
+		addSlots(ring, &r, instances)
 		r.Instances = sortedInstances(instances)
 		r.ReadyInstances = countReady(r.Instances)
 		for _, inst := range r.Instances {

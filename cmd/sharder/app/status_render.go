@@ -42,6 +42,8 @@ func writeStatusTable(out io.Writer, report *StatusReport) error {
 		}
 		printf(out, "Ring %s: %s, %s, Leases in %s\n", r.Name, ready, r.Algorithm, r.LeaseNamespace)
 		switch {
+		case r.Slots != nil:
+			writeSlotsHeader(printf, out, &r)
 		case r.Source == sourceLabels:
 			printf(out, "  %d instances (%d ready), %d objects, %d unassigned, %d drains in flight\n",
 				len(r.Instances), r.ReadyInstances, r.Objects, r.Unassigned, r.Drains)
@@ -95,6 +97,19 @@ func writeInstances(out io.Writer, report *StatusReport, r *RingReport) error {
 	recounted := r.Source == sourceLabels
 	assigned := r.Objects - r.Unassigned
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	if r.Slots != nil {
+		printf(tw, "  INSTANCE\tSTATE\tWEIGHT\tSLOTS\tRELEASING\tRENEWED\tNOTE\n")
+		for _, inst := range r.Instances {
+			weight := "-"
+			if inst.State != stateUnknownInstance {
+				weight = fmt.Sprint(inst.VirtualNodes)
+			}
+			printf(tw, "  %s\t%s\t%s\t%d\t%d\t%s\t%s\n", inst.Name, inst.State, weight,
+				ptr.Deref(inst.Slots, 0), ptr.Deref(inst.ReleasingSlots, 0), renewed(inst.RenewTime, report.Time.Time), oneLine(inst.Note))
+		}
+		errs = append(errs, tw.Flush())
+		return errors.Join(errs...)
+	}
 	if recounted {
 		printf(tw, "  INSTANCE\tSTATE\tWEIGHT\tOBJECTS\tSHARE\tCONTROLLED\tDRAINS\tRENEWED\tNOTE\n")
 	} else {
@@ -214,3 +229,31 @@ func ago(t, now time.Time) string {
 }
 
 func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
+
+// writeSlotsHeader prints the counts of a ring of unit Slots: its instances,
+// its objects still without a slot label (the status's count) and its slot
+// table.
+func writeSlotsHeader(printf func(io.Writer, string, ...any), out io.Writer, r *RingReport) {
+	if r.Source == sourceLabels {
+		printf(out, "  %d instances (%d ready)\n", len(r.Instances), r.ReadyInstances)
+	} else {
+		printf(out, "  %d instances (%d ready), %d objects without a slot label\n", len(r.Instances), r.ReadyInstances, r.Unassigned)
+	}
+	switch t := r.Slots; {
+	case t.Invalid != "":
+		printf(out, "  slot table: invalid: %s\n", oneLine(t.Invalid))
+	case t.Revision == 0:
+		printf(out, "  slot table: %d slots, not written yet\n", t.Count)
+	default:
+		printf(out, "  slot table: revision %d, %d slots: %d granted, %d releasing, %d unassigned\n",
+			t.Revision, t.Count, t.Granted, t.Releasing, t.Unassigned)
+	}
+	switch {
+	case r.Source == sourceLabels:
+		printf(out, "  source: the slot table in the ring's status; the Leases, read just now (--recount)\n")
+	case r.ObservedGeneration == 0:
+		printf(out, "  source: the ring's status, not written yet\n")
+	default:
+		printf(out, "  source: the ring's status (observed generation %d, ring generation %d)\n", r.ObservedGeneration, r.Generation)
+	}
+}

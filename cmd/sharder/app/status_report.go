@@ -78,6 +78,9 @@ type RingReport struct {
 	// only), both listed from the labels when the command ran.
 	DrainList      []DrainReport      `json:"drainList,omitzero"`
 	UnassignedList []UnassignedReport `json:"unassignedList,omitzero"`
+	// Slots summarizes the slot table of a ring of unit Slots (nil for a
+	// ring of unit Objects, whose objects carry shard labels).
+	Slots *SlotsReport `json:"slots,omitempty"`
 	// Problems are what the command could not read (resources not served or
 	// forbidden, Leases it may not list).
 	Problems []string `json:"problems,omitempty"`
@@ -101,6 +104,10 @@ type InstanceReport struct {
 	// not carry them.
 	Controlled *int `json:"controlled,omitempty"`
 	Drains     *int `json:"drains,omitempty"`
+	// Slots and ReleasingSlots count the slots the ring's slot table grants
+	// the instance and asks it to release (unit Slots only).
+	Slots          *int `json:"slots,omitempty"`
+	ReleasingSlots *int `json:"releasingSlots,omitempty"`
 	// Holder is the Lease's holder identity (empty once released).
 	Holder string `json:"holder,omitempty"`
 	// RenewTime is the Lease's last renewal.
