@@ -144,16 +144,15 @@ func Setup(mgr manager.Manager, opts Options) (*Instance, error) {
 		reconciles: inflight.New(),
 		kinds:      map[schema.GroupVersionKind]client.Object{},
 	}
-	if sc, ok := mgr.GetCache().(*slotcache.Cache); ok {
-		if sc.Ring() != opts.Ring {
-			return nil, fmt.Errorf("%w: the manager's slot cache is of ring %q, the instance of ring %q", ErrModeMismatch, sc.Ring(), opts.Ring)
-		}
+	// Slot mode is the manager's cache's choice: a slot cache of the ring.
+	sc, _ := mgr.GetCache().(*slotcache.Cache)
+	if sc != nil && sc.Ring() != opts.Ring {
+		return nil, fmt.Errorf("%w: the manager's slot cache is of ring %q, the instance of ring %q", ErrModeMismatch, sc.Ring(), opts.Ring)
 	}
 	ringClient, err := newRingClient(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
 		return nil, err
 	}
-	sc, _ := mgr.GetCache().(*slotcache.Cache)
 	if err := i.checkRingAtSetup(ringClient, sc); err != nil {
 		return nil, err
 	}

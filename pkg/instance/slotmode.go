@@ -42,6 +42,12 @@ var ErrModeMismatch = errors.New("the manager's cache does not fit the ring's as
 // ringReadTimeout bounds each read of the ring.
 const ringReadTimeout = 10 * time.Second
 
+// cacheSwitchTimeout bounds one switch of the cache to the record's slots
+// (the new group caches' sync): a switch that cannot sync is tried again
+// with the record as it is then, rather than hold up the switches that
+// follow.
+const cacheSwitchTimeout = time.Minute
+
 // SlotCache returns the manager.Options.NewCache of an instance of a ring
 // of unit Slots (docs/design.md §11): it reads the ring from the API server
 // when the manager is created, and creates a slotcache.Cache of the ring's
@@ -362,7 +368,8 @@ func (s *slotMode) acknowledge(ctx context.Context, revision int64) {
 }
 
 // followCache makes the cache watch the record's slots whenever asked,
-// until ctx ends.
+// until ctx ends. The record, not the cache, admits reconciles: the cache
+// may be behind the record for as long as a switch takes.
 func (s *slotMode) followCache(ctx context.Context) {
 	for {
 		select {
@@ -371,7 +378,10 @@ func (s *slotMode) followCache(ctx context.Context) {
 		case <-s.cacheWant:
 		}
 		held := s.Record().Slots
-		if err := s.cache.SetSlots(ctx, held); err != nil {
+		switchCtx, cancel := context.WithTimeout(ctx, cacheSwitchTimeout)
+		err := s.cache.SetSlots(switchCtx, held)
+		cancel()
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
