@@ -63,4 +63,18 @@
 // Ready again on its own once the resource can be listed and watched. The
 // sharder needs get, list, watch and patch on every resource of every ring:
 // the ring's owner grants it (see docs/assignment.md).
+//
+// A ring of unit Slots (docs/design.md §11) is served differently: the
+// controller runs the ring's slot labeler (package slotlabel), which writes
+// each object's slot label once, and writes the ring's status (Ready,
+// members with their states, weights and granted slots, the objects still
+// without a slot label) with a merge patch that never carries
+// status.slots, the slot table, which is the slot table controller's
+// (package slottable); it is not locked on the ring's resourceVersion, so
+// that it does not conflict with the table writes. No object of such a ring
+// gets a shard or drain label, and moving slots writes no object. The
+// labeler is restarted when the ring's resources, namespaces or
+// namespaceSelector change. Deleting the ring removes the slot label from
+// every object carrying it (listed by label from the API server, page by
+// page), then the finalizer.
 package assign
