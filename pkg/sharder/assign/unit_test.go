@@ -63,9 +63,9 @@ func slotLabelled(ring *v1alpha1.ControllerRing, ns string) func(Gomega) {
 		g.Expect(got).NotTo(BeEmpty())
 		for name, l := range got {
 			want := slots.ForMainObject(&ring.Spec, "", "ConfigMap", ns, name)
-			g.Expect(l).To(HaveKeyWithValue(v1alpha1.SlotLabel(ns), fmt.Sprint(want)), name)
-			g.Expect(l).NotTo(HaveKey(v1alpha1.ShardLabel(ns)), name)
-			g.Expect(l).NotTo(HaveKey(v1alpha1.DrainLabel(ns)), name)
+			g.Expect(l).To(HaveKeyWithValue(v1alpha1.SlotLabel(ring.Name), fmt.Sprint(want)), name)
+			g.Expect(l).NotTo(HaveKey(v1alpha1.ShardLabel(ring.Name)), name)
+			g.Expect(l).NotTo(HaveKey(v1alpha1.DrainLabel(ring.Name)), name)
 		}
 	}
 }
@@ -195,4 +195,41 @@ func TestSlotRingBesideObjectRing(t *testing.T) {
 		"the object ring still rebalances")
 	g.Eventually(func(g Gomega) { g.Expect(getRing(g, slotNS).Status.Members).To(HaveLen(3)) }, timeout, poll).Should(Succeed())
 	g.Expect(labelsOf(g, slotNS)).To(Equal(labelled), "nothing of the slot ring is relabelled")
+}
+
+// TestSlotRingNamespacesChange: a slot ring whose namespaceSelector comes
+// to select another namespace has its labeler restarted, which labels the
+// objects there; those of the first namespace keep their labels untouched.
+func TestSlotRingNamespacesChange(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns, other := env().Namespace(t), env().Namespace(t)
+	ring := newSlotRing(t, ns, "")
+	createConfigMaps(t, ns, "cm", 3)
+	createConfigMaps(t, other, "cm", 3)
+	reg := leasecontroller.NewRegistry()
+	reg.Set(ns, members(membership.StateReady, "a"))
+	startSharder(t, reg, assign.Options{})
+
+	g.Eventually(slotLabelled(ring, ns), timeout, poll).Should(Succeed())
+	before := resourceVersions(g, ns)
+	g.Consistently(func(g Gomega) {
+		for name, l := range labelsOf(g, other) {
+			g.Expect(l).NotTo(HaveKey(v1alpha1.SlotLabel(ns)), name)
+		}
+	}, 500*time.Millisecond, 100*time.Millisecond).Should(Succeed(), "a namespace the ring does not select")
+
+	g.Eventually(func(g Gomega) {
+		r := getRing(g, ns)
+		r.Spec.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: v1alpha1.LabelNamespaceName, Operator: metav1.LabelSelectorOpIn, Values: []string{ns, other}}}}
+		g.Expect(env().Client.Update(ctx, r)).To(Succeed())
+	}, timeout, poll).Should(Succeed())
+	ring = getRing(g, ns)
+	g.Eventually(slotLabelled(ring, other), timeout, poll).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		r := getRing(g, ns)
+		g.Expect(r.Status.ObservedGeneration).To(Equal(r.Generation))
+	}, timeout, poll).Should(Succeed())
+	g.Expect(resourceVersions(g, ns)).To(Equal(before), "the labelled objects are not written again")
 }
