@@ -295,6 +295,19 @@ BENCH_WATCHED_OBJECTS ?= 100000
 bench-objects: control-plane ## Measure one ring of BENCH_OBJECTS objects on a local control plane: the sharder's memory per object, start-up and scale-out, beside the API server's own figures (writes docs/benchmarks-objects.md).
 	$(GO) run ./hack/bench --many-objects --objects $(BENCH_OBJECTS) --watched-objects $(BENCH_WATCHED_OBJECTS) --create-workers 64 --output docs/benchmarks-objects.md
 
+# One ring of unit Slots (docs/design.md §11) in admission mode with
+# SLOTS_OBJECTS objects and 3 in-process instances in slot mode: the writes,
+# hand-over times and sharder CPU of a scale-out, a stop and a rolling
+# restart, then the sharder's RSS again with SLOTS_LARGE_OBJECTS objects. Run
+# by hand (a few minutes at 10,000 objects; the control plane creates a few
+# hundred objects a second on a small machine).
+SLOTS_OBJECTS ?= 10000
+SLOTS_LARGE_OBJECTS ?= 50000
+
+.PHONY: bench-slots
+bench-slots: control-plane ## Measure one ring of unit Slots on a local control plane: writes and hand-overs per membership change, the sharder's RSS at two object counts (writes docs/benchmarks-slots.md).
+	$(GO) run ./hack/bench --slots --objects $(SLOTS_OBJECTS) --large-objects $(SLOTS_LARGE_OBJECTS) --create-workers 64 --output docs/benchmarks-slots.md
+
 # make demo runs on a local control plane; make demo CLUSTER=real on the real
 # one-node cluster, which it starts (make cluster) and leaves running.
 CLUSTER ?= local
