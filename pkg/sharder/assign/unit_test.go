@@ -3,17 +3,22 @@ package assign_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sharder-dev/sharder/internal/testenv"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/sharder/assign"
@@ -28,6 +33,12 @@ const slotCount = 16
 // controller and the slot table controller, sharing reg, as sharder run
 // does.
 func withSlotTable(reg *leasecontroller.Registry) func(ctrl.Manager) error {
+	return withSlotTableBinding(reg, false)
+}
+
+// withSlotTableBinding is withSlotTable; binding has the slot table
+// controller write the rings' slot label policy bindings.
+func withSlotTableBinding(reg *leasecontroller.Registry, binding bool) func(ctrl.Manager) error {
 	return func(mgr ctrl.Manager) error {
 		identity := membership.SharderHolderPrefix + "test"
 		lc, err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: reg, Identity: identity})
@@ -37,7 +48,7 @@ func withSlotTable(reg *leasecontroller.Registry) func(ctrl.Manager) error {
 		if err := lc.SetupWithManager(mgr); err != nil {
 			return err
 		}
-		tc, err := slottable.NewController(slottable.Options{Registry: reg, Identity: identity, SkipBinding: true})
+		tc, err := slottable.NewController(slottable.Options{Registry: reg, Identity: identity, SkipBinding: !binding})
 		if err != nil {
 			return err
 		}
@@ -232,4 +243,53 @@ func TestSlotRingNamespacesChange(t *testing.T) {
 		g.Expect(r.Status.ObservedGeneration).To(Equal(r.Generation))
 	}, timeout, poll).Should(Succeed())
 	g.Expect(resourceVersions(g, ns)).To(Equal(before), "the labelled objects are not written again")
+}
+
+// TestSlotRingUnderPolicy runs a slot ring under the slot label policy
+// (config/policy) with the binding the slot table controller writes: the
+// labeler sets slot labels on existing objects, nobody changes one, and
+// deleting the ring removes them all (the policy lets the sharder, the ring
+// being deleted), then the ring goes.
+func TestSlotRingUnderPolicy(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	manifest, err := os.ReadFile(filepath.Join("..", "..", "..", "config", "policy", "slot_label_policy.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	objs, err := testenv.DecodeObjects(manifest)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(objs).To(HaveLen(1))
+	policy := objs[0]
+	g.Expect(env().Client.Create(ctx, policy)).To(Succeed())
+	t.Cleanup(func() { _ = env().Client.Delete(context.Background(), policy) })
+
+	ns := env().Namespace(t)
+	createConfigMaps(t, ns, "cm", 4)
+	ring := newSlotRing(t, ns, "")
+	createLease(t, ns, "a")
+	reg := leasecontroller.NewRegistry()
+	startSharderWith(t, env().Config, reg, assign.Options{}, withSlotTableBinding(reg, true))
+	g.Eventually(slotLabelled(ring, ns), timeout, poll).Should(Succeed())
+
+	// The policy is in force: a slot label never changes.
+	key := v1alpha1.SlotLabel(ring.Name)
+	g.Eventually(func(g Gomega) {
+		cm := &corev1.ConfigMap{}
+		g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cm-0"}, cm)).To(Succeed())
+		slot, err := strconv.Atoi(cm.Labels[key])
+		g.Expect(err).NotTo(HaveOccurred())
+		cm.Labels[key] = strconv.Itoa((slot + 1) % slotCount)
+		err = env().Client.Update(ctx, cm, client.DryRunAll)
+		g.Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "changing a slot label: %v", err)
+	}, timeout, poll).Should(Succeed())
+	createConfigMaps(t, ns, "later", 2)
+	g.Eventually(slotLabelled(ring, ns), timeout, poll).Should(Succeed(), "the labeler labels existing objects under the policy")
+
+	g.Expect(env().Client.Delete(ctx, ring)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		err := env().Client.Get(ctx, client.ObjectKeyFromObject(ring), &v1alpha1.ControllerRing{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "ring is gone: %v", err)
+	}, timeout, poll).Should(Succeed())
+	for name, l := range labelsOf(g, ns) {
+		g.Expect(l).NotTo(HaveKey(key), name)
+	}
 }
