@@ -39,7 +39,9 @@ import (
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/sharder/config"
 	smetrics "github.com/sharder-dev/sharder/pkg/sharder/metrics"
+	"github.com/sharder-dev/sharder/pkg/sharder/slotpolicy"
 	"github.com/sharder-dev/sharder/pkg/sharder/webhook"
+	"github.com/sharder-dev/sharder/pkg/slots"
 )
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
@@ -399,6 +401,22 @@ func TestRunWiresTheParts(t *testing.T) {
 	g.Expect(env().Client.Create(ctx, ring)).To(Succeed())
 	t.Cleanup(func() { _ = env().Client.Delete(context.Background(), ring) })
 	g.Expect(env().Client.Create(ctx, instanceLease(ns, ringName, "instance-a"))).To(Succeed())
+	// A ring of unit Slots beside it, of another namespace.
+	slotNS := env().Namespace(t)
+	slotRing := &v1alpha1.ControllerRing{
+		ObjectMeta: metav1.ObjectMeta{Name: "run-slots-" + ns},
+		Spec: v1alpha1.ControllerRingSpec{
+			LeaseNamespace: slotNS,
+			Resources:      []v1alpha1.RingResource{{Group: "", Resource: "configmaps"}},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
+				v1alpha1.LabelNamespaceName: slotNS,
+			}},
+			Assignment: &v1alpha1.RingAssignment{Unit: v1alpha1.AssignmentUnitSlots, Slots: &v1alpha1.RingSlots{Count: 8}},
+		},
+	}
+	g.Expect(env().Client.Create(ctx, slotRing)).To(Succeed())
+	t.Cleanup(func() { _ = env().Client.Delete(context.Background(), slotRing) })
+	g.Expect(env().Client.Create(ctx, instanceLease(slotNS, slotRing.Name, "instance-s"))).To(Succeed())
 
 	healthPort, webhookPort := freePort(t), freePort(t)
 	health := fmt.Sprintf("http://127.0.0.1:%d", healthPort)
@@ -430,6 +448,26 @@ func TestRunWiresTheParts(t *testing.T) {
 		err := env().Client.Get(ctx, client.ObjectKeyFromObject(cm), cm)
 		return cm.Labels[v1alpha1.ShardLabel(ringName)], err
 	}, 30*time.Second, 100*time.Millisecond).Should(Equal("instance-a"))
+
+	// The slot ring is served: its object gets its slot label, its table
+	// grants every slot to its instance, its policy binding is written.
+	slotted := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: slotNS, Name: "object"}}
+	g.Expect(env().Client.Create(ctx, slotted)).To(Succeed())
+	g.Eventually(func() (string, error) {
+		err := env().Client.Get(ctx, client.ObjectKeyFromObject(slotted), slotted)
+		return slotted.Labels[v1alpha1.SlotLabel(slotRing.Name)], err
+	}, 30*time.Second, 100*time.Millisecond).Should(Equal(strconv.Itoa(slots.ForMainObject(&slotRing.Spec, "", "ConfigMap", slotNS, "object"))))
+	g.Expect(slotted.Labels).NotTo(HaveKey(v1alpha1.ShardLabel(slotRing.Name)))
+	g.Eventually(func(g Gomega) {
+		r := &v1alpha1.ControllerRing{}
+		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(slotRing), r)).To(Succeed())
+		g.Expect(r.Status.Slots).NotTo(BeNil())
+		g.Expect(r.Status.Slots.Instances).To(ConsistOf(v1alpha1.SlotHolder{Name: "instance-s", Granted: "0-7"}))
+		g.Expect(r.Status.Members).To(ConsistOf(HaveField("Slots", BeEquivalentTo(8))))
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	g.Eventually(func() error {
+		return env().Client.Get(ctx, client.ObjectKey{Name: slotpolicy.BindingName(slotRing.Name)}, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{})
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 
 	// The lease controller records through the command's event broadcaster:
 	// core/v1 Events from the source "sharder".
