@@ -26,6 +26,13 @@
 //
 //	go run ./hack/bench --scale --instances 1000 --algorithm consistent-hash-dense --output docs/benchmarks-scale.md
 //
+// --slots measures one ring of unit Slots instead (make bench-slots): its
+// objects labelled by the assigning webhook, in-process instances of
+// pkg/instance in slot mode, the writes and hand-over times of a scale-out,
+// a stop and a rolling restart, and the sharder's RSS at two object counts:
+//
+//	go run ./hack/bench --slots --objects 10000 --large-objects 50000 --output docs/benchmarks-slots.md
+//
 // Otherwise, simulated instances are processes of this program (`bench
 // instance`): each holds its instance Lease and acknowledges drains at once
 // through the instance library, reconciling nothing else.
@@ -84,6 +91,8 @@ func main() {
 		p.steps = append(p.steps, s)
 		return nil
 	})
+	flag.BoolVar(&p.slots, "slots", false, "measure one ring of unit Slots in admission mode instead (make bench-slots): --objects objects, --instances in-process instances (default 3) in slot mode, scale-out, a stop and a rolling restart, then the sharder's RSS again with --large-objects objects; of the other flags only --output, --dir, --keep, --objects, --large-objects, --create-workers, --lease-duration, --slot-count, --sharder-arg and --sharder-env apply")
+	flag.IntVar(&p.slotCount, "slot-count", 256, "--slots: the ring's spec.assignment.slots.count")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this benchmark process (not of the sharder) to the file")
 	flag.Parse()
 	if p.manyObjects {
@@ -100,6 +109,20 @@ func main() {
 		}
 		if p.watchedObjects < 1 || p.admittedObjects < 1 || p.objects < p.watchedObjects+p.admittedObjects+unassignedAtRestart || p.leaseDuration < 3*time.Second {
 			fmt.Fprintf(os.Stderr, "bench: --many-objects needs --watched-objects and --admitted-objects of at least 1, --objects at least %d above their sum, and a --lease-duration of at least 3s\n", unassignedAtRestart)
+			os.Exit(2)
+		}
+	}
+	if p.slots {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["lease-duration"] {
+			p.leaseDuration = 15 * time.Second // the instance library's default
+		}
+		if !set["instances"] {
+			p.instances = 3
+		}
+		if p.instances < 2 || p.objects < 1 || p.slotCount < p.instances+1 || p.leaseDuration < 3*time.Second {
+			fmt.Fprintln(os.Stderr, "bench: --slots needs at least 2 --instances, 1 object, a --slot-count above --instances and a --lease-duration of at least 3s")
 			os.Exit(2)
 		}
 	}

@@ -72,6 +72,9 @@ type params struct {
 	manyObjects     bool
 	watchedObjects  int
 	admittedObjects int
+	// The slots mode (slots.go).
+	slots     bool
+	slotCount int
 	// apiServerFlags and etcdFlags are added to the control plane's
 	// command lines.
 	apiServerFlags, etcdFlags map[string]string
@@ -125,6 +128,9 @@ func run(ctx context.Context, p params) error {
 	}
 	if p.manyObjects {
 		return runObjects(ctx, p)
+	}
+	if p.slots {
+		return runSlots(ctx, p)
 	}
 	return onCluster(p, "sharder-bench-", func(b *bench) error {
 		start := time.Now()
