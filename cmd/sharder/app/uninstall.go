@@ -110,7 +110,7 @@ func NewUninstallCommand() *cobra.Command {
     (and the configuration itself when no webhook is left): with failure
     policy Fail and no sharder to answer, they would reject every later
     change to the ring's labels;
- 4. remove the ring's shard and drain labels from every object of the ring's
+ 4. remove the ring's shard, drain and slot labels from every object of the ring's
     resources, in all namespaces.
 
 The ring's resources are read from the ControllerRing, or, when it is gone
@@ -319,20 +319,22 @@ func (o *uninstallOptions) removeWebhooks(ctx context.Context, out io.Writer, c 
 	return unique(resources), nil
 }
 
-// removeLabels removes the ring's shard and drain labels, and its drain
-// start annotation, from every object of resources that carries either label.
+// removeLabels removes the ring's shard, drain and slot labels, and its
+// drain start annotation, from every object of resources that carries any of
+// the labels. The slot label policy allows it: its binding goes with the
+// ring, deleted before.
 func (o *uninstallOptions) removeLabels(ctx context.Context, out io.Writer, c client.Client, m metadata.Interface, ringName string, resources []schema.GroupResource) error {
-	shard, drain := v1alpha1.ShardLabel(ringName), v1alpha1.DrainLabel(ringName)
-	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:null},"labels":{%q:null,%q:null}}}`,
-		v1alpha1.DrainStartedAnnotation(ringName), shard, drain)
+	shard, drain, slot := v1alpha1.ShardLabel(ringName), v1alpha1.DrainLabel(ringName), v1alpha1.SlotLabel(ringName)
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:null},"labels":{%q:null,%q:null,%q:null}}}`,
+		v1alpha1.DrainStartedAnnotation(ringName), shard, drain, slot)
 	for _, gr := range resources {
 		gvr, err := c.RESTMapper().ResourceFor(gr.WithVersion(""))
 		if err != nil {
 			return fmt.Errorf("resource %s: not served by the API server: %w", gr, err)
 		}
 		removed := 0
-		labelled := map[types.NamespacedName]bool{} // a dry run counts an object with both labels once
-		for _, label := range []string{shard, drain} {
+		labelled := map[types.NamespacedName]bool{} // a dry run counts an object with several labels once
+		for _, label := range []string{shard, drain, slot} {
 			var errs []error
 			err := eachObject(ctx, c.RESTMapper(), m, gr, label, func(obj *metav1.PartialObjectMetadata) {
 				if o.dryRun {

@@ -94,6 +94,9 @@ func TestUninstallRemovesARing(t *testing.T) {
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "draining", Labels: map[string]string{shard: "inst-a", drain: "true"},
 			Annotations: map[string]string{v1alpha1.DrainStartedAnnotation(ring): "2026-01-02T03:04:05.000Z", "team": "x"}}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lone-drain", Labels: map[string]string{drain: "true"}}},
+		// A slot label (the ring was of unit Slots once, or is being
+		// converted): it goes too.
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "slotted", Labels: map[string]string{v1alpha1.SlotLabel(ring): "7", "team": "y"}}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other-ring", Labels: map[string]string{otherShard: "inst-z"}}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "child", Labels: map[string]string{shard: "inst-a"}}},
 	}
@@ -136,7 +139,7 @@ func TestUninstallRemovesARing(t *testing.T) {
 		ContainSubstring("ControllerRing "+ring+": would be deleted"),
 		ContainSubstring("MutatingWebhookConfiguration "+vwc.Name+": webhook of ring "+ring+" would be removed"),
 		ContainSubstring("ValidatingWebhookConfiguration "+vwc.Name+": webhooks of ring "+ring+" would be removed"),
-		ContainSubstring("configmaps: labels of ring "+ring+" would be removed from 3 objects"),
+		ContainSubstring("configmaps: labels of ring "+ring+" would be removed from 4 objects"),
 		ContainSubstring("secrets: labels of ring "+ring+" would be removed from 1 objects"),
 	))
 	g.Expect(env().Client.Get(ctx, types.NamespacedName{Name: ring}, &v1alpha1.ControllerRing{})).To(Succeed(), "a dry run deletes no ring")
@@ -161,14 +164,14 @@ func TestUninstallRemovesARing(t *testing.T) {
 		{Kind: "ControllerRing", Name: ring, Result: "would be deleted"},
 		{Kind: "MutatingWebhookConfiguration", Name: vwc.Name, Result: "webhook of ring " + ring + " would be removed"},
 		{Kind: "ValidatingWebhookConfiguration", Name: vwc.Name, Result: "webhooks of ring " + ring + " would be removed"},
-		{Kind: "Resource", Name: "configmaps", Result: "labels of ring " + ring + " would be removed from 3 objects", Objects: ptr.To(3)},
+		{Kind: "Resource", Name: "configmaps", Result: "labels of ring " + ring + " would be removed from 4 objects", Objects: ptr.To(4)},
 		{Kind: "Resource", Name: "secrets", Result: "labels of ring " + ring + " would be removed from 1 objects", Objects: ptr.To(1)},
 	}))
 	g.Expect(env().Client.Get(ctx, types.NamespacedName{Name: ring}, &v1alpha1.ControllerRing{})).To(Succeed(), "a dry run deletes no ring")
 
 	out, err = runUninstall(t, ring, "--webhook-configuration-name", vwc.Name)
 	g.Expect(err).NotTo(HaveOccurred(), out)
-	g.Expect(out).To(ContainSubstring("configmaps: labels of ring " + ring + " removed from 3 objects"))
+	g.Expect(out).To(ContainSubstring("configmaps: labels of ring " + ring + " removed from 4 objects"))
 	g.Expect(out).To(ContainSubstring("secrets: labels of ring " + ring + " removed from 1 objects"))
 
 	err = env().Client.Get(ctx, types.NamespacedName{Name: ring}, &v1alpha1.ControllerRing{})
@@ -186,6 +189,7 @@ func TestUninstallRemovesARing(t *testing.T) {
 		"assigned":   {"team": "x"},
 		"draining":   nil,
 		"lone-drain": nil,
+		"slotted":    {"team": "y"},
 		"other-ring": {otherShard: "inst-z"},
 		"child":      nil,
 	}
