@@ -161,3 +161,39 @@ func TestRingAndRBACAgree(t *testing.T) {
 	}
 	g.Expect(podEnv).To(HaveKeyWithValue("POD_NAME", true), "the instance ID comes from the pod name")
 }
+
+// TestSlotsVariant: ../config-slots is this kustomization with the ring in
+// slot mode and nothing else changed (the operator reads its ring's unit at
+// start), the operator may read and watch its ring, and a real API server
+// accepts the ring.
+func TestSlotsVariant(t *testing.T) {
+	g := NewWithT(t)
+	_, base := build(t, ".")
+	manifests, slots := build(t, "../config-slots")
+	g.Expect(slots).To(HaveLen(len(base)))
+	var objects, slotRing sharderv1alpha1.ControllerRing
+	decode(t, base, "ControllerRing", "etcd-operator", &objects)
+	decode(t, slots, "ControllerRing", "etcd-operator", &slotRing)
+	g.Expect(objects.Spec.AssignsSlots()).To(BeFalse())
+	g.Expect(slotRing.Spec.AssignsSlots()).To(BeTrue())
+	g.Expect(slotRing.Spec.EffectiveSlotCount()).To(Equal(256))
+	want := objects.Spec.DeepCopy()
+	want.Assignment = slotRing.Spec.Assignment
+	g.Expect(slotRing.Spec).To(Equal(*want), "the variant changes the ring's assignment only")
+
+	var baseSts, slotSts appsv1.StatefulSet
+	decode(t, base, "StatefulSet", "etcd-operator", &baseSts)
+	decode(t, slots, "StatefulSet", "etcd-operator", &slotSts)
+	g.Expect(slotSts.Spec).To(Equal(baseSts.Spec), "the operator runs as it is: the ring decides the mode")
+	var operatorRole rbacv1.ClusterRole
+	decode(t, slots, "ClusterRole", "etcd-operator", &operatorRole)
+	g.Expect(grants(operatorRole.Rules, "sharder.dev", "controllerrings", "get", "list", "watch")).To(BeTrue(),
+		"the operator cannot read and follow its ring")
+
+	err := env().Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "etcd-operator-system"}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	out := kubectl(t, manifests, "apply", "--server-side", "--dry-run=server", "--field-manager=test", "-f", "-")
+	g.Expect(string(out)).To(ContainSubstring("controllerring.sharder.dev/etcd-operator serverside-applied (server dry run)"))
+}

@@ -2,6 +2,12 @@
 // sharder ring: it holds its instance Lease, caches only the EtcdClusters
 // (and their children) assigned to it, and hands drained clusters back.
 // Run as many replicas as you like; see examples/etcd-operator/README.md.
+//
+// The ring decides the mode: the operator reads its ring at start and runs
+// in slot mode (docs/design.md §11: its cache follows the slots the sharder
+// grants it) when the ring's spec.assignment.unit is Slots, in object mode
+// otherwise. There is no flag to keep in step with the ring; a ring's unit
+// never changes.
 package main
 
 import (
@@ -21,13 +27,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -38,8 +48,10 @@ import (
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/controller"
 	"github.com/sharder-dev/sharder/internal/reconcilelog"
+	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance"
 	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
+	"github.com/sharder-dev/sharder/pkg/instance/slotcache"
 )
 
 // reconcileLogEnv names the reconcile log file when --reconcile-log is not given.
@@ -181,6 +193,53 @@ func cachedObjects() []client.Object {
 // Leases are read and written in the lease namespace only.
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch,namespace=etcd-operator-system
 
+// The ring is read at start (its unit decides the mode) and, in slot mode,
+// followed by the instance (its slot table).
+// +kubebuilder:rbac:groups=sharder.dev,resources=controllerrings,verbs=get;list;watch
+
+// ringReadTimeout bounds the read of the ring at start.
+const ringReadTimeout = 10 * time.Second
+
+// ringMode reads the ring and returns its slot count when it assigns slots,
+// 0 when it assigns objects. A ring that does not exist (yet), that the
+// operator may not read, or of a cluster without the ControllerRing CRD is
+// taken as a ring of objects, the mode that needs no permission on
+// ControllerRings (as instance.Setup, which checks the cache against the
+// ring only when it can read it); any other failure is returned (the
+// process exits, and is restarted).
+func ringMode(ctx context.Context, cfg *rest.Config, ring string) (slotCount int, err error) {
+	s := runtime.NewScheme()
+	utilruntime.Must(sharderv1alpha1.AddToScheme(s))
+	c, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		return 0, fmt.Errorf("creating the ring's client: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, ringReadTimeout)
+	defer cancel()
+	r := &sharderv1alpha1.ControllerRing{}
+	switch err := c.Get(ctx, client.ObjectKey{Name: ring}, r); {
+	case apierrors.IsNotFound(err), apierrors.IsForbidden(err), meta.IsNoMatchError(err), discovery.IsGroupDiscoveryFailedError(err):
+		ctrl.Log.WithName("setup").Info("Cannot read the ring: running in object mode", "ring", ring, "reason", err.Error())
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("reading ring %q: %w", ring, err)
+	}
+	if !r.Spec.AssignsSlots() {
+		return 0, nil
+	}
+	return r.Spec.EffectiveSlotCount(), nil
+}
+
+// cacheFor returns the manager's cache options for the ring's mode: the
+// shard label of this instance in object mode, the slot cache (following
+// the slots the sharder grants) in slot mode.
+func cacheFor(o *options, slotCount int) (cache.Options, cache.NewCacheFunc) {
+	if slotCount > 0 {
+		return cache.Options{}, slotcache.NewCacheFunc(o.ring, slotCount, cachedObjects()...)
+	}
+	return instance.CacheOptions(o.ring, o.instance, cachedObjects()...), nil
+}
+
 func run(ctx context.Context, o *options) error {
 	log := ctrl.Log.WithName("setup")
 	cfg, err := restConfig(o.kubeconfig)
@@ -189,11 +248,19 @@ func run(ctx context.Context, o *options) error {
 	}
 	cfg.QPS, cfg.Burst = o.kubeAPIQPS, o.kubeAPIBurst
 
+	slotCount, err := ringMode(ctx, cfg, o.ring)
+	if err != nil {
+		return err
+	}
 	// The cache holds only this instance's objects of the ring's resources:
 	// the clusters and everything the clusters control, down to the pods.
+	// In slot mode, those of the slots it holds; instance.Setup finds the
+	// slot cache and runs the instance in slot mode.
+	cacheOpts, newCache := cacheFor(o, slotCount)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 newScheme(),
-		Cache:                  instance.CacheOptions(o.ring, o.instance, cachedObjects()...),
+		Cache:                  cacheOpts,
+		NewCache:               newCache,
 		Metrics:                metricsserver.Options{BindAddress: o.metricsBindAddress},
 		HealthProbeBindAddress: o.healthProbeBindAddress,
 		// No leader election: every instance works, on its own objects.
@@ -254,7 +321,11 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 
-	log.Info("Starting", "ring", o.ring, "instance", o.instance, "leaseNamespace", o.leaseNamespace)
+	mode := sharderv1alpha1.AssignmentUnitObjects
+	if slotCount > 0 {
+		mode = sharderv1alpha1.AssignmentUnitSlots
+	}
+	log.Info("Starting", "ring", o.ring, "instance", o.instance, "leaseNamespace", o.leaseNamespace, "unit", mode, "slots", slotCount)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running manager: %w", err)
 	}
