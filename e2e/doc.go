@@ -8,7 +8,9 @@
 // nothing of sharder (e2e/plaincontroller) stopped with its `sharder agent`
 // sidecar while it reconciles, and a rebalance with the sharder and the
 // instances as ordinary ServiceAccounts, their requests classified by the
-// chart's FlowSchemas (TestFlowControl).
+// chart's FlowSchemas (TestFlowControl), and a ring of unit Slots through
+// a scale-out, a killed instance and a killed sharder leader, moving slots
+// without writing an object (TestSlotMode).
 //
 // Instance processes (the operator's, the plain controller and its agent)
 // are restarted with backoff when they exit on their own, as the kubelet

@@ -73,6 +73,11 @@ type ringOptions struct {
 	// as members of system:masters, whose requests API Priority and
 	// Fairness exempts. Default: false.
 	ServiceAccounts bool
+	// Slots, when positive, makes the ring one of unit Slots with that many
+	// slots (docs/design.md §11); the operator's instances read the ring's
+	// unit at start and run in slot mode. Default: 0, a ring of unit
+	// Objects.
+	Slots int
 }
 
 // sharderAccount is the ServiceAccount the sharder replicas run as with
@@ -195,6 +200,10 @@ func newRingEnv(t *testing.T, opts ringOptions) *ringEnv {
 			DrainTimeout:            &drain,
 			InstanceServiceAccounts: []sharderv1alpha1.ServiceAccountReference{{Namespace: e.leaseNamespace, Name: instanceAccount}},
 		},
+	}
+	if opts.Slots > 0 {
+		r.Spec.Assignment = &sharderv1alpha1.RingAssignment{Unit: sharderv1alpha1.AssignmentUnitSlots,
+			Slots: &sharderv1alpha1.RingSlots{Count: int32(opts.Slots)}}
 	}
 	if opts.FailurePolicy != "" {
 		r.Spec.Webhook = &sharderv1alpha1.RingWebhook{FailurePolicy: &opts.FailurePolicy}
