@@ -17,6 +17,7 @@ func collectors() []prometheus.Collector {
 		LeaseTransitionsTotal, LeaseTakeoversTotal, LeasesDeletedTotal,
 		WebhookDecisionsTotal, WebhookDecisionDuration,
 		WebhookAssignmentsTotal, WebhookAssignmentDuration,
+		Slots, SlotMovesTotal, SlotFencesTotal, SlotReleaseDuration,
 	}
 }
 

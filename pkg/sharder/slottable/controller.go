@@ -29,6 +29,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/sharder/eventrecorder"
+	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 	"github.com/sharder-dev/sharder/pkg/slots"
 )
 
@@ -238,6 +239,7 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request) (reco
 		if apierrors.IsNotFound(err) {
 			c.forget(req.Name)
 			c.opts.Registry.SetAssigned(req.Name, nil)
+			metrics.Slots.DeletePartialMatch(map[string]string{metrics.LabelRing: req.Name})
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("getting ring %s: %w", req.Name, err)
@@ -297,7 +299,7 @@ func (c *Controller) decide(ctx context.Context, ring *v1alpha1.ControllerRing, 
 	res := slots.Step(table, in)
 	next := earliest(res.Next, fenceEnds)
 	if !res.Changed {
-		c.opts.Registry.SetAssigned(ring.Name, counts(table))
+		c.setAssigned(ring.Name, table)
 		if len(res.Fence) > 0 {
 			requeue, err := c.fence(ctx, ring, leases, st, res.Fence)
 			if err != nil || requeue {
@@ -321,7 +323,7 @@ func (c *Controller) decide(ctx context.Context, ring *v1alpha1.ControllerRing, 
 		if !ok {
 			// Its hold ended since the members were read: decide again.
 			log.V(1).Info("A gone instance is no longer movable; deciding the slot table again", "ring", ring.Name, "instance", id)
-			c.opts.Registry.SetAssigned(ring.Name, counts(table))
+			c.setAssigned(ring.Name, table)
 			return reconcile.Result{Requeue: true}, nil //nolint:staticcheck // a rate-limited retry
 		}
 		permits = append(permits, done)
@@ -334,7 +336,7 @@ func (c *Controller) decide(ctx context.Context, ring *v1alpha1.ControllerRing, 
 		patchOpts = append(patchOpts, client.FieldOwner(c.opts.FieldManager))
 	}
 	if err := c.writer.Status().Patch(ctx, updated, client.MergeFromWithOptions(ring, client.MergeFromWithOptimisticLock{}), patchOpts...); err != nil {
-		c.opts.Registry.SetAssigned(ring.Name, counts(table))
+		c.setAssigned(ring.Name, table)
 		switch {
 		case apierrors.IsConflict(err):
 			// Someone wrote the ring since it was read (or the cache is
@@ -353,7 +355,8 @@ func (c *Controller) decide(ctx context.Context, ring *v1alpha1.ControllerRing, 
 	if slices.Contains(res.Actions, slots.Release) {
 		st.releasesSeen[res.Table.Revision] = written
 	}
-	c.opts.Registry.SetAssigned(ring.Name, counts(res.Table))
+	c.setAssigned(ring.Name, res.Table)
+	observeMoves(ring.Name, table, res.Actions, in.ReleasesSeen, written)
 	log.Info("Wrote the slot table", "ring", ring.Name, "revision", res.Table.Revision, "actions", summary(res.Actions))
 	if len(res.Fence) > 0 {
 		// The write changed no slot of the instances to fence (Step
@@ -458,6 +461,36 @@ func goneHolders(table slots.Table, actions []slots.Action) []string {
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// setAssigned tells the lease controller how many slots each instance holds
+// in table (it holds a dead instance's Lease while it holds any) and
+// publishes the counts as sharder_ring_slots.
+func (c *Controller) setAssigned(ring string, table slots.Table) {
+	held := counts(table)
+	c.opts.Registry.SetAssigned(ring, held)
+	metrics.Slots.DeletePartialMatch(map[string]string{metrics.LabelRing: ring})
+	for id, n := range held {
+		metrics.Slots.WithLabelValues(ring, id).Set(float64(n))
+	}
+}
+
+// observeMoves counts the slots a table write granted to another instance,
+// by reason, and the time from each acknowledged release's write to the
+// grant: table is the table decided on, releasesSeen when each of its
+// releases was seen written, written when the grant's write returned.
+func observeMoves(ring string, table slots.Table, actions []slots.Action, releasesSeen map[int64]time.Time, written time.Time) {
+	for i, a := range actions {
+		switch a {
+		case slots.GrantAcknowledged:
+			metrics.SlotMovesTotal.WithLabelValues(ring, metrics.SlotMoveRelease).Inc()
+			if seen, ok := releasesSeen[table.Slots[i].Since]; ok {
+				metrics.SlotReleaseDuration.WithLabelValues(ring).Observe(written.Sub(seen).Seconds())
+			}
+		case slots.GrantGone:
+			metrics.SlotMovesTotal.WithLabelValues(ring, metrics.SlotMoveGone).Inc()
+		}
+	}
 }
 
 // counts returns how many slots each instance holds in table, granted and

@@ -6,6 +6,9 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/sharder-dev/sharder/internal/fixture"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 	"github.com/sharder-dev/sharder/pkg/sharder/slotpolicy"
 	"github.com/sharder-dev/sharder/pkg/sharder/slottable"
 	"github.com/sharder-dev/sharder/pkg/slots"
@@ -78,6 +82,15 @@ func TestGrantReleaseAcknowledge(t *testing.T) {
 	}
 	g.Expect(len(writes)-initial).To(BeNumerically("<=", 4), "writes for one new instance and three acknowledgements")
 
+	// The metrics: 16 slots moved on acknowledgements, each with its time
+	// from release to grant; each instance's slots as the table says.
+	g.Expect(testutil.ToFloat64(metrics.SlotMovesTotal.WithLabelValues(ring.Name, metrics.SlotMoveRelease))).To(BeEquivalentTo(16))
+	g.Expect(testutil.ToFloat64(metrics.SlotMovesTotal.WithLabelValues(ring.Name, metrics.SlotMoveGone))).To(BeZero())
+	g.Expect(histogramCount(g, ring.Name)).To(BeEquivalentTo(16))
+	for id, h := range holdings(final) {
+		g.Expect(testutil.ToFloat64(metrics.Slots.WithLabelValues(ring.Name, id))).To(BeEquivalentTo(h.granted+h.releasing), id)
+	}
+
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
 	g.Eventually(func() error {
 		return env().Client.Get(context.Background(), client.ObjectKey{Name: slotpolicy.BindingName(ring.Name)}, binding)
@@ -104,6 +117,7 @@ func TestDeadInstance(t *testing.T) {
 	g.Eventually(tableOf(ring)).Should(Satisfy(balanced("a", "b")))
 	g.Eventually(func() int { return len(s.successful()) }).Should(Equal(before+1), "one write grants a dead instance's slots")
 	writes := s.successful()
+	g.Expect(testutil.ToFloat64(metrics.SlotMovesTotal.WithLabelValues(ring.Name, metrics.SlotMoveGone))).To(BeNumerically(">=", 21), "c's slots, a third of 64")
 
 	// The sharder held the Lease while the slots moved (a takeover counts a
 	// transition), and released it after.
@@ -249,6 +263,7 @@ func TestFence(t *testing.T) {
 		HaveField("Spec.LeaseDurationSeconds", Equal(ptr.To(int32(4)))),
 	))
 	taken := must(fixture.GetLease(env().Client, ns, "b")()).Spec.AcquireTime.Time
+	g.Expect(testutil.ToFloat64(metrics.SlotFencesTotal.WithLabelValues(ring.Name))).To(BeEquivalentTo(1))
 	g.Eventually(tableOf(ring)).Should(Satisfy(balanced("a", "c")))
 	for _, w := range s.successful() {
 		if t, err := slots.FromStatus(64, w.table); err == nil && len(holders(t)) == 2 && holders(t)[0] == "a" && holders(t)[1] == "c" {
@@ -295,4 +310,14 @@ func renew(t *testing.T, ns, id string, period time.Duration) (stop func()) {
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// histogramCount is the number of observations of ring's
+// sharder_slot_release_duration_seconds.
+func histogramCount(g Gomega, ring string) uint64 {
+	m := &dto.Metric{}
+	obs, err := metrics.SlotReleaseDuration.GetMetricWithLabelValues(ring)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(obs.(prometheus.Histogram).Write(m)).To(Succeed())
+	return m.GetHistogram().GetSampleCount()
 }

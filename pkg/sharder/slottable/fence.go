@@ -15,6 +15,7 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
+	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 )
 
 // fence is the sharder's fence of an instance (docs/design.md §11): its
@@ -93,6 +94,7 @@ func (c *Controller) fence(ctx context.Context, ring *v1alpha1.ControllerRing, l
 		// The wait counts from after the write returned: the takeover
 		// landed before.
 		st.fenced[id] = fence{at: c.opts.Clock.Now(), wait: d}
+		metrics.SlotFencesTotal.WithLabelValues(ring.Name).Inc()
 		log.Info("Fenced an instance that did not acknowledge a release within the drain timeout: took its Lease",
 			"ring", ring.Name, "instance", id, "drainTimeout", ring.Spec.EffectiveDrainTimeout(), "wait", d)
 		c.recorder.Eventf(ring, corev1.EventTypeWarning, ReasonFenced,
