@@ -71,6 +71,9 @@ type slotsRun struct {
 	mu        sync.Mutex
 	instances map[string]*slotInstance
 	rss       []rssAt
+	// added is the instance the scale-out started (released as stopped
+	// for good); the stop step stops it.
+	added string
 	// occupied counts the objects created per slot: a slot without
 	// objects has no reconcile to time.
 	occupied []atomic.Int64
@@ -686,19 +689,23 @@ func (s *slotsRun) scaleOut(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.added = id
 	s.addChange(fmt.Sprintf("scale-out %d → %d instances (%d objects)", n, n+1, s.total), w, hs, settled, cpu, loadAverage())
 	return nil
 }
 
-// stopOne stops the last instance gracefully.
+// stopOne stops the instance the scale-out added, for good.
 func (s *slotsRun) stopOne(ctx context.Context) error {
 	live := s.live()
-	id := live[len(live)-1]
+	id := s.added
+	if id == "" {
+		return errors.New("no instance was added")
+	}
 	w, hs, settled, cpu, err := s.change(ctx, "stop", func() error { return s.stopInstance(id) }, 3*time.Minute)
 	if err != nil {
 		return err
 	}
-	s.addChange(fmt.Sprintf("%s stopped gracefully, %d → %d instances", id, len(live), len(live)-1), w, hs, settled, cpu, loadAverage())
+	s.addChange(fmt.Sprintf("%s (the one added) stopped for good (Lease released, not restarting), %d → %d instances", id, len(live), len(live)-1), w, hs, settled, cpu, loadAverage())
 	return nil
 }
 

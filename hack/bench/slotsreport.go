@@ -43,8 +43,8 @@ Figures of the sharder serving one ring of unit Slots (docs/design.md §11)
 with %[1]d objects and %[2]d instances, against a local control plane (etcd
 and kube-apiserver on the same machine), produced by `+"`make bench-slots`"+`
 (`+"`go run ./hack/bench --slots --objects %[1]d --large-objects %[3]d --instances %[2]d --slot-count %[4]d --create-workers %[5]d%[6]s --output docs/benchmarks-slots.md`"+`),
-which rewrites the table, the machine and the method of this file. It runs
-by hand, not in `+"`make test`"+`.
+which rewrites this file: the reading at its end is written by hand, to be
+written again for new figures. It runs by hand, not in `+"`make test`"+`.
 
 ## Results
 
@@ -92,8 +92,8 @@ counts do not depend on the load.
   acknowledgements too (design §11: a renewal brought forward, not a write
   of its own); they are given beside it.
 - **A membership change** starts with the action (an instance started with
-  a new ID; the last instance stopped gracefully, so that it releases its
-  Lease; for the rolling restart, each instance in turn stopped gracefully
+  a new ID; that instance stopped gracefully, so that it releases its
+  Lease for good; for the rolling restart, each instance in turn stopped gracefully
   and started again with the same ID, the next one after the ring settled)
   and is counted until the ring settled (the latest slot table grants every
   slot to the live instances in equal shares within one slot, none
