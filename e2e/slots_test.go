@@ -112,14 +112,25 @@ func SlotModeSpec(t *testing.T, in SlotModeInput) {
 			movedObjects = append(movedObjects, o.key)
 		}
 	}
-	latest := time.Duration(0)
+	// From the table granting the new instance its slots (after the
+	// acknowledgements) to its first reconcile of each moved object.
+	grantedAt := w.firstGrant(start, added)
+	first := map[string]time.Time{}
+	for _, iv := range e.intervals() {
+		if iv.Instance == added && !iv.Start.Before(grantedAt) && (first[iv.Object].IsZero() || iv.Start.Before(first[iv.Object])) {
+			first[iv.Object] = iv.Start
+		}
+	}
+	latest, fromGrant := time.Duration(0), time.Duration(0)
 	for _, k := range movedObjects {
 		latest = max(latest, reconciledAt[k].Sub(start))
+		fromGrant = max(fromGrant, first[k].Sub(grantedAt))
 	}
 	t.Logf("scale-out %d → %d: %d of %d slots moved (%d objects), in %d ring writes (revision %d → %d) and %d Lease metadata writes; "+
-		"%d object writes (besides %d status writes of the operator's reconciles); the moved objects reconciled by %s within %s of its start",
+		"%d object writes (besides %d status writes of the operator's reconciles); the moved objects last reconciled by %s within %s of its start, "+
+		"first within %s of the table granting it slots (after the acknowledgements)",
 		in.Instances, in.Instances+1, len(moved), in.Slots, len(movedObjects), len(ringWrites), before.revision, after.revision,
-		len(leaseWrites), len(objectWrites), len(statusWrites), added, latest.Round(10*time.Millisecond))
+		len(leaseWrites), len(objectWrites), len(statusWrites), added, latest.Round(10*time.Millisecond), fromGrant.Round(10*time.Millisecond))
 	e.g.Expect(objectWrites).To(gomega.BeEmpty(), "objects were written while slots moved: %v", objectWrites)
 	if oneChange {
 		e.g.Expect(len(ringWrites)+len(leaseWrites)).To(gomega.BeNumerically("<=", in.MaxControlWrites),
@@ -488,6 +499,22 @@ func (w *slotWatch) firstMove(from time.Time, ss []int, holder string) time.Time
 			if v.table.Slots[s].Holder != holder {
 				return v.at
 			}
+		}
+	}
+	return time.Time{}
+}
+
+// firstGrant returns when a table seen from from on first granted holder a
+// slot.
+func (w *slotWatch) firstGrant(from time.Time, holder string) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, v := range w.ringVersions {
+		if v.at.Before(from) {
+			continue
+		}
+		if slices.ContainsFunc(v.table.Slots, func(s slots.Slot) bool { return s.Holder == holder && !s.Releasing }) {
+			return v.at
 		}
 	}
 	return time.Time{}
