@@ -636,6 +636,24 @@ func (s *slotsRun) change(ctx context.Context, name string, do func() error, set
 		return slotWindow{}, nil, 0, 0, fmt.Errorf("%s: %w", name, err)
 	}
 	settled := time.Since(t0)
+	after, _ := s.rec.latestTable()
+	var moves []slotMove
+	for _, m := range movedSlots(before.table, after.table) {
+		if s.occupied[m.slot].Load() > 0 {
+			moves = append(moves, m)
+		}
+	}
+	// The new holders' first reconciles may come after the table settled
+	// (their lists): wait for them, a minute at most (the report counts
+	// the slots never reconciled).
+	_ = localrun.Poll(ctx, time.Minute, 50*time.Millisecond, func() error {
+		for _, m := range moves {
+			if s.rec.firstReconcile(m.to, m.slot, t0).IsZero() {
+				return fmt.Errorf("slot %d not reconciled by %s yet", m.slot, m.to)
+			}
+		}
+		return nil
+	})
 	if err := sleep(ctx, slotGrace); err != nil {
 		return slotWindow{}, nil, 0, 0, err
 	}
@@ -644,13 +662,6 @@ func (s *slotsRun) change(ctx context.Context, name string, do func() error, set
 		return slotWindow{}, nil, 0, 0, err
 	}
 	w := s.rec.window(t0, time.Now())
-	after, _ := s.rec.latestTable()
-	var moves []slotMove
-	for _, m := range movedSlots(before.table, after.table) {
-		if s.occupied[m.slot].Load() > 0 {
-			moves = append(moves, m)
-		}
-	}
 	hs := handOvers(moves, w.tables, w.acksSeen, s.rec.firstReconcile)
 	return w, hs, settled, cpu1 - cpu0, nil
 }
@@ -671,7 +682,7 @@ func (s *slotsRun) addChange(what string, w slotWindow, hs []handOver, settled, 
 		s.add("  slots with no acknowledgement (holder gone): grant → new holder's first reconcile, median, max",
 			fmt.Sprintf("%s, %s%s", millis(quantile(granted, 0.5)), millis(quantile(granted, 1)), missingNote(missing)), "", "", true)
 	}
-	s.add("  sharder CPU for the change (until settled + "+seconds(slotGrace)+")", fmt.Sprintf("%s; load %s", seconds(cpu), load), "", "", true)
+	s.add("  sharder CPU for the change (until settled and every moved slot reconciled, + "+seconds(slotGrace)+")", fmt.Sprintf("%s; load %s", seconds(cpu), load), "", "", true)
 }
 
 func missingNote(n int) string {

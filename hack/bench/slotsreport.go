@@ -98,7 +98,8 @@ counts do not depend on the load.
   and is counted until the ring settled (the latest slot table grants every
   slot to the live instances in equal shares within one slot, none
   releasing, and each instance's slot record equals its granted slots)
-  plus %[8]s.
+  and each moved slot (with objects) was reconciled by its new holder (a
+  minute at most), plus %[8]s.
 - **Hand-over**: for each slot whose holder changed between the tables
   before and after a change, the time from the Lease write carrying the old
   holder's acknowledgement of the revision that released it (as this
@@ -107,8 +108,9 @@ counts do not depend on the load.
   queue included. A slot whose old holder was gone (no acknowledgement) is
   timed from the table write that granted it.
 - **Sharder CPU** per change: utime + stime of the sharder process from
-  /proc over the change's window. **RSS**: VmRSS 30 s after the last
-  change, with %[10]d objects and again after creating objects up to %[9]d
+  /proc over the change's window. **RSS**: VmRSS 30 s after the instances
+  reconciled the first %[10]d objects (before the changes), and, when
+  --large-objects is above that, again 30 s after creating objects up to %[9]d
   through the webhook; live heap: HeapAlloc after a garbage collection
   (heap profile with gc=1).
 `, machine(p), p.revision, "`"+benchLabel+"`", p.slotCount, p.instances, p.leaseDuration, p.workers, slotGrace, p.largeObjects, p.objects)
