@@ -702,6 +702,36 @@ func (s *slotsRun) scaleOut(ctx context.Context) error {
 	}
 	s.added = id
 	s.addChange(fmt.Sprintf("scale-out %d → %d instances (%d objects)", n, n+1, s.total), w, hs, settled, cpu, loadAverage())
+	return s.groupLists(ctx, id)
+}
+
+// groupLists times, after the change, one LIST per watch group of the
+// instance's granted slots with the group's label selector, as its slot
+// cache lists a group it starts watching: the list part of a hand-over.
+func (s *slotsRun) groupLists(ctx context.Context, id string) error {
+	t, ok := s.rec.latestTable()
+	if !ok {
+		return errors.New("no slot table")
+	}
+	granted, _ := t.table.HeldBy(id)
+	sels, err := slots.GroupSelectors(sharderv1alpha1.SlotLabel(ringName), granted, s.count)
+	if err != nil {
+		return err
+	}
+	var ds []time.Duration
+	items := 0
+	for _, sel := range sels {
+		t0 := time.Now()
+		l, err := s.creator.CoreV1().ConfigMaps(objectNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+		if err != nil {
+			return err
+		}
+		ds = append(ds, time.Since(t0))
+		items += len(l.Items)
+	}
+	slices.Sort(ds)
+	s.add(fmt.Sprintf("  after it, one LIST per watch group of %s's slots (label selector, as its slot cache lists a new group; %d groups, %d objects per list on average): median, max", id, len(ds), items/max(len(ds), 1)),
+		fmt.Sprintf("%s, %s; load %s", millis(quantile(ds, 0.5)), millis(quantile(ds, 1)), loadAverage()), "", "", true)
 	return nil
 }
 
