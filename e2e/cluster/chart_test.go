@@ -111,10 +111,9 @@ func testInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	// As a user installs a published release: the chart from an OCI
-	// registry, the image pulled from one (the suite's, see startRegistry).
+	// registry (the suite's, see startRegistry).
 	if _, err := helm(ctx, "install", release, "oci://"+registryRepo+"/charts/sharder", "--version", published.chartVersion, "--plain-http",
-		"--namespace", sharderNamespace, "--create-namespace", "--values", values,
-		"--set", "image.repository="+registryRepo+"/sharder", "--set", "image.tag="+registryTag); err != nil {
+		"--namespace", sharderNamespace, "--create-namespace", "--values", values); err != nil {
 		t.Fatal(err)
 	}
 
@@ -127,16 +126,23 @@ func testInstall(t *testing.T) {
 	pods := podNames(ctx, g, sharderNamespace, "app.kubernetes.io/name=sharder")
 	g.Expect(pods).To(HaveLen(2))
 
-	By(t, "the replicas run the image pulled from the registry")
-	for _, name := range pods {
-		var pod corev1.Pod
-		g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: sharderNamespace, Name: name}, &pod)).To(Succeed())
-		g.Expect(pod.Status.ContainerStatuses).NotTo(BeEmpty())
-		for _, cs := range pod.Status.ContainerStatuses {
-			g.Expect(cs.Image).To(Equal(registryRepo+"/sharder:"+registryTag), "pod %s", name)
-			g.Expect(cs.ImageID).To(Equal(published.sharderImage.String()), "pod %s runs the digest pushed", name)
-		}
+	By(t, "the node pulls an image from the registry")
+	pulled := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: sharderNamespace, Name: "registry-pull"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "pause", Image: registryRepo + "/pause:" + registryTag, Command: []string{"/registry-pause"},
+			SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)},
+		}}},
 	}
+	g.Expect(k8sClient.Create(ctx, pulled)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(pulled), pulled)).To(Succeed())
+		g.Expect(pulled.Status.ContainerStatuses).To(ConsistOf(And(
+			HaveField("Ready", BeTrue()),
+			HaveField("ImageID", Equal(published.pulledImage.String())),
+		)), "runs the digest pushed")
+	}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+	g.Expect(k8sClient.Delete(ctx, pulled, client.GracePeriodSeconds(0))).To(Succeed())
 
 	By(t, "one replica leads")
 	g.Eventually(func(g Gomega) {

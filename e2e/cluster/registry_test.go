@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -22,21 +23,30 @@ import (
 
 // The suite's registry. make cluster has containerd pull images named
 // registryHost/... from there over plain HTTP (hack/cluster); the suite
-// serves it, pushes the sharder's and the example operator's images (make
-// push) and the chart (make chart-push) to registryRepo, and installs the
-// chart from it as a user installs a published release.
+// serves it, pushes the chart to registryRepo (make chart-push) and installs
+// it from there as a user installs a published release, and has the node
+// pull an image from it.
+//
+// The pulled image is not the sharder's: containerd's CRI image service
+// forgets the name an image was imported under (make cluster imports the
+// images every manifest of the suite names, ghcr.io/sharder-dev/...) once
+// the same image is pulled under another name, and the pods of later steps
+// would then try to pull them from ghcr.io. So the registry serves an image
+// of its own (the pause binary under another path, so another image ID),
+// pushed from an OCI layout as make push pushes (the make push recipe itself
+// is tested against a registry in hack/images).
 const (
 	registryHost = "127.0.0.1:16500"
 	registryRepo = registryHost + "/e2e"
-	// registryTag is the images' tag in the registry: not the one make
-	// cluster imports, so that a pod running it was pulled.
+	// registryTag is the pulled image's tag in the registry.
 	registryTag = "e2e"
 )
 
 // published is what startRegistry pushed.
 var published struct {
-	// sharderImage is registryRepo/sharder:registryTag's digest reference.
-	sharderImage name.Digest
+	// pulledImage is the digest reference of registryRepo/pause:registryTag,
+	// an image only the registry has.
+	pulledImage name.Digest
 	// chartVersion is the chart's version, at oci://registryRepo/charts/sharder.
 	chartVersion string
 }
@@ -62,37 +72,43 @@ func startRegistry() (stop func(), err error) {
 	return stop, nil
 }
 
-// pushRelease runs make push (the images make test built, not built again)
-// and make chart-push against the suite's registry.
+// pushRelease runs make chart-push against the suite's registry, and packs
+// and pushes the image the node pulls, with the image tool make images and
+// make push run (built by make images).
 func pushRelease() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	charts, err := os.MkdirTemp(toolHome, "charts-")
+	work, err := os.MkdirTemp(toolHome, "registry-")
 	if err != nil {
 		return err
 	}
+	images := filepath.Join(repoRoot, "bin", "images")
+	arch := runtime.GOARCH
 	for _, args := range [][]string{
-		{"-o", "images", "push", "REGISTRY=" + registryRepo, "TAG=" + registryTag, "INSECURE=true"},
-		{"chart-push", "CHARTS=" + charts, "REGISTRY=" + registryRepo, "INSECURE=true"},
+		{"make", "--no-print-directory", "-C", repoRoot, "chart-push", "CHARTS=" + filepath.Join(work, "charts"), "REGISTRY=" + registryRepo, "INSECURE=true"},
+		{filepath.Join(images, "imagetool"), "pack", "--binary", "linux/" + arch + "=" + filepath.Join(images, "linux-"+arch, "pause"),
+			"--path", "/registry-pause", "--ref", "ghcr.io/sharder-dev/pause:" + registryTag,
+			"--output", filepath.Join(work, "pause.tar"), "--layout", filepath.Join(work, "oci", "pause")},
+		{filepath.Join(images, "imagetool"), "push", "--registry", registryRepo, "--tag", registryTag, "--insecure", filepath.Join(work, "oci", "pause")},
 	} {
-		cmd := exec.CommandContext(ctx, "make", append([]string{"--no-print-directory", "-C", repoRoot}, args...)...)
+		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 		cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(toolHome, "helm", "cache"),
 			"HELM_CONFIG_HOME="+filepath.Join(toolHome, "helm", "config"), "HELM_DATA_HOME="+filepath.Join(toolHome, "helm", "data"))
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("make %s: %w", strings.Join(args, " "), err)
+			return fmt.Errorf("%s: %w", strings.Join(args, " "), err)
 		}
 	}
 
-	tag, err := name.NewTag(registryRepo+"/sharder:"+registryTag, name.Insecure)
+	tag, err := name.NewTag(registryRepo+"/pause:"+registryTag, name.Insecure)
 	if err != nil {
 		return err
 	}
 	desc, err := remote.Head(tag, remote.WithContext(ctx))
 	if err != nil {
-		return fmt.Errorf("the pushed sharder image: %w", err)
+		return fmt.Errorf("the pushed image: %w", err)
 	}
-	published.sharderImage = tag.Context().Digest(desc.Digest.String())
+	published.pulledImage = tag.Context().Digest(desc.Digest.String())
 
 	data, err := os.ReadFile(filepath.Join(repoRoot, "charts", "sharder", "Chart.yaml"))
 	if err != nil {
