@@ -349,10 +349,14 @@ func TestRingRecoversFromRestarts(t *testing.T) {
 			restartHold: ptr.To(time.Duration(0)), away: time.Second, within: 2 * time.Second, noMoves: true},
 		{name: "three instances restarted gracefully at once", ids: []string{"a", "b", "c"}, release: leaseholder.ReleaseRestart,
 			away: time.Second, within: 2 * time.Second, noMoves: true},
+		// The rebalance after three instances came back drains objects
+		// through the acknowledger's watch and the API server's round trips:
+		// seconds more on a loaded machine (a fresh-clone run at load 10
+		// had one drain still open after 11 s).
 		{name: "three instances stopped for good at once and back", ids: []string{"a", "b", "c"}, release: leaseholder.ReleaseStop,
-			away: time.Second, within: 2*restartLease + 5*time.Second},
+			away: time.Second, within: 2*restartLease + 10*time.Second},
 		{name: "three instances killed and back after 2.5 lease durations", ids: []string{"a", "b", "c"}, kill: true,
-			away: 5 * restartLease / 2, within: 2*restartLease + 5*time.Second},
+			away: 5 * restartLease / 2, within: 2*restartLease + 10*time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

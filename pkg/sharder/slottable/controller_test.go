@@ -83,13 +83,19 @@ func TestGrantReleaseAcknowledge(t *testing.T) {
 	g.Expect(len(writes)-initial).To(BeNumerically("<=", 4), "writes for one new instance and three acknowledgements")
 
 	// The metrics: 16 slots moved on acknowledgements, each with its time
-	// from release to grant; each instance's slots as the table says.
-	g.Expect(testutil.ToFloat64(metrics.SlotMovesTotal.WithLabelValues(ring.Name, metrics.SlotMoveRelease))).To(BeEquivalentTo(16))
+	// from release to grant; each instance's slots as the table says. The
+	// controller records them once its write returned, which may be a
+	// moment after the table is seen.
+	g.Eventually(func() float64 {
+		return testutil.ToFloat64(metrics.SlotMovesTotal.WithLabelValues(ring.Name, metrics.SlotMoveRelease))
+	}).Should(BeEquivalentTo(16))
 	g.Expect(testutil.ToFloat64(metrics.SlotMovesTotal.WithLabelValues(ring.Name, metrics.SlotMoveGone))).To(BeZero())
 	g.Expect(histogramCount(g, ring.Name)).To(BeEquivalentTo(16))
-	for id, h := range holdings(final) {
-		g.Expect(testutil.ToFloat64(metrics.Slots.WithLabelValues(ring.Name, id))).To(BeEquivalentTo(h.granted+h.releasing), id)
-	}
+	g.Eventually(func(g Gomega) {
+		for id, h := range holdings(final) {
+			g.Expect(testutil.ToFloat64(metrics.Slots.WithLabelValues(ring.Name, id))).To(BeEquivalentTo(h.granted+h.releasing), id)
+		}
+	}).Should(Succeed())
 
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
 	g.Eventually(func() error {
@@ -117,7 +123,9 @@ func TestDeadInstance(t *testing.T) {
 	g.Eventually(tableOf(ring)).Should(Satisfy(balanced("a", "b")))
 	g.Eventually(func() int { return len(s.successful()) }).Should(Equal(before+1), "one write grants a dead instance's slots")
 	writes := s.successful()
-	g.Expect(testutil.ToFloat64(metrics.SlotMovesTotal.WithLabelValues(ring.Name, metrics.SlotMoveGone))).To(BeNumerically(">=", 21), "c's slots, a third of 64")
+	g.Eventually(func() float64 {
+		return testutil.ToFloat64(metrics.SlotMovesTotal.WithLabelValues(ring.Name, metrics.SlotMoveGone))
+	}).Should(BeNumerically(">=", 21), "c's slots, a third of 64")
 
 	// The sharder held the Lease while the slots moved (a takeover counts a
 	// transition), and released it after.
@@ -263,7 +271,7 @@ func TestFence(t *testing.T) {
 		HaveField("Spec.LeaseDurationSeconds", Equal(ptr.To(int32(4)))),
 	))
 	taken := must(fixture.GetLease(env().Client, ns, "b")()).Spec.AcquireTime.Time
-	g.Expect(testutil.ToFloat64(metrics.SlotFencesTotal.WithLabelValues(ring.Name))).To(BeEquivalentTo(1))
+	g.Eventually(func() float64 { return testutil.ToFloat64(metrics.SlotFencesTotal.WithLabelValues(ring.Name)) }).Should(BeEquivalentTo(1))
 	g.Eventually(tableOf(ring)).Should(Satisfy(balanced("a", "c")))
 	for _, w := range s.successful() {
 		if t, err := slots.FromStatus(64, w.table); err == nil && len(holders(t)) == 2 && holders(t)[0] == "a" && holders(t)[1] == "c" {
