@@ -136,6 +136,19 @@ func SetRingInfo(ring string, acknowledged bool) {
 	}
 	RingInfo.WithLabelValues(ring, value).Set(1)
 	RingInfo.DeleteLabelValues(ring, other)
+	initCounters(ring)
+}
+
+// initCounters creates the ring's counter series at 0 before anything is
+// counted. Prometheus's increase() and rate() see a series only from its
+// first sample, so a counter born at its first event would hide that event:
+// a ring's first forced moves would never fire SharderForcedMoves.
+func initCounters(ring string) {
+	for _, reason := range []string{MoveRebalance, MoveDead, MoveForced} {
+		MovesTotal.WithLabelValues(ring, reason).Add(0)
+	}
+	AssignmentsTotal.WithLabelValues(ring).Add(0)
+	DrainsTotal.WithLabelValues(ring).Add(0)
 }
 
 // CountRingRebuild counts a build of ring in RingRebuildsTotal: the Built

@@ -80,3 +80,26 @@ func TestSetRingInfo(t *testing.T) {
 	ForgetRing("info-test")
 	g.Expect(testutil.CollectAndCount(RingInfo)).To(Equal(0))
 }
+
+// TestRingCountersStartAtZero checks that a ring's counters exist at 0 as
+// soon as the ring is known: Prometheus's increase() does not count the
+// first sample of a series, so a counter created by its first move would
+// hide that move from the alerts.
+func TestRingCountersStartAtZero(t *testing.T) {
+	g := NewWithT(t)
+	t.Cleanup(func() { ForgetRing("counters-test") })
+	SetRingInfo("counters-test", true)
+	for _, reason := range []string{MoveRebalance, MoveDead, MoveForced} {
+		g.Expect(testutil.ToFloat64(MovesTotal.WithLabelValues("counters-test", reason))).To(Equal(0.0))
+	}
+	g.Expect(testutil.CollectAndCount(MovesTotal)).To(Equal(3), "a series per reason before any move")
+	g.Expect(testutil.CollectAndCount(AssignmentsTotal)).To(Equal(1))
+	g.Expect(testutil.CollectAndCount(DrainsTotal)).To(Equal(1))
+
+	MovesTotal.WithLabelValues("counters-test", MoveForced).Inc()
+	SetRingInfo("counters-test", true)
+	g.Expect(testutil.ToFloat64(MovesTotal.WithLabelValues("counters-test", MoveForced))).To(Equal(1.0), "known again: nothing is reset")
+
+	ForgetRing("counters-test")
+	g.Expect(testutil.CollectAndCount(MovesTotal)).To(Equal(0))
+}
