@@ -79,6 +79,7 @@ func TestSharderChart(t *testing.T) {
 		{"an EtcdCluster of 3 runs real etcd", testRealEtcd},
 		{"an EtcdCluster with TLS and auth forms while its instance is killed", testRealEtcdTLS},
 		{"an EtcdCluster backed up and restored through an S3 store", testBackupRestore},
+		{"etcd operator in slot mode rolls without writing an object", testEtcdOperatorSlots},
 		{"uninstall leaves nothing that rejects writes", testUninstall},
 	}
 	for _, s := range steps {

@@ -153,6 +153,9 @@ type slotMode struct {
 	// latest is the newest table the ring's watch delivered, not yet
 	// applied when newer than the record.
 	latest *slots.Table
+	// gained are the slots the record gained since the cache last
+	// followed it (followCache).
+	gained map[int]bool
 
 	// acked is the revision last acknowledged on the Lease by this
 	// process; only the table loop touches it.
@@ -170,6 +173,7 @@ func newSlotMode(i *Instance, sc *slotcache.Cache, c client.WithWatch) *slotMode
 		client:    c,
 		log:       i.log.WithValues("mode", "Slots"),
 		runs:      map[int]map[uint64]*slotRun{},
+		gained:    map[int]bool{},
 		tables:    make(chan struct{}, 1),
 		cacheWant: make(chan struct{}, 1),
 		failed:    make(chan error, 1),
@@ -311,6 +315,9 @@ func (s *slotMode) applyLatest(ctx context.Context) {
 		return
 	}
 	s.record = next
+	for _, slot := range gained {
+		s.gained[slot] = true
+	}
 	var waits []*slotRun
 	for _, slot := range lost {
 		for _, r := range s.runs[slot] {
@@ -370,6 +377,14 @@ func (s *slotMode) acknowledge(ctx context.Context, revision int64) {
 // followCache makes the cache watch the record's slots whenever asked,
 // until ctx ends. The record, not the cache, admits reconciles: the cache
 // may be behind the record for as long as a switch takes.
+//
+// A slot the record let go of and gained again before the cache let go of
+// it (a release withdrawn, or a slot granted back, while the cache was
+// still switching or not yet asked to drop it) stays in the cache: SetSlots
+// tells the handlers nothing of its objects, whose requests the record
+// refused meanwhile (changes, and the reconciles its release cancelled).
+// Their objects are told to the handlers again (Retell) once the record
+// holds the slot, so that the instance reconciles them.
 func (s *slotMode) followCache(ctx context.Context) {
 	for {
 		select {
@@ -377,9 +392,35 @@ func (s *slotMode) followCache(ctx context.Context) {
 			return
 		case <-s.cacheWant:
 		}
-		held := s.Record().Slots
+		s.mu.Lock()
+		held := slices.Clone(s.record.Slots)
+		gained := s.gained
+		s.gained = map[int]bool{}
+		s.mu.Unlock()
+		// The slots gained that the cache serves already (only followCache
+		// changes them) are told again, before the switch, which may take
+		// long.
+		var regained []int
+		for _, slot := range s.cache.Slots() {
+			if _, holds := slices.BinarySearch(held, slot); holds && gained[slot] {
+				regained = append(regained, slot)
+			}
+		}
 		switchCtx, cancel := context.WithTimeout(ctx, cacheSwitchTimeout)
-		err := s.cache.SetSlots(switchCtx, held)
+		var err error
+		if len(regained) > 0 {
+			if err = s.cache.Retell(switchCtx, regained); err != nil {
+				s.mu.Lock()
+				for _, slot := range regained {
+					s.gained[slot] = true
+				}
+				s.mu.Unlock()
+			} else {
+				s.log.Info("Slots taken up again before the cache let go of them: their objects are requested again",
+					"slots", slots.FormatList(regained))
+			}
+		}
+		err = errors.Join(err, s.cache.SetSlots(switchCtx, held))
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -143,6 +145,13 @@ func startSlotInstance(t *testing.T, ns, id string, hook func(ctx context.Contex
 // Lease is no failure and the manager's end is reported on done.
 func startSlotInstanceLosing(t *testing.T, ns, id string, hook func(ctx context.Context, req reconcile.Request), mayLose bool) *slotInstance {
 	t.Helper()
+	return startSlotInstanceWith(t, nil, ns, id, hook, mayLose)
+}
+
+// startSlotInstanceWith is startSlotInstanceLosing with the instance's
+// manager on cfg (the admin config when nil).
+func startSlotInstanceWith(t *testing.T, cfg *rest.Config, ns, id string, hook func(ctx context.Context, req reconcile.Request), mayLose bool) *slotInstance {
+	t.Helper()
 	si := &slotInstance{done: make(chan error, 1)}
 	// Released: the instance acquires it at once.
 	lease := fixture.InstanceLease(ns, ns, id, time.Now().Add(-time.Minute), 3*time.Second, fixture.Released)
@@ -152,7 +161,7 @@ func startSlotInstanceLosing(t *testing.T, ns, id string, hook func(ctx context.
 	mgrOpts.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}
 	mgrOpts.NewCache = instance.SlotCache(ns, &corev1.ConfigMap{})
 	mgrOpts.Logger = ctrl.Log.WithName(id)
-	mgr := env().NewManager(t, nil, mgrOpts)
+	mgr := env().NewManager(t, cfg, mgrOpts)
 	inst, err := instance.Setup(mgr, instance.Options{
 		Ring:           ns,
 		LeaseNamespace: ns,
@@ -335,6 +344,129 @@ func TestSlotModeRelease(t *testing.T) {
 	g.Consistently(si.rec.runsOf("other"), 500*time.Millisecond).Should(Equal(runs))
 	// Nothing more to acknowledge.
 	g.Expect(acknowledged(ns, id)()).To(Equal(slots.FormatAcknowledgement(uid, 2)))
+}
+
+// selectorValve stalls, while shut, the reads of one connection to the API
+// server whose label selector is selector: the list, or the watch that
+// streams the initial list, of a new watch group's cache, as a list that
+// takes long on a loaded API server would. Every other request passes.
+type selectorValve struct {
+	selector string
+	mu       sync.Mutex
+	flowing  chan struct{} // closed while the valve is open
+	stalled  int           // requests that met the valve shut
+}
+
+func newSelectorValve(selector string) *selectorValve {
+	v := &selectorValve{selector: selector, flowing: make(chan struct{})}
+	close(v.flowing)
+	return v
+}
+
+func (v *selectorValve) shut() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	select {
+	case <-v.flowing:
+		v.flowing = make(chan struct{})
+	default:
+	}
+}
+
+func (v *selectorValve) open() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	select {
+	case <-v.flowing:
+	default:
+		close(v.flowing)
+	}
+}
+
+// held returns how many requests met the valve shut.
+func (v *selectorValve) held() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.stalled
+}
+
+// wrap is a rest.Config WrapTransport.
+func (v *selectorValve) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(req *http.Request) (*http.Response, error) {
+		q := req.URL.Query()
+		if req.Method != http.MethodGet || q.Get("labelSelector") != v.selector {
+			return rt.RoundTrip(req)
+		}
+		v.mu.Lock()
+		flowing := v.flowing
+		select {
+		case <-flowing:
+		default:
+			v.stalled++
+		}
+		v.mu.Unlock()
+		select {
+		case <-flowing:
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+// TestSlotModeSlotBackBeforeTheCacheLetGo: the table releases a slot and
+// then gives it back to the instance (a withdrawn release) before the
+// instance's cache let go of the slot: the cache is busy switching to a slot
+// granted just before, whose first list is slow (stalled here). A change of
+// one of the slot's objects made while the slot was away was requested and
+// not admitted; once the slot is back, the object is reconciled by the
+// instance, although it never left the cache and does not change again.
+func TestSlotModeSlotBackBeforeTheCacheLetGo(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	createSlotRing(t, ns)
+	const id = "i-0"
+	away := createSlotConfigMap(t, ns, ns, "away", 0)
+	createSlotConfigMap(t, ns, ns, "kept", 1)
+	createSlotConfigMap(t, ns, ns, "new", 2)
+
+	// slotCount is 8: one slot per watch group, so slot 2's group has a
+	// selector of its own.
+	valve := newSelectorValve(v1alpha1.SlotLabel(ns) + " in (2)")
+	cfg := rest.CopyConfig(env().Config)
+	cfg.Wrap(valve.wrap)
+	t.Cleanup(valve.open) // before the instance stops
+	writeTable(g, ns, table(1, map[int]slots.Slot{0: granted(id), 1: granted(id), 2: granted("other")}))
+	si := startSlotInstanceWith(t, cfg, ns, id, nil, false)
+	g.Eventually(si.rec.runsOf("away"), 20*time.Second).Should(BeNumerically(">=", 1))
+	g.Eventually(si.rec.runsOf("kept")).Should(BeNumerically(">=", 1))
+	uid := ringUID(g, ns)
+
+	// Revision 2 grants slot 2: the cache's switch to it waits for the
+	// group's list, which the valve holds.
+	valve.shut()
+	writeTable(g, ns, table(2, map[int]slots.Slot{0: granted(id), 1: granted(id), 2: granted(id)}))
+	g.Eventually(valve.held, 10*time.Second).Should(BeNumerically(">=", 1))
+
+	// Revision 3 releases slot 0; the instance lets go of it in its record
+	// and acknowledges, while its cache still holds the slot's objects.
+	writeTable(g, ns, table(3, map[int]slots.Slot{0: releasing(id, 3), 1: granted(id), 2: granted(id)}))
+	g.Eventually(acknowledged(ns, id), 10*time.Second).Should(Equal(slots.FormatAcknowledgement(uid, 3)))
+	g.Expect(si.record()).To(Equal(slots.Record{Revision: 3, Slots: []int{1, 2}}))
+	runs, requests := si.rec.runsOf("away")(), si.rec.requestsOf("away")
+	touchSlot(g, away)
+	g.Eventually(func() int { return si.rec.requestsOf("away") }, 10*time.Second).Should(BeNumerically(">", requests))
+	g.Expect(si.rec.runsOf("away")()).To(Equal(runs), "no reconcile while the slot is away")
+
+	// Revision 4 gives slot 0 back (to the instance, a withdrawn release
+	// and a new grant are the same), then the switch to slot 2 goes on.
+	writeTable(g, ns, table(4, map[int]slots.Slot{0: granted(id), 1: granted(id), 2: granted(id)}))
+	g.Eventually(si.record, 10*time.Second).Should(Equal(slots.Record{Revision: 4, Slots: []int{0, 1, 2}}))
+	valve.open()
+	g.Eventually(si.rec.runsOf("new"), 20*time.Second).Should(BeNumerically(">=", 1))
+	g.Eventually(si.rec.runsOf("away"), 20*time.Second).Should(BeNumerically(">", runs),
+		"the change made while slot 0 was away is reconciled once the slot is back")
 }
 
 // TestSlotModeMismatch: a manager whose cache does not fit the ring's unit

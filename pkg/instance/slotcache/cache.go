@@ -483,6 +483,62 @@ func (c *Cache) Groups() []int {
 	return slices.Sorted(maps.Keys(c.groups))
 }
 
+// Slots returns the slots the cache serves, ascending: those of its
+// serving group caches (SetSlots changes them once a group's new cache
+// synced, so they may differ from the slots last asked for).
+func (c *Cache) Slots() []int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []int
+	for _, g := range c.groups {
+		out = append(out, g.slots...)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Retell tells every handler added to the informers of the ring kinds an
+// Add of each object of slots (any order; slots the cache does not serve
+// are ignored) that the serving group caches hold, whether or not the
+// handler was told of it already. SetSlots tells a handler of the objects of
+// a slot only when the slot joins a group's watch; an instance that let go
+// of a slot and took it up again before its cache let go of it (a release
+// withdrawn) dropped the requests of the slot's objects meanwhile, and
+// calls Retell so that they are requested again. Retell waits for a
+// SetSlots in progress, and does nothing before Start (the informers tell
+// their handlers everything when they start). The handlers may thus be told
+// of an object twice; reconciles are level-triggered.
+func (c *Cache) Retell(ctx context.Context, slots []int) error {
+	if len(slots) == 0 {
+		return nil
+	}
+	set := make(map[int]bool, len(slots))
+	for _, s := range slots {
+		set[s] = true
+	}
+	c.switching.Lock()
+	defer c.switching.Unlock()
+	groups, started := c.serving()
+	if !started {
+		return nil
+	}
+	c.mu.RLock()
+	fans := slices.Collect(maps.Values(c.fans))
+	c.mu.RUnlock()
+	var errs []error
+	for _, g := range groups {
+		if !slices.ContainsFunc(g.slots, func(s int) bool { return set[s] }) {
+			continue
+		}
+		for _, f := range fans {
+			if err := f.retell(ctx, g, set); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // RunningCaches returns the number of underlying group caches running:
 // one per group served, plus those syncing to replace one, until they
 // switched. The plain cache is not counted.

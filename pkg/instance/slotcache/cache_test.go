@@ -304,6 +304,47 @@ func TestSlotChanges(t *testing.T) {
 	g.Expect(ev.deletes()).To(Equal([]string{"s5-a"}))
 }
 
+// TestRetell: Retell tells every handler an Add of each object of the
+// slots asked for that the cache serves, objects it was told of already,
+// and nothing of other slots or of slots not served; the handler's events
+// go on as before (a later change is one Update).
+func TestRetell(t *testing.T) {
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	for _, slot := range []int{0, 1, 5, 9} {
+		createConfigMap(t, ns, fmt.Sprintf("s%d", slot), slot)
+	}
+	c := newCache(t, ns)
+	g.Expect(c.Retell(context.Background(), []int{0})).To(Succeed(), "nothing to tell before Start")
+	g.Expect(c.SetSlots(context.Background(), []int{5, 0, 1})).To(Succeed())
+	ctx := start(t, c)
+	g.Expect(c.Slots()).To(Equal([]int{0, 1, 5}))
+
+	inf, err := c.GetInformer(ctx, &corev1.ConfigMap{})
+	g.Expect(err).NotTo(HaveOccurred())
+	ev := newEvents()
+	reg, err := inf.AddEventHandler(ev)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(reg.HasSynced).Should(BeTrue())
+	for _, name := range []string{"s0", "s1", "s5"} {
+		g.Eventually(func() int { return ev.count("add", name) }).Should(Equal(1), name)
+	}
+
+	g.Expect(c.Retell(ctx, []int{9, 5, 1})).To(Succeed())
+	g.Expect(ev.count("add", "s1")).To(Equal(2))
+	g.Expect(ev.count("add", "s5")).To(Equal(2))
+	g.Expect(ev.count("add", "s0")).To(Equal(1), "a slot not asked for")
+	g.Expect(ev.count("add", "s9")).To(BeZero(), "a slot not served")
+	g.Expect(ev.deletes()).To(BeEmpty())
+
+	updated := &corev1.ConfigMap{}
+	g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "s1"}, updated)).To(Succeed())
+	updated.Data = map[string]string{"k": "v"}
+	g.Expect(env().Client.Update(ctx, updated)).To(Succeed())
+	g.Eventually(func() int { return ev.count("update", "s1") }).Should(Equal(1))
+	g.Consistently(func() int { return ev.count("add", "s1") }, 300*time.Millisecond).Should(Equal(2))
+}
+
 // TestControllerAcrossGroupChanges: a controller-runtime controller on a
 // manager whose cache is the slot cache reconciles the objects of its
 // slots, keeps receiving events for objects created after its groups

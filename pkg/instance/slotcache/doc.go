@@ -51,6 +51,13 @@
 // controller-runtime, and cleanup on deletion rests on finalizers, which keep
 // an object until its controller removed them.
 //
+// The cache tells handlers of a slot's objects only when the slot joins a
+// group's watch. An instance whose record let go of a slot and took it up
+// again while the cache still watched it (a release withdrawn before the
+// cache let go) refused the requests of the slot's objects meanwhile: it
+// calls Retell, which tells every handler an Add of each object of the slot
+// again.
+//
 // To compute that difference, each handler keeps the key, UID and
 // resourceVersion of every object it was told of (tens of bytes per object
 // and handler). Events are at least once: around a switch, a handler may be

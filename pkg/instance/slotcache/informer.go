@@ -137,6 +137,28 @@ func (f *fan) handOver(old, next *group) {
 	}
 }
 
+// retell tells every handler an Add of each object of g's cache (a serving
+// one) whose slot is in set.
+func (f *fan) retell(ctx context.Context, g *group, set map[int]bool) error {
+	f.mu.Lock()
+	regs := make([]*registration, 0, len(f.regs))
+	for r := range f.regs {
+		regs = append(regs, r)
+	}
+	f.mu.Unlock()
+	if len(regs) == 0 {
+		return nil
+	}
+	snapshot, err := f.contents(ctx, g)
+	if err != nil {
+		return fmt.Errorf("slotcache: listing %s in %s: %w", f.key.gvk, g, err)
+	}
+	for _, r := range regs {
+		r.retell(g, snapshot, set)
+	}
+	return nil
+}
+
 // contents lists the fan's objects in g's cache.
 func (f *fan) contents(ctx context.Context, g *group) ([]client.Object, error) {
 	list, err := f.c.list(f.key)
@@ -452,6 +474,31 @@ func (r *registration) handOver(ctx context.Context, num int, old, next *group, 
 	}
 	if len(m) == 0 {
 		delete(r.delivered, num)
+	}
+}
+
+// retell tells the handler an Add of each object of snapshot (g's
+// contents) whose slot is in set, and records it as told by g unless g told
+// it live already (of this state or a newer one).
+func (r *registration) retell(g *group, snapshot []client.Object, set map[int]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.removed {
+		return
+	}
+	m := r.group(g.num)
+	for _, obj := range snapshot {
+		d, ok := r.f.c.describe(obj)
+		if !ok || !set[d.slot] {
+			continue
+		}
+		if s, had := m[d.key]; !had || s.src != g || s.uid != d.uid {
+			m[d.key] = d.seen(g)
+		}
+		r.handler.OnAdd(obj, false)
+	}
+	if len(m) == 0 {
+		delete(r.delivered, g.num)
 	}
 }
 
