@@ -65,6 +65,10 @@ OPERATOR_IMAGE := ghcr.io/sharder-dev/etcd-operator:$(IMAGE_TAG)
 # The end-to-end suite's controller that knows nothing of sharder beyond a
 # label selector, run beside `sharder agent` (e2e/plaincontroller/config).
 PLAIN_CONTROLLER_IMAGE := ghcr.io/sharder-dev/plaincontroller:$(IMAGE_TAG)
+# A controller in POSIX shell around kubectl, run beside the agent
+# (examples/shell-controller): busybox (Debian's busybox-static, fetched with
+# apt-get by hack/busybox.sh into bin/images/), a static kubectl and the script.
+SHELL_CONTROLLER_IMAGE := ghcr.io/sharder-dev/shell-controller:$(IMAGE_TAG)
 # For the local cluster: its sandbox image, and etcd under the example
 # operator's default repository, so that EtcdClusters find it.
 PAUSE_IMAGE := ghcr.io/sharder-dev/pause:1.0
@@ -120,7 +124,7 @@ build: ## Build the sharder binary into bin/.
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/sharder ./cmd/sharder
 
 .PHONY: images
-images: $(VERSITYGW) ## Build the sharder and example operator images for PLATFORMS (an OCI index each, bin/images/oci/), and those and the local cluster's plain controller, pause, etcd (current and previous minor) and S3 store images for this machine's architecture into bin/images/*.tar (cross-compiled from any OS; no container engine needed).
+images: $(VERSITYGW) ## Build the sharder and example operator images for PLATFORMS (an OCI index each, bin/images/oci/), and those and the local cluster's plain controller, shell controller, pause, etcd (current and previous minor) and S3 store images for this machine's architecture into bin/images/*.tar (cross-compiled from any OS, but for the shell controller's, which needs Linux and apt-get; no container engine needed).
 	$(GO) build -o $(IMAGETOOL) ./hack/images
 	@# Static Linux binaries, cross-compiled; go build leaves an up-to-date one untouched.
 	for platform in $(IMAGE_PLATFORMS); do \
@@ -131,6 +135,7 @@ images: $(VERSITYGW) ## Build the sharder and example operator images for PLATFO
 	done
 	export GOOS=linux GOARCH=$(HOST_ARCH) CGO_ENABLED=0; \
 	$(GO) build -trimpath -ldflags '-s -w' -o $(HOST_BINARIES)/plaincontroller ./e2e/plaincontroller; \
+	(cd hack/tools && $(GO) build -trimpath -ldflags '-s -w' -o $(HOST_BINARIES)/kubectl k8s.io/kubernetes/cmd/kubectl); \
 	$(GO) build -trimpath -ldflags '-s -w' -o $(HOST_BINARIES)/pause ./hack/pause; \
 	(cd hack/tools && $(GO) build -trimpath -ldflags '-s -w' -o $(HOST_BINARIES)/etcd ./cmd/etcd); \
 	(cd hack/tools/etcd35 && $(GO) build -trimpath -ldflags '-s -w' -o $(HOST_BINARIES)/etcd-previous .)
@@ -147,6 +152,13 @@ images: $(VERSITYGW) ## Build the sharder and example operator images for PLATFO
 	$(IMAGETOOL) pack $(call image_binaries,sharder) --path /sharder --cmd run --ref $(SHARDER_IMAGE) --output $(IMAGES)/sharder.tar --layout $(IMAGES)/oci/sharder
 	$(IMAGETOOL) pack $(call image_binaries,etcd-operator) --path /etcd-operator --ref $(OPERATOR_IMAGE) --output $(IMAGES)/etcd-operator.tar --layout $(IMAGES)/oci/etcd-operator
 	$(IMAGETOOL) pack --binary $(HOST_BINARIES)/plaincontroller --path /plaincontroller --ref $(PLAIN_CONTROLLER_IMAGE) --output $(IMAGES)/plaincontroller.tar
+	@# Its busybox comes from a Debian package: on Linux only (like the cluster that runs it).
+	if [ "$$($(GO) env GOOS)" = linux ]; then \
+		hack/busybox.sh $(HOST_BINARIES)/busybox $(HOST_ARCH); \
+		$(IMAGETOOL) pack --binary $(HOST_BINARIES)/busybox --path /bin/sh \
+			--layer /usr/local/bin/kubectl=$(HOST_BINARIES)/kubectl --layer /usr/local/bin/controller.sh=examples/shell-controller/controller.sh \
+			--entrypoint /usr/local/bin/controller.sh --ref $(SHELL_CONTROLLER_IMAGE) --output $(IMAGES)/shell-controller.tar; \
+	fi
 	$(IMAGETOOL) pack --binary $(HOST_BINARIES)/pause --path /pause --ref $(PAUSE_IMAGE) --output $(IMAGES)/pause.tar
 	@# etcd runs as root, as the upstream image does: its data volume is root's.
 	$(IMAGETOOL) pack --binary $(HOST_BINARIES)/etcd --path /usr/local/bin/etcd --user '' --ref $(ETCD_IMAGE) --output $(IMAGES)/etcd.tar

@@ -39,8 +39,8 @@ func makeVariables(t *testing.T) map[string]string {
 
 // TestImageReferencesAgree checks that the Makefile (make images), the chart,
 // the kustomizations, the Dockerfiles and the docs name the sharder's, the
-// example operator's and the plain controller's images by one reference: the
-// chart's appVersion.
+// example operator's, the plain controller's and the shell controller's
+// images by one reference: the chart's appVersion.
 func TestImageReferencesAgree(t *testing.T) {
 	g := NewWithT(t)
 	vars := makeVariables(t)
@@ -48,6 +48,8 @@ func TestImageReferencesAgree(t *testing.T) {
 	g.Expect(sharderImage).To(HavePrefix("ghcr.io/sharder-dev/sharder:"), "Makefile SHARDER_IMAGE")
 	g.Expect(operatorImage).To(HavePrefix("ghcr.io/sharder-dev/etcd-operator:"), "Makefile OPERATOR_IMAGE")
 	g.Expect(plainImage).To(HavePrefix("ghcr.io/sharder-dev/plaincontroller:"), "Makefile PLAIN_CONTROLLER_IMAGE")
+	shellImage := vars["SHELL_CONTROLLER_IMAGE"]
+	g.Expect(shellImage).To(HavePrefix("ghcr.io/sharder-dev/shell-controller:"), "Makefile SHELL_CONTROLLER_IMAGE")
 
 	// The chart: its image is <repository>:<tag or appVersion>.
 	var chart struct {
@@ -72,10 +74,11 @@ func TestImageReferencesAgree(t *testing.T) {
 	g.Expect(containerImages(t, "default")).To(ConsistOf(sharderImage), "config/default")
 	g.Expect(containerImages(t, "../examples/etcd-operator/config")).To(ConsistOf(operatorImage), "examples/etcd-operator/config")
 	g.Expect(containerImages(t, "../e2e/plaincontroller/config")).To(ConsistOf(sharderImage, plainImage), "e2e/plaincontroller/config")
+	g.Expect(containerImages(t, "../examples/shell-controller/config")).To(ConsistOf(sharderImage, shellImage), "examples/shell-controller/config")
 
 	// Every mention in the docs, READMEs and Dockerfiles.
-	mention := regexp.MustCompile(`ghcr\.io/sharder-dev/(sharder|etcd-operator|plaincontroller):[^\s"'` + "`" + `)]+`)
-	want := map[string]string{"sharder": sharderImage, "etcd-operator": operatorImage, "plaincontroller": plainImage}
+	mention := regexp.MustCompile(`ghcr\.io/sharder-dev/(sharder|etcd-operator|plaincontroller|shell-controller):[^\s"'` + "`" + `)]+`)
+	want := map[string]string{"sharder": sharderImage, "etcd-operator": operatorImage, "plaincontroller": plainImage, "shell-controller": shellImage}
 	found := 0
 	err := filepath.WalkDir(repoRoot, func(path string, d os.DirEntry, err error) error {
 		if err != nil {

@@ -182,6 +182,50 @@ func TestPlainControllerExample(t *testing.T) {
 	g.Expect(string(out)).To(ContainSubstring("statefulset.apps/" + sts.Name + " serverside-applied (server dry run)"))
 }
 
+// TestShellControllerExample: examples/shell-controller/config, a controller
+// in POSIX shell run with `sharder agent`, is accepted by the API server; its
+// pods run the agent as a native sidecar holding the Lease of the instance
+// named after the pod, asking the script's health endpoint, and the script
+// is told its ring and its instance ID.
+func TestShellControllerExample(t *testing.T) {
+	g := NewWithT(t)
+	manifests, objs := build(t, "../examples/shell-controller/config")
+	var sts appsv1.StatefulSet
+	var ring, leaseNamespace string
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ControllerRing":
+			ring = o.GetName()
+			leaseNamespace, _, _ = unstructured.NestedString(o.Object, "spec", "leaseNamespace")
+		case "StatefulSet":
+			data, err := yaml.Marshal(o.Object)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(yaml.Unmarshal(data, &sts)).To(Succeed())
+		}
+	}
+	g.Expect(ring).NotTo(BeEmpty(), "the example declares its ring")
+	g.Expect(sts.Namespace).To(Equal(leaseNamespace), "the instances run where their Leases are")
+	pod := sts.Spec.Template.Spec
+	g.Expect(pod.InitContainers).To(HaveLen(1))
+	agent := pod.InitContainers[0]
+	g.Expect(agent.RestartPolicy).To(HaveValue(Equal(corev1.ContainerRestartPolicyAlways)), "a native sidecar")
+	g.Expect(agent.Args).To(ContainElements("agent", "--ring="+ring, "--lease-namespace="+leaseNamespace,
+		"--health-url=http://localhost:8081/healthz", "--health-probe-bind-address=:8082"))
+	g.Expect(agent.Env).To(ContainElements(HaveField("Name", "POD_NAME"), HaveField("Name", "POD_UID")))
+	g.Expect(pod.Containers).To(HaveLen(1))
+	controller := pod.Containers[0]
+	g.Expect(controller.Args).To(ContainElements("--ring="+ring, "--health-address=8081"))
+	g.Expect(controller.Env).To(ContainElement(HaveField("Name", "POD_NAME")), "the script's instance ID")
+	g.Expect(controller.VolumeMounts).To(ContainElement(HaveField("MountPath", "/tmp")), "the script writes under /tmp; the root file system is read-only")
+
+	for _, ns := range []string{"shell-controller-system", "shell-controller-objects"} {
+		ensureNamespace(t, ns)
+	}
+	out := kubectl(t, manifests, "apply", "--server-side", "--dry-run=server", "--field-manager=test", "-f", "-")
+	g.Expect(string(out)).To(ContainSubstring("controllerring.sharder.dev/" + ring + " serverside-applied (server dry run)"))
+	g.Expect(string(out)).To(ContainSubstring("statefulset.apps/" + sts.Name + " serverside-applied (server dry run)"))
+}
+
 // TestRingResourceWithoutGroup: a ring written in YAML names a core
 // resource without its (optional) group. The API server accepts it, and
 // still refuses a resource listed twice, with or without the group.

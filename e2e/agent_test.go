@@ -161,7 +161,15 @@ func (e *ringEnv) launchPlainInstance(id string, agentArgs ...string) (controlle
 	})
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
 	e.procs.Add(controller)
-	agent, err = cluster.Start(localrun.ProcessOptions{
+	return controller, e.launchAgent(id, controller, health, agentArgs...)
+}
+
+// launchAgent starts `sharder agent` for instance id, asking the health
+// endpoint of controller at health (host:port), and records both as the
+// instance.
+func (e *ringEnv) launchAgent(id string, controller *localrun.Process, health string, agentArgs ...string) *localrun.Process {
+	e.t.Helper()
+	agent, err := cluster.Start(localrun.ProcessOptions{
 		Name: e.ring + "-" + id + "-agent", Path: cluster.Binaries.Sharder,
 		Args: append([]string{"agent",
 			"--kubeconfig", e.instanceUser.Kubeconfig,
@@ -180,7 +188,7 @@ func (e *ringEnv) launchPlainInstance(id string, agentArgs ...string) (controlle
 	e.instances[id] = controller
 	e.agents[id] = agent
 	e.mu.Unlock()
-	return controller, agent
+	return agent
 }
 
 // agent returns the agent beside instance id.

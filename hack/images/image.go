@@ -59,6 +59,25 @@ type Spec struct {
 	Cmd []string
 	// Labels are added to the default labels (title, source, version).
 	Labels map[string]string
+	// Layers are more layers, in order, above the binary's, the same in
+	// every platform's image. Default: none.
+	Layers []Layer
+	// Entrypoint is the image's entrypoint. Default: Path alone.
+	Entrypoint []string
+}
+
+// Layer is one more layer of an image: files copied into it.
+type Layer struct {
+	Files []LayerFile
+}
+
+// LayerFile is a file of a Layer.
+type LayerFile struct {
+	// Path is the file's absolute path in the image.
+	Path string
+	// Source is the file to copy. Its mode in the image is 0755 if it is
+	// executable by anyone, else 0644; the file's owner is root.
+	Source string
 }
 
 // Binary is the program built for one platform.
@@ -101,6 +120,16 @@ func build(spec Spec, kind layerKind) ([]PlatformImage, name.Tag, error) {
 	tag, err := name.NewTag(spec.Ref, name.StrictValidation)
 	if err != nil {
 		return nil, name.Tag{}, fmt.Errorf("image reference %q (a tag is required): %w", spec.Ref, err)
+	}
+	for _, l := range spec.Layers {
+		if len(l.Files) == 0 {
+			return nil, name.Tag{}, errors.New("a layer without files")
+		}
+		for _, f := range l.Files {
+			if !path.IsAbs(f.Path) || strings.HasSuffix(f.Path, "/") {
+				return nil, name.Tag{}, fmt.Errorf("path in the image %q: want an absolute file path", f.Path)
+			}
+		}
 	}
 	seen := map[string]bool{}
 	images := make([]PlatformImage, 0, len(spec.Binaries))
@@ -150,6 +179,11 @@ func buildOne(spec Spec, tag name.Tag, b Binary, kind layerKind) (v1.Image, erro
 	if err != nil {
 		return nil, err
 	}
+	for _, l := range spec.Layers {
+		if img, err = appendLayer(img, l, kind); err != nil {
+			return nil, err
+		}
+	}
 	cfg, err := img.ConfigFile()
 	if err != nil {
 		return nil, err
@@ -159,8 +193,12 @@ func buildOne(spec Spec, tag name.Tag, b Binary, kind layerKind) (v1.Image, erro
 	cfg.Variant = b.Platform.Variant
 	cfg.OS = b.Platform.OS
 	cfg.Created = v1.Time{Time: epoch}
+	entrypoint := spec.Entrypoint
+	if len(entrypoint) == 0 {
+		entrypoint = []string{spec.Path}
+	}
 	cfg.Config = v1.Config{
-		Entrypoint: []string{spec.Path},
+		Entrypoint: entrypoint,
 		Cmd:        spec.Cmd,
 		User:       spec.User,
 		WorkingDir: "/",
@@ -175,6 +213,49 @@ func buildOne(spec Spec, tag name.Tag, b Binary, kind layerKind) (v1.Image, erro
 		cfg.Config.Labels[k] = v
 	}
 	return mutate.ConfigFile(img, cfg)
+}
+
+// appendLayer adds the files of l to img as one layer.
+func appendLayer(img v1.Image, l Layer, kind layerKind) (v1.Image, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	w := newTreeWriter(tw)
+	var names []string
+	for _, f := range l.Files {
+		info, err := os.Stat(f.Source)
+		if err != nil {
+			return nil, err
+		}
+		if !info.Mode().IsRegular() {
+			return nil, fmt.Errorf("%s: not a regular file", f.Source)
+		}
+		content, err := os.ReadFile(f.Source)
+		if err != nil {
+			return nil, err
+		}
+		mode := int64(0o644)
+		if info.Mode().Perm()&0o111 != 0 {
+			mode = 0o755
+		}
+		if err := w.file(strings.TrimPrefix(f.Path, "/"), mode, content); err != nil {
+			return nil, fmt.Errorf("writing the layer: %w", err)
+		}
+		names = append(names, path.Base(f.Path))
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	layer, err := newLayer(buf.Bytes(), kind)
+	if err != nil {
+		return nil, err
+	}
+	return mutate.Append(img, mutate.Addendum{
+		Layer: layer,
+		History: v1.History{
+			Created:   v1.Time{Time: epoch},
+			CreatedBy: "hack/images: " + strings.Join(names, " "),
+		},
+	})
 }
 
 // newLayer returns the layer of the root file system fs, stored as kind
@@ -284,30 +365,8 @@ func checkExecutable(file string, platform v1.Platform) error {
 func rootFS(binPath string, bin []byte) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	dirs := map[string]bool{}
-	dir := func(p string, mode int64, uid int) error {
-		if dirs[p] {
-			return nil
-		}
-		dirs[p] = true
-		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: p + "/", Mode: mode, Uid: uid, Gid: uid, ModTime: epoch, Format: tar.FormatPAX})
-	}
-	file := func(p string, mode int64, content []byte) error {
-		// Parent folders first, root-owned, in order.
-		parts := strings.Split(path.Dir(p), "/")
-		for i := range parts {
-			if parent := strings.Join(parts[:i+1], "/"); parent != "" {
-				if err := dir(parent, 0o755, 0); err != nil {
-					return err
-				}
-			}
-		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: p, Mode: mode, Size: int64(len(content)), ModTime: epoch, Format: tar.FormatPAX}); err != nil {
-			return err
-		}
-		_, err := tw.Write(content)
-		return err
-	}
+	w := newTreeWriter(tw)
+	dir, file := w.dir, w.file
 	steps := []func() error{
 		func() error { return file("etc/passwd", 0o644, []byte(passwd)) },
 		func() error { return file("etc/group", 0o644, []byte(group)) },
@@ -325,4 +384,41 @@ func rootFS(binPath string, bin []byte) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// treeWriter writes folders and files into a layer, every entry with fixed
+// times, each folder once.
+type treeWriter struct {
+	tw   *tar.Writer
+	dirs map[string]bool
+}
+
+func newTreeWriter(tw *tar.Writer) *treeWriter {
+	return &treeWriter{tw: tw, dirs: map[string]bool{}}
+}
+
+func (w *treeWriter) dir(p string, mode int64, uid int) error {
+	if w.dirs[p] {
+		return nil
+	}
+	w.dirs[p] = true
+	return w.tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: p + "/", Mode: mode, Uid: uid, Gid: uid, ModTime: epoch, Format: tar.FormatPAX})
+}
+
+// file writes a root-owned file, after its parent folders (root-owned, in
+// order) unless written already.
+func (w *treeWriter) file(p string, mode int64, content []byte) error {
+	parts := strings.Split(path.Dir(p), "/")
+	for i := range parts {
+		if parent := strings.Join(parts[:i+1], "/"); parent != "" {
+			if err := w.dir(parent, 0o755, 0); err != nil {
+				return err
+			}
+		}
+	}
+	if err := w.tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: p, Mode: mode, Size: int64(len(content)), ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+		return err
+	}
+	_, err := w.tw.Write(content)
+	return err
 }

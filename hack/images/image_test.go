@@ -95,6 +95,69 @@ func TestWriteImage(t *testing.T) {
 	g.Expect(written).To(BeTrue())
 }
 
+// TestWriteImageWithLayers: each of Spec.Layers is one more layer, in order,
+// with its files at their paths (executable or not, as the source is), and
+// Spec.Entrypoint replaces the binary as the entrypoint.
+func TestWriteImageWithLayers(t *testing.T) {
+	g := NewWithT(t)
+	bin := buildPause(t, runtime.GOARCH)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "run.sh")
+	g.Expect(os.WriteFile(script, []byte("#!/bin/sh\nexec /bin/sh \"$@\"\n"), 0o700)).To(Succeed())
+	notes := filepath.Join(dir, "notes")
+	g.Expect(os.WriteFile(notes, []byte("notes"), 0o600)).To(Succeed())
+	spec := Spec{
+		Binaries: []Binary{{Platform: hostPlatform(), File: bin}}, Path: "/bin/sh", Ref: "example.dev/shell:1.0", User: NonRootUser,
+		Layers: []Layer{
+			{Files: []LayerFile{{Path: "/usr/local/bin/run.sh", Source: script}}},
+			{Files: []LayerFile{{Path: "/usr/share/doc/notes", Source: notes}, {Path: "/usr/local/bin/tool", Source: bin}}},
+		},
+		Entrypoint: []string{"/usr/local/bin/run.sh"},
+	}
+	out := filepath.Join(t.TempDir(), "shell.tar")
+	written, err := WriteTarball(spec, hostPlatform(), out)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(written).To(BeTrue())
+
+	tag := name.MustParseReference("example.dev/shell:1.0").(name.Tag)
+	img, err := tarball.ImageFromPath(out, &tag)
+	g.Expect(err).NotTo(HaveOccurred())
+	cfg, err := img.ConfigFile()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cfg.Config.Entrypoint).To(Equal([]string{"/usr/local/bin/run.sh"}))
+	g.Expect(cfg.History).To(HaveLen(3))
+	g.Expect(cfg.History[2].CreatedBy).To(Equal("hack/images: notes tool"))
+	layers, err := img.Layers()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(layers).To(HaveLen(3))
+	entries := func(l v1.Layer) map[string]*tar.Header {
+		rc, err := l.Uncompressed()
+		g.Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = rc.Close() }()
+		files := map[string]*tar.Header{}
+		tr := tar.NewReader(rc)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				return files
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			files[h.Name] = h
+		}
+	}
+	g.Expect(entries(layers[0])).To(HaveKey("bin/sh"))
+	second := entries(layers[1])
+	g.Expect(second).To(HaveKey("usr/local/bin/"))
+	g.Expect(second).To(HaveKeyWithValue("usr/local/bin/run.sh", HaveField("Mode", int64(0o755))))
+	third := entries(layers[2])
+	g.Expect(third).To(HaveKeyWithValue("usr/share/doc/notes", HaveField("Mode", int64(0o644))))
+	g.Expect(third).To(HaveKeyWithValue("usr/local/bin/tool", HaveField("Size", BeNumerically(">", 0))))
+
+	_, _, err = Build(Spec{Binaries: spec.Binaries, Path: "/bin/sh", Ref: "example.dev/shell:1.0",
+		Layers: []Layer{{Files: []LayerFile{{Path: "relative", Source: script}}}}})
+	g.Expect(err).To(MatchError(ContainSubstring("want an absolute file path")))
+}
+
 var (
 	amd64 = v1.Platform{OS: "linux", Architecture: "amd64"}
 	arm64 = v1.Platform{OS: "linux", Architecture: "arm64"}

@@ -12,9 +12,11 @@
 //	  --ref ghcr.io/sharder-dev/sharder:0.1.0 \
 //	  --output bin/images/sharder.tar --layout bin/images/oci/sharder
 //
-// Each image has a single layer holding the binary, /etc/passwd and /etc/group
-// (root and nonroot, 65532), /tmp and the nonroot user's home; uncompressed in
-// the tarball, gzip-compressed in the layout. Content and timestamps are
+// Each image has a layer holding the binary, /etc/passwd and /etc/group
+// (root and nonroot, 65532), /tmp and the nonroot user's home, and one more
+// layer per --layer with the files it names (the shell controller's image
+// adds kubectl and its script to busybox this way); uncompressed in the
+// tarball, gzip-compressed in the layout. Content and timestamps are
 // fixed, so the same binary always gives the same image ID; an existing output
 // with the same IDs is left untouched.
 //
@@ -91,6 +93,19 @@ func pack(args []string) error {
 	fs.StringVar(&spec.Ref, "ref", "", "image reference, e.g. ghcr.io/sharder-dev/sharder:0.1.0 (required)")
 	fs.StringVar(&spec.User, "user", NonRootUser, "user[:group] the image runs as; empty for root")
 	cmd := fs.String("cmd", "", "comma-separated default arguments (the image's CMD)")
+	entrypoint := fs.String("entrypoint", "", "comma-separated entrypoint (default: --path)")
+	fs.Func("layer", "PATH=FILE[,PATH=FILE...]: one more layer, above the binary's, with each FILE at PATH in the image, in every platform's image (repeatable: a layer each, in order)", func(v string) error {
+		var l Layer
+		for _, entry := range strings.Split(v, ",") {
+			p, file, ok := strings.Cut(entry, "=")
+			if !ok || p == "" || file == "" {
+				return fmt.Errorf("layer entry %q: want PATH=FILE", entry)
+			}
+			l.Files = append(l.Files, LayerFile{Path: p, Source: file})
+		}
+		spec.Layers = append(spec.Layers, l)
+		return nil
+	})
 	labels := fs.String("labels", "", "comma-separated key=value image labels, added to the defaults")
 	output := fs.String("output", "", "the image tarball to write, with the image for "+hostPlatform().String())
 	dir := fs.String("layout", "", "the OCI image layout to write, with every platform's image")
@@ -98,6 +113,9 @@ func pack(args []string) error {
 
 	if *cmd != "" {
 		spec.Cmd = strings.Split(*cmd, ",")
+	}
+	if *entrypoint != "" {
+		spec.Entrypoint = strings.Split(*entrypoint, ",")
 	}
 	if *labels != "" {
 		spec.Labels = map[string]string{}
