@@ -244,6 +244,16 @@ test-compat: control-plane compat-control-plane $(HELM) $(PROMTOOL) $(GOTESTSUM)
 	KUBEBUILDER_ASSETS=$(COMPAT_CONTROL_PLANE) $(GOTESTSUM) --format testname --jsonfile $(BIN)/test-output-compat.json -- \
 		$(RACE) -count=1 -timeout $(TEST_TIMEOUT) $(COMPAT_PACKAGES) || { $(GO) run ./hack/testfailures $(BIN)/test-output-compat.json; exit 1; }
 
+# The version-skew test (docs/versioning.md): the sharder of this tree with
+# example operator instances built from an earlier revision's pkg/instance,
+# by default the newest release tag v* before HEAD, or hack/skew/baseline while
+# none is tagged. make test runs it with the rest of e2e.
+SKEW_FROM ?=
+
+.PHONY: test-skew
+test-skew: control-plane ## Run the version-skew test: this tree's sharder with instances of the previous release (SKEW_FROM=<revision> for another).
+	SKEW_FROM=$(SKEW_FROM) $(GO) test $(RACE) -count=1 -timeout $(TEST_TIMEOUT) -v -run '^TestSkewPreviousInstances$$' ./e2e/
+
 .PHONY: e2e
 e2e: control-plane node images $(HELM) ## Run only the end-to-end tests: processes on a local control plane, and the chart on a real cluster (as root).
 	@# -p 1: the two suites one after the other (see test).

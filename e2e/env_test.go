@@ -78,6 +78,10 @@ type ringOptions struct {
 	// unit at start and run in slot mode. Default: 0, a ring of unit
 	// Objects.
 	Slots int
+	// InstanceBinary is the program the operator's instances run: the
+	// example operator of an earlier release (TestSkewPreviousInstances).
+	// Default: the example operator built from this tree.
+	InstanceBinary string
 }
 
 // sharderAccount is the ServiceAccount the sharder replicas run as with
@@ -340,8 +344,12 @@ func (e *ringEnv) startInstanceWithLease(id string, leaseDuration time.Duration)
 // launchInstance starts the process of instance id without waiting for it.
 func (e *ringEnv) launchInstance(id string, leaseDuration time.Duration) *localrun.Process {
 	e.t.Helper()
+	path := cluster.Binaries.Operator
+	if e.opts.InstanceBinary != "" {
+		path = e.opts.InstanceBinary
+	}
 	p, err := cluster.Start(localrun.ProcessOptions{
-		Name: e.ring + "-" + id, Path: cluster.Binaries.Operator,
+		Name: e.ring + "-" + id, Path: path,
 		Args:    operatorArgs(e, id, leaseDuration),
 		Env:     []string{"POD_NAME=" + id, "POD_NAMESPACE=" + e.leaseNamespace},
 		Restart: instanceRestart,
