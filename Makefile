@@ -50,6 +50,11 @@ ACTIONLINT := $(BIN)/actionlint-$(ACTIONLINT_VERSION)
 # discovery plugins, which promtool's rule commands do not use.
 PROMETHEUS_VERSION := v0.316.0
 PROMTOOL := $(BIN)/promtool-$(PROMETHEUS_VERSION)
+# The Prometheus server of the same version, built by the same module with
+# only its Kubernetes service discovery: the real-cluster suite scrapes the
+# sharder with it and runs the chart's alerts and dashboard queries on the
+# live series.
+PROMETHEUS := $(BIN)/prometheus-$(PROMETHEUS_VERSION)
 # The S3-compatible object store the example operator's backups are tested
 # against, locally (a process) and in the cluster (an image).
 VERSITYGW_VERSION := v1.8.0
@@ -221,7 +226,7 @@ chart-crds: ## Copy the generated CRDs into the Helm chart (after make generate)
 	cp config/crd/bases/*.yaml charts/sharder/crds/
 
 .PHONY: test
-test: control-plane node images $(HELM) $(PROMTOOL) $(ACTIONLINT) $(GOTESTSUM) ## Run every test: unit, integration (real API server), e2e, and e2e on a real cluster (as root).
+test: control-plane node images $(HELM) $(PROMTOOL) $(PROMETHEUS) $(ACTIONLINT) $(GOTESTSUM) ## Run every test: unit, integration (real API server), e2e, and e2e on a real cluster (as root).
 	@# -count=1: the e2e suite builds the binaries it runs in a subprocess, which
 	@# Go's test cache cannot see, so a cached e2e result could be stale.
 	@# Two runs: every package but e2e (the real-cluster suite among them, with
@@ -255,7 +260,7 @@ test-skew: control-plane ## Run the version-skew test: this tree's sharder with 
 	SKEW_FROM=$(SKEW_FROM) $(GO) test $(RACE) -count=1 -timeout $(TEST_TIMEOUT) -v -run '^TestSkewPreviousInstances$$' ./e2e/
 
 .PHONY: e2e
-e2e: control-plane node images $(HELM) ## Run only the end-to-end tests: processes on a local control plane, and the chart on a real cluster (as root).
+e2e: control-plane node images $(HELM) $(PROMETHEUS) ## Run only the end-to-end tests: processes on a local control plane, and the chart on a real cluster (as root).
 	@# -p 1: the two suites one after the other (see test).
 	$(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) -v ./e2e/...
 
@@ -264,7 +269,7 @@ e2e: control-plane node images $(HELM) ## Run only the end-to-end tests: process
 # plane by default; SHARDER_E2E_FLOWCONTROL_OBJECTS=10000 make e2e-cluster runs
 # the size the chart's FlowSchemas are meant for (docs/real-cluster.md).
 .PHONY: e2e-cluster
-e2e-cluster: control-plane node images $(HELM) ## Run only the real-cluster suite (e2e/cluster, as root): it starts and stops make cluster itself.
+e2e-cluster: control-plane node images $(HELM) $(PROMETHEUS) ## Run only the real-cluster suite (e2e/cluster, as root): it starts and stops make cluster itself.
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./e2e/cluster/...
 
 # The fault-injection suite's long form: CHAOS_ROUNDS rounds of every fault
@@ -383,10 +388,13 @@ node: ## Build the local cluster's kubelet, controller manager, scheduler, kube-
 	@hack/build-cluster.sh $(NODE) $(CONTAINERD_VERSION)
 
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(HELM) $(PROMTOOL) $(ACTIONLINT) $(GOTESTSUM) $(VERSITYGW) ## Install the pinned tools into bin/ (cached).
+tools: $(CONTROLLER_GEN) $(HELM) $(PROMTOOL) $(PROMETHEUS) $(ACTIONLINT) $(GOTESTSUM) $(VERSITYGW) ## Install the pinned tools into bin/ (cached).
 
 .PHONY: promtool
 promtool: $(PROMTOOL) ## Build promtool from Go modules into bin/ (cached): the chart's alert and dashboard tests run it.
+
+.PHONY: prometheus
+prometheus: $(PROMETHEUS) ## Build the Prometheus server from Go modules into bin/ (cached): the real-cluster suite scrapes the sharder with it.
 
 $(CONTROLLER_GEN):
 	hack/go-install.sh controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen $(CONTROLLER_GEN_VERSION)
@@ -401,6 +409,12 @@ $(PROMTOOL):
 	cd hack/tools/promtool && $(GO) build -tags remove_all_sd -ldflags '-s -w' -o $(PROMTOOL).tmp github.com/prometheus/prometheus/cmd/promtool
 	mv $(PROMTOOL).tmp $(PROMTOOL)
 	ln -sf $(notdir $(PROMTOOL)) $(BIN)/promtool
+$(PROMETHEUS): $(PROMTOOL)
+	@# The same module and version as promtool (checked there); of the service
+	@# discovery plugins only Kubernetes'.
+	cd hack/tools/promtool && $(GO) build -tags remove_all_sd,enable_kubernetes_sd -ldflags '-s -w' -o $(PROMETHEUS).tmp github.com/prometheus/prometheus/cmd/prometheus
+	mv $(PROMETHEUS).tmp $(PROMETHEUS)
+	ln -sf $(notdir $(PROMETHEUS)) $(BIN)/prometheus
 $(ACTIONLINT):
 	hack/go-install.sh actionlint github.com/rhysd/actionlint/cmd/actionlint $(ACTIONLINT_VERSION)
 $(GOTESTSUM):

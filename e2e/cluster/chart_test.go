@@ -71,6 +71,7 @@ func TestSharderChart(t *testing.T) {
 		fn   func(t *testing.T)
 	}{
 		{"install", testInstall},
+		{"a real Prometheus runs the dashboard's queries and each alert on the sharder's metrics", testPrometheus},
 		{"lease of a deleted pod is collected", testLeaseCollectedWithPod},
 		{"plain controller with the agent sidecar rolls without overlap", testPlainControllerWithAgent},
 		{"a rollout of the sharder keeps each drain's timeout", testSharderRolloutKeepsDrains},
