@@ -237,10 +237,14 @@ func git(dir string, args ...string) (string, error) {
 }
 
 // buildAtRevision builds pkg as it is at revision rev of the repository at
-// root into outDir and returns the binary's path. The revision's files are
-// extracted into a folder named after it, under a lock, and removed once
-// built: the folder's path is the same on every run, so Go's build cache,
-// which keys packages by their folder, serves every build after the first.
+// root and returns the path of a copy of the binary in outDir. The
+// revision's files are extracted into a folder named after it, under a
+// lock, and removed once built: the folder's path is the same on every run,
+// so Go's build cache, which keys packages by their folder, serves every
+// build after the first. The binary goes to a path named after the revision
+// too, which go build leaves untouched while it is up to date, saving the
+// link; each run copies it, so that a later build never replaces a binary
+// a run's processes execute.
 func buildAtRevision(t *testing.T, root, rev, pkg, outDir string) string {
 	t.Helper()
 	src := filepath.Join(os.TempDir(), "sharder-skew-"+rev)
@@ -263,15 +267,37 @@ func buildAtRevision(t *testing.T, root, rev, pkg, outDir string) string {
 	if err := os.MkdirAll(outDir, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(outDir, filepath.Base(pkg)+"-"+rev[:12])
-	cmd := exec.CommandContext(context.Background(), "go", "build", "-o", out, pkg)
+	built := filepath.Join(src+".bin", filepath.Base(pkg))
+	cmd := exec.CommandContext(context.Background(), "go", "build", "-ldflags=-s -w", "-o", built, pkg)
 	cmd.Dir = src
 	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false", "GOWORK=off")
 	output, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("building %s at %s: %v\n%s", pkg, rev, err, output)
 	}
+	out := filepath.Join(outDir, filepath.Base(pkg)+"-"+rev[:12])
+	if err := copyExecutable(built, out); err != nil {
+		t.Fatal(err)
+	}
 	return out
+}
+
+// copyExecutable copies the program at from to to.
+func copyExecutable(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = in.Close() }()
+	out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o700)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		_ = out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // extractRevision writes the files of revision rev into dir (git archive).
