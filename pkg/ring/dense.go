@@ -50,6 +50,12 @@ const (
 	// denseEmpty marks a partition without a point while the table is
 	// built. No point packs to it: member indexes stay below 0xffff.
 	denseEmpty = ^uint32(0)
+	// A ring's tables are split into chunks of 2^denseChunkBits
+	// consecutive partitions (denseChunk), which a derived ring shares with
+	// the ring it is derived from until one of their partitions changes.
+	denseChunkBits = 7
+	denseChunkSize = 1 << denseChunkBits
+	denseChunks    = densePartitions / denseChunkSize
 	// denseGamma steps from one point of a member to the next before
 	// mixing: the odd 64-bit golden-ratio constant, so that the first 2^64
 	// steps from any seed are distinct.
@@ -76,7 +82,8 @@ const (
 // fills the partitions without a point from their successors in one
 // backward pass. Its time is linear in the number of points plus the number
 // of partitions; it holds 8 bytes per point while it runs, and the ring
-// 4 bytes and a bit per partition (16.5 MiB): the table, and each
+// 4 bytes and a bit per partition (16.5 MiB, in chunks of denseChunkSize
+// partitions, 18 MiB with the allocator's rounding): the table, and each
 // partition's first point, from which the next ring is derived
 // (deriveDense).
 func buildDense(members []Member) (Ring, error) {
@@ -92,13 +99,17 @@ func buildDense(members []Member) (Ring, error) {
 	case len(members) > MaxDenseMembers:
 		return nil, fmt.Errorf("%d members exceed the %d a %s ring holds", len(members), MaxDenseMembers, ConsistentHashDense)
 	}
-	r := &denseRing{memberList: members, firstPoint: make([]uint16, densePartitions), hasPoint: make([]uint64, densePartitions/64)}
-	r.owners = denseOwners(members, densePointCounts(members), r.firstPoint, r.hasPoint)
+	r := &denseRing{memberList: members, ids: make([]string, len(members)), slots: make([]uint16, len(members)), chunks: new([denseChunks]*denseChunk)}
+	for i, m := range members {
+		r.ids[i], r.slots[i] = m.ID, uint16(i)
+	}
+	denseOwners(members, densePointCounts(members), r.chunks)
 	return r, nil
 }
 
-// denseOwners returns the partition table of members with points[i] points
-// for members[i].
+// denseOwners allocates the chunks of a ring of members, with points[i]
+// points for members[i], and fills their partition table with member indexes
+// (a built ring's slots).
 //
 // Points are generated twice: once to count how many fall in each of
 // 2^denseBucketBits buckets (ranges of consecutive partitions), then to
@@ -112,10 +123,10 @@ func buildDense(members []Member) (Ring, error) {
 // its share of the buckets. The table does not depend on how the work was
 // shared: the points of a bucket are compared by value, in any order.
 //
-// It also records, in fine and hasPoint, which partitions hold a point
-// and the position within its partition of each one's first point: what a
-// derived ring starts from (deriveDense).
-func denseOwners(members []Member, points []int, fine []uint16, hasPoint []uint64) []uint16 {
+// It also records in the chunks which partitions hold a point and the
+// position within its partition of each one's first point: what a derived
+// ring starts from (deriveDense).
+func denseOwners(members []Member, points []int, chunks *[denseChunks]*denseChunk) {
 	total := 0
 	for _, n := range points {
 		total += n
@@ -189,7 +200,6 @@ func denseOwners(members []Member, points []int, fine []uint16, hasPoint []uint6
 	// a worker's buckets take the first point of the next worker's buckets
 	// that have one (past the last point of the ring, the first point),
 	// once all are done.
-	owners := make([]uint16, densePartitions)
 	const bucketPartitions = 1 << (DensePartitionBits - denseBucketBits)
 	span := denseBuckets / workers * bucketPartitions // partitions per worker
 	firstPoint, lastPoint := make([]int, workers), make([]int, workers)
@@ -206,20 +216,27 @@ func denseOwners(members []Member, points []int, fine []uint16, hasPoint []uint6
 					first[p] = low
 				}
 			}
-			table := owners[b*bucketPartitions:][:bucketPartitions]
-			for p := bucketPartitions - 1; p >= 0; p-- {
-				if first[p] != denseEmpty {
-					owner = int(first[p] & 0xffff)
-					at := b*bucketPartitions + p
-					fine[at] = uint16(first[p] >> 16)
-					hasPoint[at/64] |= 1 << (at % 64)
-					firstPoint[k] = b*bucketPartitions + p
-					if lastPoint[k] < 0 {
-						lastPoint[k] = firstPoint[k]
+			// Each chunk is allocated on its own, so that a derived
+			// ring keeps alive only the chunks it shares.
+			for c := b * bucketPartitions / denseChunkSize; c < (b+1)*bucketPartitions/denseChunkSize; c++ {
+				chunks[c] = new(denseChunk)
+			}
+			for p := bucketPartitions - 1; p >= 0; {
+				at := b*bucketPartitions + p
+				c := chunks[at/denseChunkSize]
+				for i := at % denseChunkSize; i >= 0; i, p, at = i-1, p-1, at-1 {
+					if first[p] != denseEmpty {
+						owner = int(first[p] & 0xffff)
+						c.fine[i] = uint16(first[p] >> 16)
+						c.has[i/64] |= 1 << (i % 64)
+						firstPoint[k] = at
+						if lastPoint[k] < 0 {
+							lastPoint[k] = firstPoint[k]
+						}
 					}
-				}
-				if owner >= 0 {
-					table[p] = uint16(owner)
+					if owner >= 0 {
+						c.owners[i] = uint16(owner)
+					}
 				}
 			}
 		}
@@ -233,12 +250,12 @@ func denseOwners(members []Member, points []int, fine []uint16, hasPoint []uint6
 		if lastPoint[k] >= 0 {
 			from = lastPoint[k] + 1
 		}
-		owner := owners[firstPoint[after%workers]]
+		at := firstPoint[after%workers]
+		owner := chunks[at/denseChunkSize].owners[at%denseChunkSize]
 		for p := from; p < (k+1)*span; p++ {
-			owners[p] = owner
+			chunks[p/denseChunkSize].owners[p%denseChunkSize] = owner
 		}
 	}
-	return owners
 }
 
 // parallel calls f(0), ..., f(n-1) in n goroutines, or in this one for n 1,
@@ -278,20 +295,46 @@ func densePointCounts(members []Member) []int {
 var storedPoints = sync.Pool{New: func() any { return new([]uint64) }}
 
 // denseRing is a built consistent-hash-dense ring: a read-only table from
-// partition to member index.
+// partition to member, in chunks that rings derived from one another share
+// (deriveDense). Neither a chunk nor the ring changes once the ring is
+// returned.
 type denseRing struct {
 	memberList
-	owners []uint16
-	// firstPoint is, for each partition with a point, the position of its
-	// first point within the partition (the denseFineBits below the
-	// partition's bits); hasPoint has the bit of each such partition. Lookup
-	// does not read them: a derived ring starts from them (deriveDense).
-	firstPoint []uint16
-	hasPoint   []uint64
+	// The table holds slots rather than member indexes, so that adding or
+	// removing a member leaves the entries of the others unchanged: ids
+	// has the ID of the member in each slot ("" for a slot free since a
+	// member was removed), slots the slot of each member of memberList. A
+	// built ring's slot i is its member i.
+	ids    []string
+	slots  []uint16
+	chunks *[denseChunks]*denseChunk
+}
+
+// denseChunk holds the table of denseChunkSize consecutive partitions.
+type denseChunk struct {
+	owners [denseChunkSize]uint16 // the slot of each partition's owner
+	// fine is, for each partition with a point, the position of its first
+	// point within the partition (the denseFineBits below the partition's
+	// bits), 0 for the others; has has the bit of each partition with a
+	// point. Lookup does not read them: a derived ring starts from them.
+	fine [denseChunkSize]uint16
+	has  [denseChunkSize / 64]uint64
 }
 
 func (r *denseRing) Lookup(key string) (string, error) {
-	return r.memberList[r.owners[hashKey(key)>>(64-DensePartitionBits)]].ID, nil
+	q := hashKey(key) >> (64 - DensePartitionBits)
+	return r.ids[r.chunks[q/denseChunkSize].owners[q%denseChunkSize]], nil
+}
+
+// owner returns the ID of the owner of partition q.
+func (r *denseRing) owner(q uint32) string {
+	return r.ids[r.chunks[q/denseChunkSize].owners[q%denseChunkSize]]
+}
+
+// has reports whether partition q holds a point.
+func (r *denseRing) has(q uint32) bool {
+	i := q % denseChunkSize
+	return r.chunks[q/denseChunkSize].has[i/64]&(1<<(i%64)) != 0
 }
 
 // singleRing is the ring of one member, which owns every key.

@@ -34,14 +34,14 @@ func mustBuildDense(t *testing.T, ms []Member) *denseRing {
 // share (its weight over the total): the ring's exact balance, without the
 // sampling noise of keys.
 func partitionShares(r *denseRing) map[string]float64 {
-	counts := make([]int, len(r.memberList))
-	for _, o := range r.owners {
-		counts[o]++
+	counts := make(map[string]int, len(r.memberList))
+	for q := range uint32(densePartitions) {
+		counts[r.owner(q)]++
 	}
 	total := float64(totalWeight(r.memberList))
 	shares := make(map[string]float64, len(counts))
-	for i, c := range counts {
-		shares[r.memberList[i].ID] = float64(c) / float64(densePartitions) / (float64(r.memberList[i].VirtualNodes) / total)
+	for _, m := range r.memberList {
+		shares[m.ID] = float64(counts[m.ID]) / float64(densePartitions) / (float64(m.VirtualNodes) / total)
 	}
 	return shares
 }
@@ -84,8 +84,8 @@ func TestDenseMovement(t *testing.T) {
 			before, after := mustBuildDense(t, ms[:n]), mustBuildDense(t, ms)
 			added := ms[n].ID
 			moved := 0
-			for p := range before.owners {
-				was, is := before.memberList[before.owners[p]].ID, after.memberList[after.owners[p]].ID
+			for p := range uint32(densePartitions) {
+				was, is := before.owner(p), after.owner(p)
 				if was != is {
 					if is != added {
 						t.Fatalf("partition %d moved from %s to %s when %s was added", p, was, is, added)
@@ -107,8 +107,8 @@ func TestDenseMovement(t *testing.T) {
 			rest := append(append([]Member{}, ms[:n/2]...), ms[n/2+1:n]...)
 			removed := mustBuildDense(t, rest)
 			moved = 0
-			for p := range before.owners {
-				was, is := before.memberList[before.owners[p]].ID, removed.memberList[removed.owners[p]].ID
+			for p := range uint32(densePartitions) {
+				was, is := before.owner(p), removed.owner(p)
 				if was != is {
 					if was != gone {
 						t.Fatalf("partition %d moved from %s to %s when %s was removed", p, was, is, gone)
@@ -139,8 +139,8 @@ func TestDenseWeightsAndOrder(t *testing.T) {
 	}
 	reversed = append(reversed, ms[3], Member{ID: ms[7].ID, VirtualNodes: 1}) // duplicates: the largest weight wins
 	other := mustBuildDense(t, reversed)
-	for p := range r.owners {
-		if r.memberList[r.owners[p]].ID != other.memberList[other.owners[p]].ID {
+	for p := range uint32(densePartitions) {
+		if r.owner(p) != other.owner(p) {
 			t.Fatalf("partition %d: reversed members with duplicates give another owner", p)
 		}
 	}

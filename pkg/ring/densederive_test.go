@@ -1,10 +1,15 @@
 package ring
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // A derived ring is the ring a build from nothing gives: the same members,
@@ -103,12 +108,139 @@ func compareDense(t *testing.T, what string, derived, built Ring) {
 	if !dok {
 		return
 	}
-	for q := range b.owners {
-		if d.owners[q] != b.owners[q] {
-			t.Fatalf("%s: partition %d derived to %s, built to %s", what, q, d.memberList[d.owners[q]].ID, b.memberList[b.owners[q]].ID)
+	inUse := 0
+	for _, id := range d.ids {
+		if id != "" {
+			inUse++
 		}
 	}
-	if !slices.Equal(d.hasPoint, b.hasPoint) || !slices.Equal(d.firstPoint, b.firstPoint) {
-		t.Fatalf("%s: derived first points differ from those built", what)
+	for j, m := range d.memberList {
+		if d.ids[d.slots[j]] != m.ID || inUse != len(d.memberList) {
+			t.Fatalf("%s: derived slots %v of IDs %q do not match the members", what, d.slots, d.ids)
+		}
 	}
+	for q := range uint32(densePartitions) {
+		if d.owner(q) != b.owner(q) {
+			t.Fatalf("%s: partition %d derived to %s, built to %s", what, q, d.owner(q), b.owner(q))
+		}
+	}
+	for c := range d.chunks {
+		if d.chunks[c].has != b.chunks[c].has || d.chunks[c].fine != b.chunks[c].fine {
+			t.Fatalf("%s: derived first points differ from those built in chunk %d", what, c)
+		}
+	}
+}
+
+// A derived ring shares the chunks of the ring it is derived from that none
+// of its partitions changes in: the rings published before it, read
+// meanwhile, stay as they were. A chain of derivations, each also branching
+// from an earlier ring of the chain, gives the rings built from nothing,
+// while lookups read every published ring; each ring's table and first
+// points are the same at the end as when it was derived.
+func TestDeriveDenseKeepsPublishedRings(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(seed, 1))
+	members := denseMembers(60, 512, 256, 1024)
+	next := len(members)
+	published := []*denseRing{mustBuildDense(t, members)}
+	digests := []uint64{denseDigest(published[0])}
+
+	keys := make([]string, 2000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key-%d", i)
+	}
+	lookupAll := func(r *denseRing) []string {
+		owners := make([]string, len(keys))
+		for i, k := range keys {
+			owners[i], _ = r.Lookup(k)
+		}
+		return owners
+	}
+	var (
+		mu      sync.Mutex
+		owners  = [][]string{lookupAll(published[0])}
+		stop    atomic.Bool
+		readers sync.WaitGroup
+	)
+	readers.Go(func() { // reads every published ring while the next are derived
+		for !stop.Load() {
+			mu.Lock()
+			rings, want := slices.Clone(published), slices.Clone(owners)
+			mu.Unlock()
+			for i, r := range rings {
+				if got := lookupAll(r); !slices.Equal(got, want[i]) {
+					t.Errorf("ring %d: lookups changed after it was published", i)
+					return
+				}
+			}
+		}
+	})
+	defer func() { stop.Store(true); readers.Wait() }()
+
+	derive := func(what string, from *denseRing, ms []Member) *denseRing {
+		t.Helper()
+		r, err := deriveDense(from, mustNormalize(t, ms))
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareDense(t, what, r, mustBuildDense(t, ms))
+		return r.(*denseRing)
+	}
+	for step := range 8 {
+		switch step % 4 {
+		case 0: // joins
+			members = append(members, Member{ID: fmt.Sprintf("instance-%d", next), VirtualNodes: 512})
+			next++
+		case 1: // leaves
+			i := rnd.IntN(len(members))
+			members = slices.Delete(members, i, i+1)
+		case 2: // changes weight
+			members[rnd.IntN(len(members))].VirtualNodes = 1 + rnd.IntN(1024)
+		case 3: // one joins as another leaves
+			i := rnd.IntN(len(members))
+			members = slices.Delete(members, i, i+1)
+			members = append(members, Member{ID: fmt.Sprintf("instance-%d", next), VirtualNodes: 700})
+			next++
+		}
+		what := fmt.Sprintf("step %d", step)
+		r := derive(what, published[len(published)-1], members)
+		// A ring derived from an earlier one, for the same members.
+		branch := derive(what+", from an earlier ring", published[rnd.IntN(len(published))], members)
+		// The next step derives from the chain's ring, the last.
+		mu.Lock()
+		published = append(published, branch, r)
+		owners = append(owners, lookupAll(branch), lookupAll(r))
+		mu.Unlock()
+		digests = append(digests, denseDigest(branch), denseDigest(r))
+	}
+	stop.Store(true)
+	readers.Wait()
+	for i, r := range published {
+		if denseDigest(r) != digests[i] {
+			t.Fatalf("ring %d changed after it was published", i)
+		}
+	}
+}
+
+// denseDigest returns a hash of r's slots and chunks: of its owner, point
+// and first point for every partition.
+func denseDigest(r *denseRing) uint64 {
+	h := xxhash.New()
+	for _, id := range r.ids {
+		_, _ = h.WriteString(id + "\n")
+	}
+	buf := make([]byte, 0, 4*denseChunkSize+8*len(r.chunks[0].has))
+	for _, c := range r.chunks {
+		buf = buf[:0]
+		for i := range c.owners {
+			buf = binary.LittleEndian.AppendUint16(buf, c.owners[i])
+			buf = binary.LittleEndian.AppendUint16(buf, c.fine[i])
+		}
+		for _, w := range c.has {
+			buf = binary.LittleEndian.AppendUint64(buf, w)
+		}
+		_, _ = h.Write(buf)
+	}
+	return h.Sum64()
 }
