@@ -23,6 +23,10 @@ type ChurnInput struct {
 	Interval time.Duration
 	// Timeout bounds the final waits.
 	Timeout time.Duration
+	// Slots, when not 0, makes the ring one of unit Slots with this many
+	// slots (docs/design.md §11): the churn then moves slots, and the end
+	// is checked on the slot table.
+	Slots int
 }
 
 // ChurnSpec creates, updates and deletes EtcdClusters while instances join,
@@ -32,16 +36,30 @@ type ChurnInput struct {
 // it exits, is restarted as its pod would be, and comes back under the same
 // ID). Afterwards no two instances ever reconciled one object at the same
 // time, every object sits on a live instance (the one the ring chooses) and
-// was reconciled by it after its last change.
+// was reconciled by it after its last change. In a ring of unit Slots, every
+// slot is granted to a live instance, no table the sharder wrote granted a
+// slot twice, and every object was reconciled after its last change by its
+// slot's holder.
 func ChurnSpec(t *testing.T, in ChurnInput) {
-	e := newRingEnv(t, ringOptions{})
+	e := newRingEnv(t, ringOptions{Slots: in.Slots})
+	var w *slotWatch
+	if in.Slots > 0 {
+		w = newSlotWatch(e, in.Slots)
+	}
+	settle := func(n int) {
+		if w != nil {
+			w.waitSettled(n, in.Timeout, e.liveInstances()...)
+			return
+		}
+		e.waitSettled(n, in.Timeout, e.liveInstances()...)
+	}
 	e.startInstances(in.Instances)
 	e.startSharders()
 	alive := map[string]bool{}
 	for _, k := range e.createClusters("obj", in.Objects) {
 		alive[k[len(e.namespace)+1:]] = true
 	}
-	e.waitSettled(in.Objects, in.Timeout)
+	settle(in.Objects)
 
 	// Membership changes at fixed points of the run.
 	next := in.Instances
@@ -93,12 +111,22 @@ func ChurnSpec(t *testing.T, in ChurnInput) {
 		ev.do()
 	}
 
-	e.waitSettled(len(alive), in.Timeout, e.liveInstances()...)
-	e.expectReconciledByOwner(in.Timeout)
+	settle(len(alive))
+	if w != nil {
+		w.expectReconciledByHolder(in.Timeout)
+		e.g.Expect(w.violations()).To(gomega.BeEmpty(), "tables the sharder wrote")
+	} else {
+		e.expectReconciledByOwner(in.Timeout)
+	}
 	ivs := e.expectNoOverlap()
 	t.Logf("churn: %d objects created, %d alive, %d reconciles checked, instances now %v, restarted %v", created, len(alive), len(ivs), e.liveInstances(), e.restartCounts())
 }
 
 func TestChurn(t *testing.T) {
 	ChurnSpec(t, ChurnInput{Instances: 3, Objects: 60, Duration: 30 * time.Second, Interval: 50 * time.Millisecond, Timeout: 90 * time.Second})
+}
+
+// TestSlotChurn is TestChurn in a ring of unit Slots.
+func TestSlotChurn(t *testing.T) {
+	ChurnSpec(t, ChurnInput{Instances: 3, Objects: 60, Duration: 30 * time.Second, Interval: 50 * time.Millisecond, Timeout: 90 * time.Second, Slots: 64})
 }

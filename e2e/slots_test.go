@@ -260,18 +260,26 @@ func newSlotWatch(e *ringEnv, count int) *slotWatch {
 
 	mc, err := metadata.NewForConfig(cluster.ControlPlane.Config)
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
-	start := func(gvr schema.GroupVersionResource, namespace string, observe func(*metav1.PartialObjectMetadata)) {
+	start := func(gvr schema.GroupVersionResource, namespace string, observe, forget func(*metav1.PartialObjectMetadata)) {
 		inf := metadatainformer.NewFilteredMetadataInformer(mc, gvr, namespace, 0, cache.Indexers{}, nil).Informer()
 		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { observe(obj.(*metav1.PartialObjectMetadata)) },
 			UpdateFunc: func(_, obj any) { observe(obj.(*metav1.PartialObjectMetadata)) },
+			DeleteFunc: func(obj any) {
+				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = d.Obj
+				}
+				if m, ok := obj.(*metav1.PartialObjectMetadata); ok && forget != nil {
+					forget(m)
+				}
+			},
 		})
 		e.g.Expect(err).NotTo(gomega.HaveOccurred())
 		go inf.Run(e.ctx.Done())
 		e.g.Expect(cache.WaitForCacheSync(e.ctx.Done(), inf.HasSynced)).To(gomega.BeTrue())
 	}
-	start(etcdClusters, e.namespace, w.observeObject)
-	start(schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}, e.leaseNamespace, w.observeLease)
+	start(etcdClusters, e.namespace, w.observeObject, w.forgetObject)
+	start(schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}, e.leaseNamespace, w.observeLease, nil)
 
 	wc, err := client.NewWithWatch(cluster.ControlPlane.Config, client.Options{Scheme: e.c.Scheme()})
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
@@ -300,6 +308,15 @@ func newSlotWatch(e *ringEnv, count int) *slotWatch {
 func (w *slotWatch) notify() {
 	close(w.changed)
 	w.changed = make(chan struct{})
+}
+
+// forgetObject drops a deleted EtcdCluster: the objects a wait counts are
+// those that exist.
+func (w *slotWatch) forgetObject(m *metav1.PartialObjectMetadata) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.objs, m.Namespace+"/"+m.Name)
+	w.notify()
 }
 
 func (w *slotWatch) observeObject(m *metav1.PartialObjectMetadata) {
