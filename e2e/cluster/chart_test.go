@@ -401,6 +401,33 @@ func dumpState(t *testing.T, namespace, selector string) {
 		out, err := kubectl(ctx, args...)
 		t.Logf("kubectl %s (%v):\n%s", strings.Join(args, " "), err, out)
 	}
+	dumpRestarts(ctx, t)
+}
+
+// dumpRestarts logs, for every container in the cluster that restarted, how
+// its last run ended and the end of that run's log: why a pod exited is
+// otherwise gone with it.
+func dumpRestarts(ctx context.Context, t *testing.T) {
+	var pods corev1.PodList
+	if err := k8sClient.List(ctx, &pods); err != nil {
+		t.Logf("listing pods for their restarts: %v", err)
+		return
+	}
+	for _, pod := range pods.Items {
+		for _, cs := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
+			if cs.RestartCount == 0 {
+				continue
+			}
+			ended := "no record of how"
+			if term := cs.LastTerminationState.Terminated; term != nil {
+				ended = fmt.Sprintf("exit code %d, reason %q, message %q, finished %s",
+					term.ExitCode, term.Reason, term.Message, term.FinishedAt.UTC().Format(time.RFC3339))
+			}
+			out, err := kubectl(ctx, "logs", "--namespace", pod.Namespace, pod.Name, "--container", cs.Name, "--previous", "--tail=60")
+			t.Logf("%s/%s container %s restarted %d times; its last run ended: %s; its log (%v):\n%s",
+				pod.Namespace, pod.Name, cs.Name, cs.RestartCount, ended, err, out)
+		}
+	}
 }
 
 // By logs a step of a scenario.
