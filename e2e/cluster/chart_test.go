@@ -74,6 +74,7 @@ func TestSharderChart(t *testing.T) {
 		{"a real Prometheus runs the dashboard's queries and each alert on the sharder's metrics", testPrometheus},
 		{"lease of a deleted pod is collected", testLeaseCollectedWithPod},
 		{"plain controller with the agent sidecar rolls without overlap", testPlainControllerWithAgent},
+		{"shell controller with the agent sidecar rolls without overlap", testShellControllerWithAgent},
 		{"a rollout of the sharder keeps each drain's timeout", testSharderRolloutKeepsDrains},
 		{"flow control keeps the Leases through a rebalance of many objects", testFlowControl},
 		{"etcd operator scales from 3 to 4 instances", testEtcdOperator},

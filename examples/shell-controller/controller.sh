@@ -9,10 +9,11 @@
 # last did: it sets the annotation shell-controller.sharder.dev/reconciled-by
 # to its name, with the resourceVersion it listed as a precondition, so a
 # write never lands on an object that was moved (or changed) after the list.
-# An object that is being drained is left alone from the next list on, and a
-# list older than a second is taken again before the next reconcile, so
-# every reconcile ends well inside the ring's drainTimeout after the drain
-# began.
+# An object that is being drained is left alone from the next list on; a
+# reconcile starts only from a list less than a second old, and each kubectl
+# call has 3 s, so the last reconcile of an object being drained ends within
+# 4 s of the drain's start: before the ring's drainTimeout (5 s in
+# config/ring.yaml) forces the move.
 #
 # It serves /healthz on --health-address for the agent's --health-url (a
 # busybox httpd it runs and stops itself). On SIGTERM it finishes the
@@ -59,18 +60,27 @@ export TZ=UTC
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/shell-controller.XXXXXX") || exit 1
 clock=$work/clock
-k() { "$kubectl" --cache-dir="$work/kube-cache" --request-timeout=2s "$@"; }
+# Each call gets 3 s, from timeout rather than --request-timeout: with a
+# client setting such as that flag, kubectl no longer falls back to the
+# pod's service account when there is no kubeconfig.
+k() { timeout 3 "$kubectl" --cache-dir="$work/kube-cache" "$@"; }
 
 say() { echo "$(date -u '+%Y-%m-%dT%H:%M:%SZ') $*" >&2; }
 
-# stamp sets now (RFC 3339 with nanoseconds) and seconds (Unix time) from
-# the modification time of a file touched now: busybox's date has no
-# fractions of a second.
+# stamp sets now (RFC 3339 with nanoseconds) and millis (Unix time in
+# milliseconds) from the modification time of a file touched now: busybox's
+# date has no fractions of a second.
 stamp() {
 	touch "$clock"
 	# shellcheck disable=SC2046 # "seconds date time zone", split in four
 	set -- $(stat -c '%Y %y' "$clock")
-	seconds=$1 now="$2T$3Z"
+	now="$2T$3Z"
+	ms=${3#*.}
+	ms=${ms%??????}
+	# No leading zeros: the shell would read octal.
+	ms=${ms#0}
+	ms=${ms#0}
+	millis=$(($1 * 1000 + ${ms:-0}))
 }
 
 # record PHASE OBJECT [ERROR] appends one line to the reconcile log.
@@ -130,7 +140,7 @@ while [ -z "$stopping" ]; do
 		exit 1
 	fi
 	stamp
-	listed=$seconds
+	listed=$millis
 	if objects=$(k -n "$namespace" get configmaps -l "$selector" \
 		-o 'jsonpath={range .items[*]}{.metadata.name}{"="}{.metadata.resourceVersion}{"\n"}{end}' 2>"$work/err"); then
 		next=' '
@@ -143,7 +153,7 @@ while [ -z "$stopping" ]; do
 				;;
 			esac
 			stamp
-			if [ -n "$stopping" ] || [ $((seconds - listed)) -ge 2 ]; then
+			if [ -n "$stopping" ] || [ $((millis - listed)) -ge 1000 ]; then
 				# The rest waits for the next list, which keeps what is known.
 				next="$next${done_list# }"
 				break
