@@ -115,6 +115,33 @@ func (t *Tracker) Observe(ring string, restartHold time.Duration, lease *coordin
 	return r.observe(restartHold, lease, now)
 }
 
+// Renewed records a renewal of lease, a member of ring whose last
+// observation was ready and held by the instance itself, as seen at now,
+// and reports whether it is ready: the verdict Observe would give. A Lease
+// that differs from that observation in anything but its renewal time (its
+// holder or duration), or that the tracker did not see ready, is not
+// recorded and reports false: Observe it. It takes constant time, so that
+// it can be called for every renewal as it arrives.
+func (t *Tracker) Renewed(ring string, lease *coordinationv1.Lease, now time.Time) bool {
+	t.mu.Lock()
+	r := t.rings[ring]
+	t.mu.Unlock()
+	if r == nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := r.seen[lease.Name]
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	if o == nil || o.absent || o.state != StateReady || holder != lease.Name || o.holder != holder || o.d != DurationOf(lease) {
+		return false
+	}
+	// The holder is the instance itself, so the Lease is not restarting and
+	// the restart hold plays no part.
+	m, _ := r.observe(0, lease, now)
+	return m.State == StateReady
+}
+
 // ring returns the observations of ring, adding them when there are none.
 // The caller locks them.
 func (t *Tracker) ring(ring string) *ringObservations {

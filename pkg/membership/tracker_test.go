@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
@@ -336,4 +337,53 @@ func TestTrackerReadyAgreesWithObserve(t *testing.T) {
 	// Missing from the Leases Members is given: not ready either.
 	tr.Members("r", 0, nil, epoch)
 	g.Expect(tr.Ready("r", "held", epoch)).To(BeFalse())
+}
+
+// TestTrackerRenewed checks that Renewed records a renewal of a Lease last
+// seen ready and held by its instance, as Observe would, and records
+// nothing for any other Lease or change, so that the caller observes those
+// fully.
+func TestTrackerRenewed(t *testing.T) {
+	g := NewWithT(t)
+	var tr Tracker
+	renew := func(l *coordinationv1.Lease, at time.Time) *coordinationv1.Lease {
+		l = l.DeepCopy()
+		l.Spec.RenewTime.Time = at
+		return l
+	}
+	held := instanceLease("held", "held", epoch, 10)
+	g.Expect(tr.Renewed("r", held, epoch)).To(BeFalse(), "a Lease the tracker never saw")
+	tr.Observe("r", 0, held, epoch)
+
+	// A renewal at +5 s counts from +5 s: ready until +15 s.
+	g.Expect(tr.Renewed("r", renew(held, epoch.Add(5*time.Second)), epoch.Add(5*time.Second))).To(BeTrue())
+	m, next := tr.Observe("r", 0, renew(held, epoch.Add(5*time.Second)), epoch.Add(14*time.Second))
+	g.Expect(m.State).To(Equal(StateReady))
+	g.Expect(next).To(Equal(epoch.Add(15 * time.Second)))
+	g.Expect(tr.Ready("r", "held", epoch.Add(15*time.Second))).To(BeFalse())
+
+	// Seen expired last: Renewed leaves it to Observe.
+	tr.Observe("r", 0, renew(held, epoch.Add(5*time.Second)), epoch.Add(16*time.Second))
+	g.Expect(tr.Renewed("r", renew(held, epoch.Add(17*time.Second)), epoch.Add(17*time.Second))).To(BeFalse())
+	m, _ = tr.Observe("r", 0, renew(held, epoch.Add(5*time.Second)), epoch.Add(17*time.Second))
+	g.Expect(m.State).To(Equal(StateExpired), "Renewed recorded nothing")
+
+	// Another holder or duration is not a renewal.
+	fresh := instanceLease("fresh", "fresh", epoch, 10)
+	tr.Observe("r", 0, fresh, epoch)
+	taken := renew(fresh, epoch.Add(time.Second))
+	taken.Spec.HolderIdentity = ptr.To("sharder:x")
+	g.Expect(tr.Renewed("r", taken, epoch.Add(time.Second))).To(BeFalse())
+	longer := renew(fresh, epoch.Add(time.Second))
+	longer.Spec.LeaseDurationSeconds = ptr.To[int32](20)
+	g.Expect(tr.Renewed("r", longer, epoch.Add(time.Second))).To(BeFalse())
+	g.Expect(tr.Renewed("other", renew(fresh, epoch.Add(time.Second)), epoch.Add(time.Second))).To(BeFalse(), "another ring")
+	m, _ = tr.Observe("r", 0, fresh, epoch.Add(11*time.Second))
+	g.Expect(m.State).To(Equal(StateExpired), "none of those was recorded")
+
+	// A vanished Lease is not renewed either.
+	back := instanceLease("back", "back", epoch, 10)
+	tr.Observe("r", 0, back, epoch)
+	tr.Vanish("r", "back")
+	g.Expect(tr.Renewed("r", renew(back, epoch.Add(time.Second)), epoch.Add(time.Second))).To(BeFalse())
 }
