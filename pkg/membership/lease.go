@@ -102,6 +102,11 @@ func stateAt(lease *coordinationv1.Lease, t, now time.Time) (State, time.Time) {
 	if InvalidID(lease.Name) != nil {
 		return StateInvalid, time.Time{}
 	}
+	return validStateAt(lease, t, now)
+}
+
+// validStateAt is stateAt for a Lease whose name is a valid instance ID.
+func validStateAt(lease *coordinationv1.Lease, t, now time.Time) (State, time.Time) {
 	d := DurationOf(lease)
 	holder := ""
 	if lease.Spec.HolderIdentity != nil {

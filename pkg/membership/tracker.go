@@ -85,10 +85,13 @@ type observation struct {
 	written    time.Time // the reference time written on the Lease: tells renewals apart
 	d          time.Duration
 	restarting bool
-	since      time.Time // when the tracker first saw this holder, written and d
-	weight     int
-	lag        time.Duration // the promised max watch lag (MaxWatchLagOf)
-	state      State
+	// invalid: the Lease's name is not a valid instance ID (InvalidID),
+	// checked once per name, not per observation.
+	invalid bool
+	since   time.Time // when the tracker first saw this holder, written and d
+	weight  int
+	lag     time.Duration // the promised max watch lag (MaxWatchLagOf)
+	state   State
 	// heldAt is when the sharder's last write holding the Lease started
 	// (Hold), zero when it does not hold it; movableFor is how long after
 	// it the objects may move (Tracker.MoveMargin).
@@ -165,6 +168,11 @@ func (r *ringObservations) observe(restartHold time.Duration, lease *coordinatio
 	o := seen[lease.Name]
 	if o == nil || o.holder != holder || !o.written.Equal(written) || o.d != d || o.restarting != restarting {
 		fresh := &observation{holder: holder, written: written, since: now, d: d, restarting: restarting}
+		if o != nil {
+			fresh.invalid = o.invalid
+		} else {
+			fresh.invalid = InvalidID(lease.Name) != nil
+		}
 		if o != nil && holder != lease.Name {
 			// The sharder's hold outlives a version the cache delivers late:
 			// only the instance itself holding the Lease again ends it.
@@ -186,10 +194,13 @@ func (r *ringObservations) observe(restartHold time.Duration, lease *coordinatio
 	o.lag = lag
 	var state State
 	var next time.Time
-	if end := o.since.Add(restartHold); o.restarting && restartHold > 0 && now.Before(end) && InvalidID(lease.Name) == nil {
+	switch end := o.since.Add(restartHold); {
+	case o.invalid:
+		state = StateInvalid
+	case o.restarting && restartHold > 0 && now.Before(end):
 		state, next = StateRestarting, end
-	} else {
-		state, next = stateAt(lease, o.since, now)
+	default:
+		state, next = validStateAt(lease, o.since, now)
 	}
 	o.state = state
 	movable, until := o.movable(now)
@@ -230,7 +241,7 @@ func (t *Tracker) Hold(ring, id string, start time.Time, d time.Duration) {
 	defer r.mu.Unlock()
 	o := r.seen[id]
 	if o == nil {
-		o = &observation{since: start, d: d, state: StateDead}
+		o = &observation{since: start, d: d, state: StateDead, invalid: InvalidID(id) != nil}
 		r.seen[id] = o
 	}
 	o.heldAt, o.movableFor = start, t.MovableFor(d)
@@ -321,7 +332,7 @@ func (t *Tracker) Ready(ring, id string, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	o := r.seen[id]
-	return o != nil && !o.absent && o.holder == id && now.Before(o.since.Add(o.d)) && InvalidID(id) == nil
+	return o != nil && !o.absent && !o.invalid && o.holder == id && now.Before(o.since.Add(o.d))
 }
 
 // Vanish records that the Lease of instance id left ring (it was deleted,
