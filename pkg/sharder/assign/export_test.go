@@ -1,0 +1,4 @@
+package assign
+
+// PatchStatus is patchStatus, for the tests against an API server.
+var PatchStatus = patchStatus
