@@ -61,8 +61,17 @@ func Build(opts BuildOptions) (Binaries, error) {
 	return b, nil
 }
 
+// buildFlags are the flags of the release builds (the Makefile's images
+// and dist targets, the Dockerfile): a static binary (no cgo), without
+// symbol table and DWARF (-s -w), with module paths instead of this
+// machine's in its tables (-trimpath). Runs build the binaries users run:
+// a cgo build links libc and a bigger file, whose mapped pages the bench's
+// RSS figures would count.
+var buildFlags = []string{"-trimpath", "-ldflags=-s -w"}
+
 // BuildPackage runs `go build` for pkg (relative to the repository root)
-// and returns the path of the binary name in dir.
+// as the release builds do (buildFlags, CGO_ENABLED=0) and returns the
+// path of the binary name in dir.
 func BuildPackage(dir, pkg, name string) (string, error) {
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -72,9 +81,10 @@ func BuildPackage(dir, pkg, name string) (string, error) {
 		return "", err
 	}
 	out := filepath.Join(dir, name)
-	cmd := exec.CommandContext(context.Background(), "go", "build", "-o", out, pkg) //nolint:gosec // builds a package of this repository
+	args := append(append([]string{"build"}, buildFlags...), "-o", out, pkg)
+	cmd := exec.CommandContext(context.Background(), "go", args...) //nolint:gosec // builds a package of this repository
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
+	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false", "CGO_ENABLED=0")
 	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	if err := cmd.Run(); err != nil {
