@@ -174,11 +174,23 @@ func (e *Env) Stop() error {
 // control plane starts with opts when a test first asks for it (s.Env), and
 // stops it at the end if one started. It returns the exit code for os.Exit.
 func Run(m *testing.M, s *Suite, opts Options) int {
-	s.opts = opts
+	return RunSuites(m, map[*Suite]Options{s: opts})
+}
+
+// RunSuites is Run for a package with several control planes (say, one
+// with a feature gate on besides the default one): each suite's control
+// plane starts with its options when a test first asks for it, and those
+// that started are stopped at the end.
+func RunSuites(m *testing.M, suites map[*Suite]Options) int {
+	for s, opts := range suites {
+		s.opts = opts
+	}
 	code := m.Run()
-	if s.env != nil {
-		if err := s.env.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "testenv: stopping control plane: %v\n", err)
+	for s := range suites {
+		if s.env != nil {
+			if err := s.env.Stop(); err != nil {
+				fmt.Fprintf(os.Stderr, "testenv: stopping control plane: %v\n", err)
+			}
 		}
 	}
 	return code
