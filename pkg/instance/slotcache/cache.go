@@ -47,6 +47,23 @@ type Options struct {
 	// Scheme, Mapper and HTTPClient are defaulted as cache.New defaults
 	// them, and shared by all underlying caches.
 	Cache cache.Options
+	// Sharded holds an empty object of each ring resource of Objects whose
+	// watches select the instance's slots with the API server's shard
+	// selector on the namespace (Kubernetes 1.36 with the
+	// ShardedListAndWatch feature gate: shardRange(object.metadata.namespace,
+	// start, end) || ..., slots.ShardSelector) instead of the slot label, so
+	// that they receive an object before the sharder wrote its slot label.
+	// Only for a ring of slot key Namespace, whose slots are ranges of the
+	// namespace's hash; for its main resources, and for its controlled
+	// resources when every main resource is namespaced (instance.SlotCacheWith
+	// chooses them from the ring). The slot of an object of these resources
+	// is its slot label's, or, while it has none, its namespace's
+	// (slots.ForNamespace): SlotOf. The cache checks every object it receives
+	// and keeps only those of the watch's slots, since an API server without
+	// the gate ignores the shard selector silently (ShardStats counts what it
+	// dropped). Default: none, every ring resource is selected by its slot
+	// label.
+	Sharded []client.Object
 }
 
 // NewCacheFunc returns a cache.NewCacheFunc for manager.Options.NewCache
@@ -97,11 +114,14 @@ type Cache struct {
 	wg      sync.WaitGroup
 	errs    chan error
 	running atomic.Int64
+	shardCounters
 }
 
 type ringKind struct {
 	obj        client.Object
 	namespaced bool
+	// sharded: selected by the shard selector on the namespace (Options.Sharded).
+	sharded bool
 }
 
 // index is a field index of a ring kind, applied to every group cache.
@@ -192,6 +212,18 @@ func New(cfg *rest.Config, opts Options) (*Cache, error) {
 			return nil, fmt.Errorf("slotcache: ring resource %s: %w", gvk, err)
 		}
 		c.ring[gvk.GroupKind()] = ringKind{obj: obj, namespaced: namespaced}
+	}
+	for _, obj := range opts.Sharded {
+		gvk, err := apiutil.GVKForObject(obj, base.Scheme)
+		if err != nil {
+			return nil, fmt.Errorf("slotcache: sharded resource %T: %w", obj, err)
+		}
+		rk, ok := c.ring[gvk.GroupKind()]
+		if !ok {
+			return nil, fmt.Errorf("slotcache: sharded resource %s is not one of the ring's resources (Objects)", gvk.GroupKind())
+		}
+		rk.sharded = true
+		c.ring[gvk.GroupKind()] = rk
 	}
 	plainOpts := base
 	plainOpts.ByObject = map[client.Object]cache.ByObject{}
@@ -335,9 +367,16 @@ func (c *Cache) SetSlots(ctx context.Context, held []int) error {
 func (c *Cache) newGroup(num int, held []int, selector labels.Selector) (*group, error) {
 	opts := c.base
 	opts.ByObject = make(map[client.Object]cache.ByObject, len(c.ring))
+	sharded := false
 	for gk, rk := range c.ring {
 		byObject := c.baseByObject(gk)
-		byObject.Label = and(byObject.Label, c.base.DefaultLabelSelector, selector)
+		bySlot := selector
+		if rk.sharded {
+			// Selected by the shard selector (shardedInformer), and by the
+			// options' label selector only.
+			bySlot, sharded = nil, true
+		}
+		byObject.Label = and(byObject.Label, c.base.DefaultLabelSelector, bySlot)
 		if rk.namespaced {
 			namespaces := byObject.Namespaces
 			if namespaces == nil {
@@ -347,13 +386,16 @@ func (c *Cache) newGroup(num int, held []int, selector labels.Selector) (*group,
 				byObject.Namespaces = make(map[string]cache.Config, len(namespaces))
 				for ns, cfg := range namespaces {
 					if cfg.LabelSelector != nil {
-						cfg.LabelSelector = and(cfg.LabelSelector, nil, selector)
+						cfg.LabelSelector = and(cfg.LabelSelector, nil, bySlot)
 					}
 					byObject.Namespaces[ns] = cfg
 				}
 			}
 		}
 		opts.ByObject[rk.obj] = byObject
+	}
+	if sharded {
+		opts.NewInformer = c.shardedInformer(held, c.base.NewInformer)
 	}
 	gc, err := cache.New(c.cfg, opts)
 	if err != nil {
@@ -392,6 +434,9 @@ func (c *Cache) baseByObject(gk schema.GroupKind) cache.ByObject {
 func and(first, fallback, selector labels.Selector) labels.Selector {
 	if first == nil {
 		first = fallback
+	}
+	if selector == nil {
+		return first
 	}
 	if first == nil || first.Empty() {
 		return selector

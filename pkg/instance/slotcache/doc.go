@@ -16,6 +16,27 @@
 // are served by one plain cache with the manager's options, as a manager's
 // own cache would serve them.
 //
+// # Selecting by shard
+//
+// On a ring whose slots are keyed by namespace, the slots are ranges of the
+// FNV-1a hash of the namespace, which the API server's sharded list and
+// watch selects (Kubernetes 1.36, ShardedListAndWatch gate). The resources
+// of Options.Sharded are selected that way: each group cache's watch of
+// such a resource carries the shard selector of the group's slots
+// (slots.ShardSelector: shardRange(object.metadata.namespace, start, end)
+// || ...), set through cache.Options.NewInformer on the ListWatch, instead
+// of the slot label selector, and so receives an object before its slot
+// label is written. The slot of an object of such a resource is its slot
+// label's, or, while it has none, its namespace's (SlotOf). The cache does
+// not trust the server to filter: a server without the gate ignores the
+// selector silently, and a 1.36 server does not filter the watches it
+// serves without its watch cache. Each list and watch event is checked,
+// and an object outside the group's slots is dropped before the informer
+// sees it (counted by ShardStats, and logged once), so the cache holds the
+// same objects either way. An object's namespace never changes and its
+// slot label is written once, to its namespace's slot, so an object never
+// enters or leaves a running watch, as with the label selector.
+//
 // # The cache is late, the record decides
 //
 // The cache may be late about which objects exist: after SetSlots returns

@@ -12,8 +12,6 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/sharder-dev/sharder/pkg/slots"
 )
 
 // fan is the informer of one ring kind (and form) across the watch groups:
@@ -441,7 +439,7 @@ func (r *registration) handOver(ctx context.Context, num int, old, next *group, 
 	present := make(map[string]bool, len(snapshot))
 	if listed {
 		for _, obj := range snapshot {
-			d, ok := r.f.c.describe(obj)
+			d, ok := r.f.describe(obj)
 			if !ok {
 				continue
 			}
@@ -488,7 +486,7 @@ func (r *registration) retell(g *group, snapshot []client.Object, set map[int]bo
 	}
 	m := r.group(g.num)
 	for _, obj := range snapshot {
-		d, ok := r.f.c.describe(obj)
+		d, ok := r.f.describe(obj)
 		if !ok || !set[d.slot] {
 			continue
 		}
@@ -518,7 +516,7 @@ func (w *forwarder) OnAdd(obj any, isInInitialList bool) {
 	if !w.live || r.removed {
 		return
 	}
-	d, ok := r.f.c.describe(obj)
+	d, ok := r.f.describe(obj)
 	if !ok {
 		r.handler.OnAdd(obj, isInInitialList)
 		return
@@ -539,7 +537,7 @@ func (w *forwarder) OnUpdate(oldObj, newObj any) {
 	if !w.live || r.removed {
 		return
 	}
-	d, ok := r.f.c.describe(newObj)
+	d, ok := r.f.describe(newObj)
 	if !ok {
 		r.handler.OnUpdate(oldObj, newObj)
 		return
@@ -547,7 +545,7 @@ func (w *forwarder) OnUpdate(oldObj, newObj any) {
 	m := r.group(w.g.num)
 	s, had := m[d.key]
 	m[d.key] = d.seen(w.g)
-	if o, ok := r.f.c.describe(oldObj); ok && o.rv != d.rv && had && s.uid == d.uid && s.rv == d.rv {
+	if o, ok := r.f.describe(oldObj); ok && o.rv != d.rv && had && s.uid == d.uid && s.rv == d.rv {
 		return // told already; a resync (same resourceVersion) passes
 	}
 	r.handler.OnUpdate(oldObj, newObj)
@@ -560,7 +558,7 @@ func (w *forwarder) OnDelete(obj any) {
 	if !w.live || r.removed {
 		return
 	}
-	d, ok := r.f.c.describe(obj)
+	d, ok := r.f.describe(obj)
 	if !ok {
 		r.handler.OnDelete(obj)
 		return
@@ -586,11 +584,11 @@ func (d described) seen(src *group) seen {
 	return seen{rv: d.rv, uid: d.uid, slot: d.slot, src: src}
 }
 
-// describe returns an object's store key, resourceVersion, UID and slot
-// (-1 when its slot label is missing or invalid).
-func (c *Cache) describe(obj any) (described, bool) {
+// describe returns an object of the fan's kind's store key,
+// resourceVersion, UID and slot (-1 when it has none: see Cache.SlotOf).
+func (f *fan) describe(obj any) (described, bool) {
 	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		d, _ := c.describe(t.Obj)
+		d, _ := f.describe(t.Obj)
 		d.key = t.Key
 		return d, true
 	}
@@ -602,8 +600,8 @@ func (c *Cache) describe(obj any) (described, bool) {
 	if ns := a.GetNamespace(); ns != "" {
 		key = ns + "/" + key
 	}
-	slot, err := slots.ParseLabel(a.GetLabels()[c.label], c.count)
-	if err != nil {
+	slot, ok := f.c.SlotOf(f.key.gvk.GroupKind(), a)
+	if !ok {
 		slot = -1
 	}
 	return described{key: key, rv: a.GetResourceVersion(), uid: a.GetUID(), slot: slot}, true
