@@ -77,4 +77,10 @@
 // Lease: a process that starts again starts from a new read of the ring.
 // The instance's service account needs get, list and watch on the ring
 // (ControllerRings are cluster-scoped) besides the Lease permissions.
+//
+// On a ring whose slots are keyed by namespace, SlotCacheWith with
+// SlotOptions.ShardedListAndWatch selects the slots with the API server's
+// shard selector on the namespace (Kubernetes 1.36 with the
+// ShardedListAndWatch gate) instead of the slot label, so that the instance
+// reconciles an object before the sharder labelled it; see SlotOptions.
 package instance

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
@@ -106,8 +108,10 @@ var (
 // reads the ring, when it can, and returns an error wrapping ErrModeMismatch
 // when the cache does not fit it (a ring of unit Slots with another cache,
 // a slot cache for a ring of unit Objects or another slot count, or a slot
-// cache of another ring). An instance in slot mode checks the ring again
-// when it starts: the manager then stops with such an error.
+// cache of another ring), and an error wrapping ErrShardedListAndWatch when
+// the slot cache selects by shard (SlotOptions.ShardedListAndWatch) on a ring
+// whose slots are not keyed by namespace. An instance in slot mode checks
+// the ring again when it starts: the manager then stops with such an error.
 //
 // The instance runs on every replica (NeedLeaderElection is false); run the
 // manager without leader election, since each instance reconciles only its
@@ -212,9 +216,40 @@ func (i *Instance) AddNotifier(n Notifier) {
 // the webhook find it where they would put it (in slot mode the sharder
 // need not write it at all). Call it before creating child (next to setting
 // its controller reference). It reports false, leaving child alone, when
-// owner carries neither label.
+// owner carries neither label. In slot mode with
+// SlotOptions.ShardedListAndWatch, an owner of a kind selected by shard that
+// is not labelled yet (the instance saw it before the sharder labelled it)
+// gives child the slot of its namespace, the slot the sharder will write on
+// both.
 func (i *Instance) LabelChild(owner, child metav1.Object) bool {
-	return LabelChild(i.opts.Ring, owner, child)
+	copied := LabelChild(i.opts.Ring, owner, child)
+	if i.slots == nil || hasLabel(owner, v1alpha1.SlotLabel(i.opts.Ring)) {
+		return copied
+	}
+	ro, ok := owner.(runtime.Object)
+	if !ok {
+		return copied
+	}
+	gvk, err := apiutil.GVKForObject(ro, i.mgr.GetScheme())
+	if err != nil {
+		return copied
+	}
+	slot, ok := i.slots.slotOf(gvk.GroupKind(), owner)
+	if !ok {
+		return copied
+	}
+	labels := child.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[v1alpha1.SlotLabel(i.opts.Ring)] = strconv.Itoa(slot)
+	child.SetLabels(labels)
+	return true
+}
+
+func hasLabel(obj metav1.Object, key string) bool {
+	_, ok := obj.GetLabels()[key]
+	return ok
 }
 
 // LabelChild is Instance.LabelChild for a given ring: it copies whichever of
@@ -281,7 +316,8 @@ func (i *Instance) Start(ctx context.Context) error {
 		go i.checkWatchLag(ctx)
 		return i.slots.start(ctx, func() {
 			i.reconciles.Open()
-			i.log.Info("Instance holds its Lease and read its slots, reconciling", "slots", slots.FormatList(i.slots.Record().Slots))
+			i.log.Info("Instance holds its Lease and read its slots, reconciling", "slots", slots.FormatList(i.slots.Record().Slots),
+				"selectedByShard", i.slots.cache.Sharded())
 		})
 	}
 	i.reconciles.Open()
@@ -375,11 +411,11 @@ func (i *Instance) register(gvk schema.GroupVersionKind, proto client.Object) {
 	}
 }
 
-// assigned reports whether obj carries this instance's shard label (in slot
-// mode: a slot label naming a slot of the record).
-func (i *Instance) assigned(obj metav1.Object) bool {
+// assigned reports whether obj, of kind gk, carries this instance's shard
+// label (in slot mode: has a slot of the record, slotMode.slotOf).
+func (i *Instance) assigned(gk schema.GroupKind, obj metav1.Object) bool {
 	if i.slots != nil {
-		slot, ok := i.slots.slotOf(obj)
+		slot, ok := i.slots.slotOf(gk, obj)
 		return ok && i.slots.holds(slot)
 	}
 	return obj.GetLabels()[v1alpha1.ShardLabel(i.opts.Ring)] == i.opts.Identity
@@ -444,7 +480,7 @@ func (i *Instance) cancelMoved(gvk schema.GroupVersionKind, key inflight.Key, mo
 			}
 			return
 		}
-		if !i.assigned(live) {
+		if !i.assigned(gvk.GroupKind(), live) {
 			cancel()
 		}
 	}()

@@ -76,7 +76,7 @@ type eventHandler struct {
 var _ toolscache.ResourceEventHandler = eventHandler{}
 
 func (h eventHandler) OnAdd(obj any, _ bool) {
-	if o, ok := obj.(client.Object); ok && h.inst.assigned(o) {
+	if o, ok := obj.(client.Object); ok && h.inst.assigned(h.gvk.GroupKind(), o) {
 		h.inst.notify(func(n Notifier) { n.OnGained(o) })
 	}
 }
@@ -95,7 +95,7 @@ func (h eventHandler) OnUpdate(oldObj, newObj any) {
 	// With the instance's selector on the cache, objects leave through
 	// OnDelete; updates that change the shard label only show up in caches
 	// without the selector.
-	was, is := h.inst.assigned(o), h.inst.assigned(n)
+	was, is := h.inst.assigned(h.gvk.GroupKind(), o), h.inst.assigned(h.gvk.GroupKind(), n)
 	switch {
 	case !was && is:
 		h.inst.notify(func(nt Notifier) { nt.OnGained(n) })
@@ -108,7 +108,7 @@ func (h eventHandler) OnDelete(obj any) {
 	if tombstone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
 	}
-	if o, ok := obj.(client.Object); ok && h.inst.assigned(o) {
+	if o, ok := obj.(client.Object); ok && h.inst.assigned(h.gvk.GroupKind(), o) {
 		h.inst.left(h.gvk, o, false)
 	}
 }

@@ -63,7 +63,9 @@ const acknowledgeAttempts = 3
 // In slot mode (a ring of unit Slots) there are no drains and no shard
 // label: next runs only for an object whose slot label names a slot of the
 // instance's record of the slots it holds, never by whether the cache still
-// holds the object; other requests are dropped, not requeued. An object
+// holds the object (with SlotOptions.ShardedListAndWatch, an object not
+// labelled yet has its namespace's slot); other requests are dropped, not
+// requeued. An object
 // absent from the cache and gone from the API server is handed to next
 // when the slot of its name (a main object's slot, slots.ForMainObject) is
 // in the record. The context passed to next is also cancelled, its cause
@@ -130,7 +132,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return r.absent(ctx, req)
 	}
-	if !r.inst.assigned(obj) {
+	if !r.inst.assigned(r.gvk.GroupKind(), obj) {
 		log.V(1).Info("Request dropped: object not assigned to this instance",
 			"assignedTo", obj.GetLabels()[r.inst.shardLabel()])
 		return reconcile.Result{}, nil
@@ -212,7 +214,7 @@ func (r *reconciler) acknowledge(ctx context.Context, key inflight.Key, cached c
 		case err != nil:
 			r.inst.acked.Delete(key)
 			return reconcile.Result{}, err
-		case !r.inst.assigned(live) || !drain.Requested(live, r.inst.opts.Ring):
+		case !r.inst.assigned(r.gvk.GroupKind(), live) || !drain.Requested(live, r.inst.opts.Ring):
 			// Moved by the sharder, or the drain was withdrawn: the cache's
 			// next event for it brings a fresh request.
 			r.inst.acked.Delete(key)
@@ -237,8 +239,9 @@ func (r *reconciler) readLive(ctx context.Context, req reconcile.Request) (*meta
 }
 
 // reconcileSlot handles a request in slot mode: next runs only for an object
-// whose slot label names a slot of the instance's record, never by what the
-// cache holds. An object absent from the cache that the API server no
+// whose slot label names a slot of the instance's record (or, not labelled
+// yet and of a kind the cache selects by shard, whose namespace's slot is
+// in the record), never by what the cache holds. An object absent from the cache that the API server no
 // longer has is handed to next when the slot its name maps to (a main
 // object's slot, slots.ForMainObject) is in the record, so that it can
 // finish its deletion handling. A request dropped is not requeued: the
@@ -266,8 +269,8 @@ func (r *reconciler) reconcileSlot(ctx context.Context, req reconcile.Request, c
 		}
 		slot = slots.ForMainObject(s.spec, r.gvk.Group, r.gvk.Kind, req.Namespace, req.Name)
 	} else {
-		var labelled bool
-		if slot, labelled = s.slotOf(obj); !labelled {
+		var known bool
+		if slot, known = s.slotOf(r.gvk.GroupKind(), obj); !known {
 			log.V(1).Info("Request dropped: object without a valid slot label")
 			return reconcile.Result{}, nil
 		}

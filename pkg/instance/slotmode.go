@@ -11,15 +11,19 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
@@ -64,6 +68,64 @@ const cacheSwitchTimeout = time.Minute
 // ring's count does the same without reading the ring then; the instance
 // checks the count when it starts.
 func SlotCache(ring string, objects ...client.Object) cache.NewCacheFunc {
+	return SlotCacheWith(ring, SlotOptions{}, objects...)
+}
+
+// SlotOptions configures the slot cache of SlotCacheWith.
+type SlotOptions struct {
+	// ShardedListAndWatch makes the instance watch its slots with the API
+	// server's shard selector on the namespace instead of the slot label
+	// (docs/design.md §11, "Sharded list and watch"): each watch group's
+	// watch of a resource carries shardSelector =
+	// shardRange(object.metadata.namespace, start, end) || ..., one range
+	// per run of consecutive slots. The instance then receives, and
+	// reconciles, an object of its slots as soon as it is created, before
+	// the sharder wrote its slot label (a main object of a ring of key
+	// Namespace has the slot of its namespace, whether labelled yet or not).
+	//
+	// It needs a ring of unit Slots whose slots are keyed by namespace
+	// (spec.assignment.slots.key: Namespace): creating the manager fails
+	// otherwise. It applies to the ring's main resources among the cache's
+	// objects, and to its controlled resources when every main resource is
+	// namespaced (the children of a namespaced object are in its
+	// namespace); the controlled resources of a ring with a cluster-scoped
+	// main resource, and objects of resources that are not the ring's, keep
+	// the slot label selector. Note that a controlled resource selected by
+	// shard brings every object of that resource in the instance's
+	// namespaces into its cache, those that no object of the ring controls
+	// too (they cause no reconcile).
+	//
+	// The shard selector is filtered by Kubernetes 1.36 and later with the
+	// ShardedListAndWatch feature gate (kube-apiserver
+	// --feature-gates=ShardedListAndWatch=true). A server without the gate
+	// ignores it silently and returns every object: the instance still
+	// holds and reconciles only its slots' objects, since it checks every
+	// object's slot itself (its slot label, else its namespace's), but
+	// each of its watch groups (up to 64 per resource) receives all objects
+	// of the resources, far more than with the label selector; it logs that
+	// once (slotcache.Cache.ShardStats counts them). Turn it on only where
+	// the API server has the gate.
+	// The same holds for a 1.36 server's watches served without its watch
+	// cache (--watch-cache=false), which it does not filter.
+	//
+	// An object whose slot label contradicts its namespace (set wrongly at
+	// creation: the ring's policy cannot compute the hash) has the slot its
+	// label names, as for an instance without this option, so that
+	// instances with and without it never disagree on an object's slot;
+	// but a watch by shard receives it by its namespace's slot and keeps it
+	// only if its label's slot is among the watch's, so an instance
+	// selecting by shard may never see it. The sharder reports such
+	// objects.
+	//
+	// Default: false, the slot label selects every resource.
+	ShardedListAndWatch bool
+}
+
+// SlotCacheWith is SlotCache with options: see SlotOptions.
+//
+//	mgr, _ := ctrl.NewManager(cfg, ctrl.Options{NewCache: instance.SlotCacheWith("my-ring",
+//		instance.SlotOptions{ShardedListAndWatch: true}, &corev1.ConfigMap{})})
+func SlotCacheWith(ring string, slotOpts SlotOptions, objects ...client.Object) cache.NewCacheFunc {
 	return func(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
 		c, err := newRingClient(cfg, opts.HTTPClient)
 		if err != nil {
@@ -79,8 +141,83 @@ func SlotCache(ring string, objects ...client.Object) cache.NewCacheFunc {
 			return nil, fmt.Errorf("slot cache of ring %q: %w: the ring assigns %s, not Slots; create the manager with Cache: instance.CacheOptions(...)",
 				ring, ErrModeMismatch, unitOf(&r.Spec))
 		}
-		return slotcache.New(cfg, slotcache.Options{Ring: ring, Count: r.Spec.EffectiveSlotCount(), Objects: objects, Cache: opts})
+		var sharded []client.Object
+		if slotOpts.ShardedListAndWatch {
+			if key := r.Spec.EffectiveSlotKey(); key != v1alpha1.SlotKeyNamespace {
+				return nil, fmt.Errorf("slot cache of ring %q: %w", ring, errShardedKey(ring, key))
+			}
+			if sharded, err = shardedObjects(cfg, opts, &r.Spec, objects); err != nil {
+				return nil, fmt.Errorf("slot cache of ring %q: %w", ring, err)
+			}
+		}
+		return slotcache.New(cfg, slotcache.Options{Ring: ring, Count: r.Spec.EffectiveSlotCount(), Objects: objects, Cache: opts, Sharded: sharded})
 	}
+}
+
+// ErrShardedListAndWatch is wrapped by the errors that refuse a slot cache
+// selecting by shard (SlotOptions.ShardedListAndWatch) for a ring whose
+// slots are not keyed by namespace: when the manager is created, at Setup
+// or at start.
+var ErrShardedListAndWatch = errors.New("sharded list and watch needs a ring whose slots are keyed by namespace")
+
+func errShardedKey(ring, key string) error {
+	return fmt.Errorf("%w: ring %q has spec.assignment.slots.key %s, whose slots are not ranges of the namespace's hash; "+
+		"create the ring with spec.assignment.slots.key: Namespace (fixed at creation), or turn ShardedListAndWatch off",
+		ErrShardedListAndWatch, ring, key)
+}
+
+// shardedObjects returns the objects whose resources an instance selects by
+// shard on a ring of key Namespace: the ring's main resources, and its
+// controlled resources when every main resource is namespaced (as the API
+// server's discovery says; a main resource it does not know counts as
+// cluster-scoped).
+func shardedObjects(cfg *rest.Config, opts cache.Options, spec *v1alpha1.ControllerRingSpec, objects []client.Object) ([]client.Object, error) {
+	scheme, mapper := opts.Scheme, opts.Mapper
+	if scheme == nil {
+		scheme = clientgoscheme.Scheme
+	}
+	if mapper == nil {
+		hc := opts.HTTPClient
+		if hc == nil {
+			var err error
+			if hc, err = rest.HTTPClientFor(cfg); err != nil {
+				return nil, fmt.Errorf("HTTP client: %w", err)
+			}
+		}
+		var err error
+		if mapper, err = apiutil.NewDynamicRESTMapper(cfg, hc); err != nil {
+			return nil, fmt.Errorf("REST mapper: %w", err)
+		}
+	}
+	mainsNamespaced := true
+	for _, r := range spec.Resources {
+		gvk, err := mapper.KindFor(schema.GroupVersionResource{Group: r.Group, Resource: r.Resource})
+		if err != nil {
+			mainsNamespaced = false
+			break
+		}
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil || m.Scope.Name() != apimeta.RESTScopeNameNamespace {
+			mainsNamespaced = false
+			break
+		}
+	}
+	var out []client.Object
+	for _, obj := range objects {
+		gvk, err := apiutil.GVKForObject(obj, scheme)
+		if err != nil {
+			return nil, fmt.Errorf("ring resource %T: %w", obj, err)
+		}
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return nil, fmt.Errorf("ring resource %s: %w", gvk.GroupKind(), err)
+		}
+		gr := m.Resource.GroupResource()
+		if spec.IsMainResource(gr) || (mainsNamespaced && slices.Contains(spec.ControlledResources(), gr)) {
+			out = append(out, obj)
+		}
+	}
+	return out, nil
 }
 
 // ringScheme knows the ControllerRing alone: the instance reads its ring
@@ -122,6 +259,8 @@ func checkMode(ring *v1alpha1.ControllerRing, sc *slotcache.Cache) error {
 	case slotsRing && sc.Count() != ring.Spec.EffectiveSlotCount():
 		return fmt.Errorf("%w: ring %q has %d slots, but the manager's slot cache was created for %d",
 			ErrModeMismatch, ring.Name, ring.Spec.EffectiveSlotCount(), sc.Count())
+	case slotsRing && len(sc.Sharded()) > 0 && ring.Spec.EffectiveSlotKey() != v1alpha1.SlotKeyNamespace:
+		return errShardedKey(ring.Name, ring.Spec.EffectiveSlotKey())
 	}
 	return nil
 }
@@ -485,14 +624,11 @@ func (s *slotMode) begin(slot int, cancel context.CancelCauseFunc) (end func(), 
 	}, true
 }
 
-// slotOf returns the slot obj's slot label names, false when it names none.
-func (s *slotMode) slotOf(obj metav1.Object) (int, bool) {
-	value, ok := obj.GetLabels()[v1alpha1.SlotLabel(s.inst.opts.Ring)]
-	if !ok {
-		return 0, false
-	}
-	slot, err := slots.ParseLabel(value, s.cache.Count())
-	return slot, err == nil
+// slotOf returns the slot of obj, of kind gk: the slot its slot label
+// names; while it has none, for a kind the cache selects by shard, its
+// namespace's (slotcache.Cache.SlotOf). False when it has no slot.
+func (s *slotMode) slotOf(gk schema.GroupKind, obj metav1.Object) (int, bool) {
+	return s.cache.SlotOf(gk, obj)
 }
 
 // sleep waits d on the instance's clock; false when ctx ended first.

@@ -41,7 +41,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	os.Exit(testenv.Run(m, &suite, testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}, Scheme: scheme}))
+	opts := testenv.Options{CRDDirectoryPaths: []string{"config/crd/bases"}, Scheme: scheme}
+	os.Exit(testenv.RunSuites(m, map[*testenv.Suite]testenv.Options{&suite: opts, &gatedSuite: gatedOptions(opts)}))
 }
 
 // interval is one run of a user reconciler.
