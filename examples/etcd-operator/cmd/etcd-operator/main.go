@@ -79,6 +79,7 @@ type options struct {
 	kubeAPIBurst            int
 	restoreImage            string
 	clockOffset             time.Duration
+	shardedListAndWatch     bool
 	zap                     zap.Options
 	// repeatedRun lets run start in a process that ran it before (the
 	// tests): controller-runtime refuses a controller name it has seen in
@@ -110,6 +111,10 @@ func parseFlags(args []string, getenv func(string) string) (*options, error) {
 	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 50, "Requests per second to the API server (client-side limit). Drain acknowledgements share it with reconciles, so a low limit slows moves.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst of requests to the API server above --kube-api-qps.")
 	fs.StringVar(&o.restoreImage, "restore-image", "", "Image of this operator: the members of a cluster an EtcdRestore creates run its restore-member subcommand before etcd. Empty: EtcdRestores fail with the reason NoRestoreImage.")
+	fs.BoolVar(&o.shardedListAndWatch, "sharded-list-and-watch", false, "Slot mode on a ring whose slots are keyed by namespace (spec.assignment.slots.key: Namespace) only: "+
+		"watch this instance's slots with the API server's shard selector on the namespace instead of the slot label, so that a new EtcdCluster is reconciled before the sharder labels it. "+
+		"Needs Kubernetes 1.36+ with the ShardedListAndWatch feature gate: a server without it ignores the selector, and the operator, which checks each object's slot itself, still reconciles only its slots but receives every object in each of its watch groups. "+
+		"The operator refuses to start with it on any other ring.")
 	fs.DurationVar(&o.clockOffset, "clock-offset", 0, "Moves this process's wall clock by the offset, as on a node whose clock runs ahead or lags (fault-injection tests); elapsed times are unaffected.")
 	_ = fs.MarkHidden("clock-offset")
 	zfs := flag.NewFlagSet("zap", flag.ContinueOnError)
@@ -233,8 +238,15 @@ func ringMode(ctx context.Context, cfg *rest.Config, ring string) (slotCount int
 // cacheFor returns the manager's cache options for the ring's mode: the
 // shard label of this instance in object mode, the slot cache (following
 // the slots the sharder grants) in slot mode.
+//
+// With --sharded-list-and-watch the slot cache selects the slots by shard;
+// instance.SlotCacheWith reads the ring again when the manager is created,
+// and refuses a ring whose slots are not keyed by namespace.
 func cacheFor(o *options, slotCount int) (cache.Options, cache.NewCacheFunc) {
-	if slotCount > 0 {
+	switch {
+	case slotCount > 0 && o.shardedListAndWatch:
+		return cache.Options{}, instance.SlotCacheWith(o.ring, instance.SlotOptions{ShardedListAndWatch: true}, cachedObjects()...)
+	case slotCount > 0:
 		return cache.Options{}, slotcache.NewCacheFunc(o.ring, slotCount, cachedObjects()...)
 	}
 	return instance.CacheOptions(o.ring, o.instance, cachedObjects()...), nil
@@ -251,6 +263,11 @@ func run(ctx context.Context, o *options) error {
 	slotCount, err := ringMode(ctx, cfg, o.ring)
 	if err != nil {
 		return err
+	}
+	if o.shardedListAndWatch && slotCount == 0 {
+		return fmt.Errorf("--sharded-list-and-watch needs a ring of unit Slots whose slots are keyed by namespace "+
+			"(spec.assignment.unit: Slots, spec.assignment.slots.key: Namespace), but ring %q assigns objects or could not be read "+
+			"(see the log line above); drop the flag, or create the ring in slot mode", o.ring)
 	}
 	// The cache holds only this instance's objects of the ring's resources:
 	// the clusters and everything the clusters control, down to the pods.
@@ -325,7 +342,8 @@ func run(ctx context.Context, o *options) error {
 	if slotCount > 0 {
 		mode = sharderv1alpha1.AssignmentUnitSlots
 	}
-	log.Info("Starting", "ring", o.ring, "instance", o.instance, "leaseNamespace", o.leaseNamespace, "unit", mode, "slots", slotCount)
+	log.Info("Starting", "ring", o.ring, "instance", o.instance, "leaseNamespace", o.leaseNamespace, "unit", mode, "slots", slotCount,
+		"shardedListAndWatch", o.shardedListAndWatch)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running manager: %w", err)
 	}

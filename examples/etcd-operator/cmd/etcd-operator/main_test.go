@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -26,6 +28,8 @@ import (
 	"github.com/sharder-dev/sharder/internal/reconcilelog"
 	"github.com/sharder-dev/sharder/internal/testenv"
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/instance"
+	"github.com/sharder-dev/sharder/pkg/slots"
 )
 
 var suite testenv.Suite // the control plane, started for the first test that calls env
@@ -35,8 +39,9 @@ func env() *testenv.Env { return suite.Env() }
 func TestMain(m *testing.M) {
 	scheme := testenv.DefaultScheme()
 	utilruntime.Must(etcdv1alpha1.AddToScheme(scheme))
+	utilruntime.Must(sharderv1alpha1.AddToScheme(scheme))
 	os.Exit(testenv.Run(m, &suite, testenv.Options{
-		CRDDirectoryPaths: []string{"examples/etcd-operator/config/crd"},
+		CRDDirectoryPaths: []string{"examples/etcd-operator/config/crd", "config/crd/bases"},
 		Scheme:            scheme,
 	}))
 }
@@ -52,7 +57,7 @@ func TestParseFlags(t *testing.T) {
 	}{
 		{name: "defaults", args: []string{"--instance=op-0"}, getenv: noEnv, check: func(t *testing.T, o *options) {
 			if o.ring != "etcd-operator" || o.leaseNamespace != "etcd-operator-system" || o.leaseDuration != 15*time.Second ||
-				o.metricsBindAddress != ":8080" || o.healthProbeBindAddress != ":8081" || o.reconcileLog != "" {
+				o.metricsBindAddress != ":8080" || o.healthProbeBindAddress != ":8081" || o.reconcileLog != "" || o.shardedListAndWatch {
 				t.Errorf("defaults: %+v", o)
 			}
 		}},
@@ -78,12 +83,13 @@ func TestParseFlags(t *testing.T) {
 		{name: "all flags", args: []string{"--kubeconfig=/k", "--ring=r", "--lease-namespace=ns", "--instance=i",
 			"--lease-duration=20s", "--renew-period=4s", "--virtual-nodes=64", "--metrics-bind-address=0",
 			"--health-probe-bind-address=:9", "--max-concurrent-reconciles=2", "--recovery-interval=5s",
-			"--etcd-timeout=3s", "--etcd-check-interval=7s", "--progress-interval=3s", "--zap-log-level=debug"},
+			"--etcd-timeout=3s", "--etcd-check-interval=7s", "--progress-interval=3s", "--sharded-list-and-watch", "--zap-log-level=debug"},
 			getenv: noEnv, check: func(t *testing.T, o *options) {
 				if o.kubeconfig != "/k" || o.ring != "r" || o.leaseNamespace != "ns" || o.instance != "i" ||
 					o.leaseDuration != 20*time.Second || o.renewPeriod != 4*time.Second || o.virtualNodes != 64 ||
 					o.metricsBindAddress != "0" || o.healthProbeBindAddress != ":9" || o.maxConcurrentReconciles != 2 ||
-					o.recoveryInterval != 5*time.Second || o.etcdTimeout != 3*time.Second || o.etcdCheckInterval != 7*time.Second || o.progressInterval != 3*time.Second {
+					o.recoveryInterval != 5*time.Second || o.etcdTimeout != 3*time.Second || o.etcdCheckInterval != 7*time.Second || o.progressInterval != 3*time.Second ||
+					!o.shardedListAndWatch {
 					t.Errorf("parsed: %+v", o)
 				}
 			}},
@@ -233,4 +239,118 @@ func TestRingCoversCache(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(inRing).To(HaveKey(mapping.Resource.GroupResource()), "the ring does not assign %s", gvk.Kind)
 	}
+}
+
+// TestRunShardedListAndWatch: with --sharded-list-and-watch on a slot ring
+// keyed by namespace, the operator reconciles an EtcdCluster of a slot it
+// holds before the sharder labelled it (no sharder runs here: the cluster
+// never gets a slot label), gives its children the slot of its namespace,
+// and leaves alone a cluster of a slot it does not hold. The API server
+// here has no ShardedListAndWatch gate: it ignores the shard selector, and
+// the operator checks each object's slot itself. On a ring keyed by object,
+// and on a ring it cannot find, it refuses to start, saying why.
+func TestRunShardedListAndWatch(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	const count = 8
+	ns := env().Namespace(t)
+	other := env().Namespace(t)
+	for slots.ForNamespace(other, count) == slots.ForNamespace(ns, count) {
+		other = env().Namespace(t)
+	}
+	mySlot := slots.ForNamespace(ns, count)
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	g.Expect(env().WriteKubeConfig(kubeconfig)).To(Succeed())
+	createRing := func(g Gomega, name, key string) {
+		ring := &sharderv1alpha1.ControllerRing{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: sharderv1alpha1.ControllerRingSpec{
+				LeaseNamespace: ns,
+				Resources:      []sharderv1alpha1.RingResource{{Group: etcdv1alpha1.GroupVersion.Group, Resource: "etcdclusters"}},
+				Assignment: &sharderv1alpha1.RingAssignment{Unit: sharderv1alpha1.AssignmentUnitSlots,
+					Slots: &sharderv1alpha1.RingSlots{Count: count, Key: key}},
+			},
+		}
+		g.Expect(env().Client.Create(ctx, ring)).To(Succeed())
+		t.Cleanup(func() { _ = env().Client.Delete(ctx, ring) })
+		table := slots.NewTable(count)
+		table.Revision = 1
+		for slot := range count {
+			table.Slots[slot] = slots.Slot{Holder: "op-1"}
+		}
+		table.Slots[mySlot] = slots.Slot{Holder: "op-0"}
+		g.Eventually(func() error {
+			if err := env().Client.Get(ctx, client.ObjectKeyFromObject(ring), ring); err != nil {
+				return err
+			}
+			ring.Status.Slots = table.Status()
+			return env().Client.Status().Update(ctx, ring)
+		}).Should(Succeed())
+	}
+	options := func(g Gomega, ring string) *options {
+		o, err := parseFlags([]string{"--kubeconfig=" + kubeconfig, "--ring=" + ring, "--lease-namespace=" + ns, "--instance=op-0",
+			"--metrics-bind-address=0", "--health-probe-bind-address=0", "--lease-duration=5s", "--sharded-list-and-watch"},
+			func(string) string { return "" })
+		g.Expect(err).NotTo(HaveOccurred())
+		o.repeatedRun = true
+		return o
+	}
+
+	t.Run("ring keyed by namespace", func(t *testing.T) {
+		g := NewWithT(t)
+		ring := ns + "-by-namespace"
+		createRing(g, ring, sharderv1alpha1.SlotKeyNamespace)
+		runCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- run(runCtx, options(g, ring)) }()
+
+		mine := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mine"}}
+		theirs := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "theirs"}}
+		g.Expect(env().Client.Create(ctx, mine)).To(Succeed())
+		g.Expect(env().Client.Create(ctx, theirs)).To(Succeed())
+		slotLabel := sharderv1alpha1.SlotLabel(ring)
+		g.Eventually(func(g Gomega) {
+			select {
+			case err := <-done:
+				StopTrying(fmt.Sprintf("the operator stopped: run returned %v", err)).Now()
+			default:
+			}
+			got := &etcdv1alpha1.EtcdCluster{}
+			g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(mine), got)).To(Succeed())
+			g.Expect(got.Labels).NotTo(HaveKey(slotLabel), "no sharder runs here")
+			g.Expect(got.Finalizers).To(ContainElement(controller.Finalizer))
+			cm := &corev1.ConfigMap{}
+			g.Expect(env().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mine-config"}, cm)).To(Succeed())
+			g.Expect(cm.Labels).To(HaveKeyWithValue(slotLabel, strconv.Itoa(mySlot)))
+		}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+		g.Consistently(func(g Gomega) []string {
+			got := &etcdv1alpha1.EtcdCluster{}
+			g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(theirs), got)).To(Succeed())
+			return got.Finalizers
+		}, time.Second, 100*time.Millisecond).Should(BeEmpty(), "a cluster of a slot the operator does not hold was reconciled")
+		cancel()
+		g.Eventually(done, 45*time.Second).Should(Receive(BeNil()))
+		for _, c := range []*etcdv1alpha1.EtcdCluster{mine, theirs} {
+			g.Expect(client.IgnoreNotFound(env().Client.Patch(ctx, c, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))))).To(Succeed())
+		}
+	})
+	t.Run("ring keyed by object", func(t *testing.T) {
+		g := NewWithT(t)
+		ring := ns + "-by-object"
+		createRing(g, ring, sharderv1alpha1.SlotKeyObject)
+		runCtx, cancel := context.WithTimeout(ctx, time.Minute) // an operator that starts fails the test, not hangs it
+		defer cancel()
+		err := run(runCtx, options(g, ring))
+		g.Expect(err).To(MatchError(instance.ErrShardedListAndWatch))
+		g.Expect(err.Error()).To(ContainSubstring("spec.assignment.slots.key: Namespace"))
+	})
+	t.Run("no ring", func(t *testing.T) {
+		g := NewWithT(t)
+		runCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		err := run(runCtx, options(g, ns+"-missing"))
+		g.Expect(err).To(MatchError(ContainSubstring("--sharded-list-and-watch needs a ring of unit Slots")))
+	})
 }
