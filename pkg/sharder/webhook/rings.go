@@ -118,8 +118,18 @@ func (b *ringBuilds) ready(ringName, id string, now time.Time) bool {
 
 // ringChanged records a new or changed ring and wakes its builder when the
 // ring is new or its spec changed: a write of its status alone changes
-// neither its membership nor its algorithm.
+// neither its membership nor its algorithm. A ring of unit Slots gets no
+// builder: the assigning webhook gives its objects a slot, a function of
+// the object's key alone, and reads neither a ring nor its members.
 func (b *ringBuilds) ringChanged(old, rg *v1alpha1.ControllerRing) {
+	if rg.Spec.AssignsSlots() {
+		// The unit never changes; a ring of unit Objects replaced by one
+		// of unit Slots under its name, its deletion unseen, is dropped.
+		if b.ring(rg.Name) != nil {
+			b.ringDeleted(rg.Name)
+		}
+		return
+	}
 	spec := &ringSpec{leaseNamespace: rg.Spec.LeaseNamespace, restartHold: rg.Spec.EffectiveRestartHold()}
 	b.mu.Lock()
 	rb := b.byName[rg.Name]

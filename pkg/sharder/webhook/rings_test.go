@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
@@ -96,4 +97,43 @@ func TestMainChoiceWithAStaleRing(t *testing.T) {
 	g.Expect(builds.ready("r", "a", now)).To(BeTrue())
 	builds.leaseChanged(lease("a", "a"), nil)
 	g.Expect(builds.ready("r", "a", now)).To(BeFalse())
+}
+
+// TestNoRingBuildForSlots checks that a ring of unit Slots gets no ring
+// builder and no membership at admission (its objects' slots need none),
+// and that one of unit Objects replaced under its name by one of unit
+// Slots, its deletion unseen, loses its builder and members.
+func TestNoRingBuildForSlots(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(now)
+	rings := &membership.Rings{}
+	builds := newRingBuilds(nil, rings, clk, logr.Discard(), func() bool { return false })
+	t.Cleanup(builds.cancel)
+	slotRing := func(name, uid string) *v1alpha1.ControllerRing {
+		return &v1alpha1.ControllerRing{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid)}, Spec: v1alpha1.ControllerRingSpec{
+			LeaseNamespace: "ns", Assignment: &v1alpha1.RingAssignment{Unit: v1alpha1.AssignmentUnitSlots}}}
+	}
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", Labels: map[string]string{v1alpha1.LabelRing: "s"}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("a"), LeaseDurationSeconds: ptr.To[int32](10),
+			RenewTime: ptr.To(metav1.NewMicroTime(now))},
+	}
+
+	builds.ringChanged(nil, slotRing("s", "1"))
+	builds.leaseChanged(nil, lease)
+	g.Expect(builds.ring("s")).To(BeNil(), "no builder for a ring of unit Slots")
+	g.Expect(builds.built("s")).To(BeNil())
+	g.Expect(builds.ready("s", "a", now)).To(BeFalse(), "no members tracked")
+
+	objects := &v1alpha1.ControllerRing{ObjectMeta: metav1.ObjectMeta{Name: "o", UID: "2"}, Spec: v1alpha1.ControllerRingSpec{LeaseNamespace: "ns"}}
+	builds.ringChanged(nil, objects)
+	g.Expect(builds.ring("o")).NotTo(BeNil(), "a ring of unit Objects has a builder")
+	onO := lease.DeepCopy()
+	onO.Labels[v1alpha1.LabelRing] = "o"
+	builds.leaseChanged(nil, onO)
+	g.Expect(builds.ready("o", "a", now)).To(BeTrue())
+	builds.ringChanged(objects, slotRing("o", "3"))
+	g.Expect(builds.ring("o")).To(BeNil(), "the builder of the replaced ring is stopped")
+	g.Expect(builds.ready("o", "a", now)).To(BeFalse(), "its members are forgotten")
 }
