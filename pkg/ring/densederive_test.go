@@ -94,7 +94,10 @@ func mustNormalize(t *testing.T, ms []Member) []Member {
 	return out
 }
 
-// compareDense fails unless derived and built are the same ring.
+// compareDense fails unless derived and built are the same ring. Like
+// partitionShares, it is not instrumented by the race detector.
+//
+//go:norace
 func compareDense(t *testing.T, what string, derived, built Ring) {
 	t.Helper()
 	if !slices.Equal(derived.Members(), built.Members()) {
@@ -224,7 +227,11 @@ func TestDeriveDenseKeepsPublishedRings(t *testing.T) {
 }
 
 // denseDigest returns a hash of r's slots and chunks: of its owner, point
-// and first point for every partition.
+// and first point for every partition. Like partitionShares, it is not
+// instrumented by the race detector: it reads the rings in the test's
+// goroutine, while the reader's lookups (instrumented) read them too.
+//
+//go:norace
 func denseDigest(r *denseRing) uint64 {
 	h := xxhash.New()
 	for _, id := range r.ids {
