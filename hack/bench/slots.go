@@ -178,6 +178,10 @@ func (r *slotRecorder) window(from, to time.Time) slotWindow {
 
 func runSlots(ctx context.Context, p params) error {
 	ctrl.SetLogger(logr.Discard())
+	// The sharder's default leader election timings (client-go's): with
+	// localrun's short ones, a renewal slowed by a busy machine ends the
+	// sharder (as a deployed one would with them), and the run.
+	p.leaderLease = 15 * time.Second
 	p.revision = sourceRevision()
 	p.apiServerFlags, p.etcdFlags = objectsAPIServerFlags, objectsEtcdFlags
 	return onCluster(p, "sharder-bench-slots-", func(b *bench) error {

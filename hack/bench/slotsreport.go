@@ -65,9 +65,11 @@ counts do not depend on the load.
 
 - One ring over ConfigMaps without data in one namespace labelled %[3]s=true,
   spec.assignment unit Slots, %[4]d slots, key Object, mode Admission. The
-  sharder runs as one replica with leader election (localrun's short
-  timings), its webhooks, metrics and profiling endpoint on, and its
-  default settings otherwise.
+  sharder runs as one replica with leader election (its default timings,
+  a lease of 15 s), its webhooks, metrics and profiling endpoint on, and its
+  default settings otherwise. Its binary is built as the release builds
+  build it (CGO_ENABLED=0, -trimpath, -ldflags '-s -w'; internal/localrun),
+  so that its RSS counts the pages of the binary users run.
 - **Instances**: %[5]d full instances of pkg/instance in slot mode, each a
   controller-runtime manager in this process with instance.SlotCache over
   ConfigMaps, authenticated as the ring's instance service account, lease
@@ -108,7 +110,8 @@ counts do not depend on the load.
   queue included. A slot whose old holder was gone (no acknowledgement) is
   timed from the table write that granted it.
 - **Sharder CPU** per change: utime + stime of the sharder process from
-  /proc over the change's window. **RSS**: VmRSS 30 s after the instances
+  /proc over the change's window. **RSS**: VmRSS (and its parts RssAnon
+  and RssFile, from /proc/<pid>/status) 30 s after the instances
   reconciled the first %[10]d objects (before the changes), and, when
   --large-objects is above that, again 30 s after creating objects up to %[9]d
   through the webhook; live heap: HeapAlloc after a garbage collection
