@@ -431,9 +431,12 @@ func TestShardedWatchNeedsNamespaceKey(t *testing.T) {
 	g.Expect(err).To(MatchError(instance.ErrShardedListAndWatch))
 }
 
-// TestShardedWatchResources: the main resources are selected by shard, and
-// the controlled ones when every main resource is namespaced; a resource
-// the cache holds that is not the ring's keeps the label selector.
+// TestShardedWatchResources: the main and controlled resources are
+// selected by shard when every main resource is namespaced, the main ones
+// alone when nothing is controlled, none when a main resource is
+// cluster-scoped and others are controlled (a main object would be seen
+// before its children, whose slot comes by label); a resource the cache
+// holds that is not the ring's keeps the label selector.
 func TestShardedWatchResources(t *testing.T) {
 	t.Parallel()
 	ns := env().Namespace(t)
@@ -447,7 +450,10 @@ func TestShardedWatchResources(t *testing.T) {
 			[]schema.GroupKind{{Kind: "ConfigMap"}, {Kind: "Secret"}}},
 		{"a cluster-scoped main resource", []v1alpha1.RingResource{{Resource: "configmaps", ControlledResources: secrets},
 			{Group: "rbac.authorization.k8s.io", Resource: "clusterroles"}},
-			[]schema.GroupKind{{Kind: "ConfigMap"}, {Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"}}},
+			nil},
+		{"a cluster-scoped main resource, nothing controlled", []v1alpha1.RingResource{{Resource: "configmaps"},
+			{Group: "rbac.authorization.k8s.io", Resource: "clusterroles"}, {Resource: "secrets"}},
+			[]schema.GroupKind{{Kind: "ConfigMap"}, {Kind: "Secret"}, {Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := NewWithT(t)

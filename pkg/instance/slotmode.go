@@ -167,10 +167,13 @@ func errShardedKey(ring, key string) error {
 }
 
 // shardedObjects returns the objects whose resources an instance selects by
-// shard on a ring of key Namespace: the ring's main resources, and its
-// controlled resources when every main resource is namespaced (as the API
-// server's discovery says; a main resource it does not know counts as
-// cluster-scoped).
+// shard on a ring of key Namespace: the ring's main and controlled
+// resources when every main resource is namespaced (as the API server's
+// discovery says; a main resource it does not know counts as
+// cluster-scoped), its main resources alone when it has no controlled
+// ones, and none otherwise: the children of a cluster-scoped controller
+// carry its slot by label only, so a main object watched by shard could be
+// seen before its children, which are seen only once labelled.
 func shardedObjects(cfg *rest.Config, opts cache.Options, spec *v1alpha1.ControllerRingSpec, objects []client.Object) ([]client.Object, error) {
 	scheme, mapper := opts.Scheme, opts.Mapper
 	if scheme == nil {
@@ -213,7 +216,8 @@ func shardedObjects(cfg *rest.Config, opts cache.Options, spec *v1alpha1.Control
 			return nil, fmt.Errorf("ring resource %s: %w", gvk.GroupKind(), err)
 		}
 		gr := m.Resource.GroupResource()
-		if spec.IsMainResource(gr) || (mainsNamespaced && slices.Contains(spec.ControlledResources(), gr)) {
+		if (spec.IsMainResource(gr) && (mainsNamespaced || len(spec.ControlledResources()) == 0)) ||
+			(mainsNamespaced && slices.Contains(spec.ControlledResources(), gr)) {
 			out = append(out, obj)
 		}
 	}
