@@ -14,8 +14,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/sharder-dev/sharder/internal/localrun"
@@ -293,7 +296,7 @@ func (o *objectsRun) create(ctx context.Context, from, to int, labelled bool) (c
 			}
 			cm.Labels = map[string]string{shard: id}
 		}
-		got, err := configMaps.Create(ctx, cm, opts)
+		got, err := createRetrying(ctx, configMaps, cm, opts)
 		if err != nil {
 			return err
 		}
@@ -306,6 +309,37 @@ func (o *objectsRun) create(ctx context.Context, from, to int, labelled bool) (c
 	})
 	o.total += int(nCreated.Load())
 	return int(nCreated.Load()), int(nCarried.Load()), err
+}
+
+// createBackoff is how often and how long a creation the API server
+// refused for a while (overloaded, timed out) is tried again: a million
+// creations on a busy machine meet a few such answers, and one must not end
+// the run.
+var createBackoff = wait.Backoff{Steps: 8, Duration: 500 * time.Millisecond, Factor: 2, Cap: 30 * time.Second}
+
+// createRetrying creates cm, trying again on the API server's transient
+// refusals. A creation whose answer was lost may have landed: when the
+// next try finds the object, that object is the answer.
+func createRetrying(ctx context.Context, configMaps typedcorev1.ConfigMapInterface, cm *corev1.ConfigMap, opts metav1.CreateOptions) (*corev1.ConfigMap, error) {
+	var got *corev1.ConfigMap
+	tried := false
+	err := retry.OnError(createBackoff, transientError, func() error {
+		var err error
+		got, err = configMaps.Create(ctx, cm, opts)
+		if apierrors.IsAlreadyExists(err) && tried {
+			got, err = configMaps.Get(ctx, cm.Name, metav1.GetOptions{})
+		}
+		tried = true
+		return err
+	})
+	return got, err
+}
+
+// transientError reports whether err is an answer worth trying again:
+// the API server overloaded, timed out or unavailable.
+func transientError(err error) bool {
+	return apierrors.IsInternalError(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err)
 }
 
 // leaderFieldManager returns the field manager of the sharder replica
