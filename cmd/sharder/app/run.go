@@ -30,6 +30,7 @@ import (
 	crzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -40,7 +41,6 @@ import (
 	"github.com/sharder-dev/sharder/pkg/sharder/eventrecorder"
 	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
-	"github.com/sharder-dev/sharder/pkg/sharder/metricsauth"
 	"github.com/sharder-dev/sharder/pkg/sharder/slottable"
 	"github.com/sharder-dev/sharder/pkg/sharder/webhook"
 )
@@ -355,7 +355,7 @@ func metricsOptions(m config.Metrics) metricsserver.Options {
 	}
 	if m.Secure {
 		opts.SecureServing = true
-		opts.FilterProvider = metricsauth.WithAuthenticationAndAuthorization
+		opts.FilterProvider = filters.WithAuthenticationAndAuthorization
 		opts.CertDir = m.CertDir
 		opts.TLSOpts = []func(*tls.Config){hardenTLS}
 	}
