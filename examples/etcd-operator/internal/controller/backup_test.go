@@ -150,6 +150,7 @@ func putKey(t *testing.T, endpoints []string, key, value string) {
 // init container does) gives a data directory etcd starts from with the
 // key written before the backup. A compressed backup restores the same way.
 func TestOneShotBackupRestores(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	local := etcdtest.Start(t, "source-0")
@@ -270,6 +271,7 @@ func freeLocalAddr(t *testing.T) string {
 // seconds takes one per tick and keeps only maxBackups snapshots in the
 // store, the newest.
 func TestScheduledBackupKeepsNewest(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	local := etcdtest.Start(t, "sched-0")
@@ -304,6 +306,7 @@ func TestScheduledBackupKeepsNewest(t *testing.T) {
 // TestBackupBadInput: a backup that cannot be taken says why in its phase,
 // its Succeeded condition and a Warning event, and stores nothing.
 func TestBackupBadInput(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	local := etcdtest.Start(t, "bad-0")

@@ -72,6 +72,10 @@ func TestReissueReason(t *testing.T) {
 // client reaches it by an IP its certificate does not name; a client without a certificate is refused; the
 // readiness probe's /health answers on the plain metrics port, before and
 // after the operator turns authentication on.
+//
+// Not parallel: its writes to etcd are tried once, within 5 s, and one
+// missed that at a load average of 25 while the tests that run in parallel
+// ran beside it.
 func TestMemberSettingsRunEtcdTLS(t *testing.T) {
 	g := NewWithT(t)
 	assets, err := testenv.AssetsDir()

@@ -26,6 +26,7 @@ import (
 // (a quorum serves, the cluster is not complete), with two stopped (etcd does
 // not answer, within the timeout), and with both back.
 func TestObserveRealEtcd(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := t.Context()
 	local := etcdtest.Start(t, "main-0", "main-1", "main-2")

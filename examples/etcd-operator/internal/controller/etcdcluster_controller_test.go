@@ -12,23 +12,23 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/controller"
 )
 
-func plainManager(t *testing.T) {
+func plainManager(t *testing.T, ns string) {
 	t.Helper()
-	startManager(t, controller.Options{}, ctrl.Options{})
+	startManager(t, controller.Options{}, inNamespace(ns))
 }
 
 func TestLifecycle(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
-	plainManager(t)
 	ctx := context.Background()
 	ns := env().Namespace(t)
+	plainManager(t, ns)
 	c := newCluster(ns, "lifecycle", 3)
 	g.Expect(env().Client.Create(ctx, c)).To(Succeed())
 
@@ -114,10 +114,11 @@ func TestLifecycle(t *testing.T) {
 }
 
 func TestQuorumLossAndRecovery(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
-	plainManager(t)
 	ctx := context.Background()
 	ns := env().Namespace(t)
+	plainManager(t, ns)
 	c := newCluster(ns, "quorum", 3)
 	g.Expect(env().Client.Create(ctx, c)).To(Succeed())
 	g.Eventually(getCluster(ctx, c), timeout, interval).Should(havePhase(etcdv1alpha1.EtcdClusterPhaseCreating))
@@ -148,10 +149,11 @@ func TestQuorumLossAndRecovery(t *testing.T) {
 }
 
 func TestConflictFailsAndRecovers(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
-	plainManager(t)
 	ctx := context.Background()
 	ns := env().Namespace(t)
+	plainManager(t, ns)
 
 	// Someone else's ConfigMap holds the name the cluster needs.
 	foreign := &corev1.ConfigMap{
@@ -186,10 +188,11 @@ func TestConflictFailsAndRecovers(t *testing.T) {
 }
 
 func TestDeletion(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
-	plainManager(t)
 	ctx := context.Background()
 	ns := env().Namespace(t)
+	plainManager(t, ns)
 	c := newCluster(ns, "deletion", 3)
 	g.Expect(env().Client.Create(ctx, c)).To(Succeed())
 	setReadyReplicas(ctx, g, ns, "deletion", 3)
@@ -235,10 +238,11 @@ func TestDeletion(t *testing.T) {
 }
 
 func TestSpecChangesAndDrift(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
-	plainManager(t)
 	ctx := context.Background()
 	ns := env().Namespace(t)
+	plainManager(t, ns)
 	c := newCluster(ns, "changes", 3)
 	c.Spec.Version = "3.5.21"
 	g.Expect(env().Client.Create(ctx, c)).To(Succeed())
@@ -318,10 +322,11 @@ func TestSpecChangesAndDrift(t *testing.T) {
 }
 
 func TestMembersFollowPods(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
-	plainManager(t)
 	ctx := context.Background()
 	ns := env().Namespace(t)
+	plainManager(t, ns)
 	c := newCluster(ns, "members", 3)
 	g.Expect(env().Client.Create(ctx, c)).To(Succeed())
 	g.Eventually(getCluster(ctx, c), timeout, interval).Should(havePhase(etcdv1alpha1.EtcdClusterPhaseCreating))

@@ -7,7 +7,6 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/controller"
@@ -20,13 +19,14 @@ import (
 // does not answer (Failed, QuorumLost, Available False EtcdUnreachable) even
 // though the pods are ready; both back and it is Running again.
 func TestRunningFollowsEtcd(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	local := etcdtest.Start(t, "answer-0", "answer-1", "answer-2")
-	startManager(t, controller.Options{
-		Endpoints: func(*etcdv1alpha1.EtcdCluster, []corev1.Pod) []string { return local.ClientURLs() },
-	}, ctrl.Options{})
 	ctx := context.Background()
 	ns := env().Namespace(t)
+	startManager(t, controller.Options{
+		Endpoints: func(*etcdv1alpha1.EtcdCluster, []corev1.Pod) []string { return local.ClientURLs() },
+	}, inNamespace(ns))
 	c := newCluster(ns, "answer", 3)
 	g.Expect(env().Client.Create(ctx, c)).To(Succeed())
 	setReadyReplicas(ctx, g, ns, "answer", 3)

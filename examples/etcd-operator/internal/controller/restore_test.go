@@ -41,6 +41,7 @@ func newRestore(ns, name, backup, cluster string) *etcdv1alpha1.EtcdRestore {
 // until the cluster is, then Completed. It refuses a name taken by a
 // cluster it did not create, a backup that does not exist, and a Replace.
 func TestRestoreCreatesCluster(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	local := etcdtest.Start(t, "orig-0")

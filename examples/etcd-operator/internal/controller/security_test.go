@@ -21,7 +21,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
@@ -175,13 +174,17 @@ func parseCert(g Gomega, pemData []byte) *x509.Certificate {
 // renewed before they expire, the members pick the new ones up, and the
 // cluster keeps serving past the end of the first ones, a member restarted
 // then rejoining with the new peer certificates.
+//
+// Not parallel, unlike most tests here: its clients dial etcd once each,
+// within 3 s, which the other tests' etcd members and operators running
+// beside it on a loaded machine could make it miss.
 func TestIssuedCertificatesAndAuth(t *testing.T) {
 	g := NewWithT(t)
 	ctx := t.Context()
 	ns := env().Namespace(t)
 	const name = "sec"
 	local := startTLSEtcd(ctx, t, ns, name)
-	startManager(t, controller.Options{Endpoints: local.endpoints}, ctrl.Options{})
+	startManager(t, controller.Options{Endpoints: local.endpoints}, inNamespace(ns))
 
 	c := newCluster(ns, name, 3)
 	c.Spec.Security = etcdv1alpha1.EtcdSecuritySpec{
@@ -306,10 +309,11 @@ func TestIssuedCertificatesAndAuth(t *testing.T) {
 // SecretInvalid, a warning event), and once the Secrets exist and verify
 // the condition turns True and the members mount them.
 func TestUserProvidedCertificates(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := t.Context()
 	ns := env().Namespace(t)
-	startManager(t, controller.Options{Endpoints: func(*etcdv1alpha1.EtcdCluster, []corev1.Pod) []string { return nil }}, ctrl.Options{})
+	startManager(t, controller.Options{Endpoints: func(*etcdv1alpha1.EtcdCluster, []corev1.Pod) []string { return nil }}, inNamespace(ns))
 
 	// Certificates from a CA: those the operator issued for another cluster.
 	source := newCluster(ns, "issuer", 1)

@@ -190,6 +190,7 @@ func createMemberPod(ctx context.Context, g Gomega, c *etcdv1alpha1.EtcdCluster,
 // shuts down, its clusters move with their children and the other instance
 // carries on with them.
 func TestShardedColocation(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env().Namespace(t)
@@ -280,6 +281,7 @@ func spreadNames(t *testing.T, ns string, ids []string, perID int) []string {
 // the child's resource: the instance gives it its owner's label and then
 // manages it as usual.
 func TestChildOutsideTheCacheIsRelabelled(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := env().Namespace(t)

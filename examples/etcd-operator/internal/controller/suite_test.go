@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -55,10 +56,21 @@ const (
 	interval = 50 * time.Millisecond
 )
 
+// inNamespace returns manager options whose cache holds the objects of ns
+// only. Every test's operator sees its own namespace alone, so that the
+// tests run in parallel without reconciling each other's clusters.
+func inNamespace(ns string) ctrl.Options {
+	return ctrl.Options{Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}}
+}
+
 // startManager runs a manager with the reconciler until the test ends, or
-// until stop is called.
+// until stop is called. Its cache must be limited to the test's namespace
+// (inNamespace): the tests run in parallel.
 func startManager(t *testing.T, opts controller.Options, mgrOpts ctrl.Options) (_ ctrl.Manager, stop func()) {
 	t.Helper()
+	if len(mgrOpts.Cache.DefaultNamespaces) == 0 {
+		t.Fatal("startManager: the manager's cache must be limited to the test's namespace (inNamespace): the tests run in parallel")
+	}
 	testOpts := env().ManagerOptions()
 	mgrOpts.Scheme, mgrOpts.Metrics, mgrOpts.Controller = testOpts.Scheme, testOpts.Metrics, testOpts.Controller
 	mgr := env().NewManager(t, nil, mgrOpts)
