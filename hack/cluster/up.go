@@ -24,6 +24,9 @@ func up(ctx context.Context, l layout, controlPlane, node, images, pauseImage st
 		return fmt.Errorf("cleaning up an earlier cluster: %w", err)
 	}
 	_ = os.RemoveAll(l.path("logs"))
+	if err := checkDisk(l.dir); err != nil {
+		return err
+	}
 	if err := ensurePackages(ctx); err != nil {
 		return err
 	}
