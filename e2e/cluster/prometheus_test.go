@@ -127,8 +127,11 @@ func testPrometheus(t *testing.T) {
 	By(t, "the ring's instances stop and new objects come: SharderNoReadyInstance and SharderUnassignedObjects fire")
 	releaseLease(ctx, g, alertsAckRing+"-0")
 	releaseLease(ctx, g, alertsAckRing+"-1")
-	createConfigMaps(ctx, g, alertsAckRing+"-objects", "after", 3)
+	// The objects come once the sharder has no ready instance: created
+	// before it saw the second release, they would rightly be assigned to
+	// that instance, and none would be unassigned.
 	expectFiring(ctx, g, prom, "SharderNoReadyInstance", alertsAckRing)
+	createConfigMaps(ctx, g, alertsAckRing+"-objects", "after", 3)
 	expectFiring(ctx, g, prom, "SharderUnassignedObjects", alertsAckRing)
 
 	By(t, "no replica runs: SharderNoLeader fires, and clears once one leads again")
