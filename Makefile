@@ -59,6 +59,11 @@ PROMETHEUS := $(BIN)/prometheus-$(PROMETHEUS_VERSION)
 # against, locally (a process) and in the cluster (an image).
 VERSITYGW_VERSION := v1.8.0
 VERSITYGW := $(BIN)/versitygw-$(VERSITYGW_VERSION)
+# Distribution's OCI registry: the real-cluster suite pushes the images and
+# the chart to it (make push, make chart-push) and installs from it, and the
+# local cluster's containerd pulls from it (docs/real-cluster.md).
+DISTRIBUTION_VERSION := v3.1.2
+OCI_REGISTRY := $(BIN)/registry-$(DISTRIBUTION_VERSION)
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
@@ -226,7 +231,7 @@ chart-crds: ## Copy the generated CRDs into the Helm chart (after make generate)
 	cp config/crd/bases/*.yaml charts/sharder/crds/
 
 .PHONY: test
-test: control-plane node images $(HELM) $(PROMTOOL) $(PROMETHEUS) $(ACTIONLINT) $(GOTESTSUM) ## Run every test: unit, integration (real API server), e2e, and e2e on a real cluster (as root).
+test: control-plane node images $(HELM) $(PROMTOOL) $(PROMETHEUS) $(OCI_REGISTRY) $(ACTIONLINT) $(GOTESTSUM) ## Run every test: unit, integration (real API server), e2e, and e2e on a real cluster (as root).
 	@# -count=1: the e2e suite builds the binaries it runs in a subprocess, which
 	@# Go's test cache cannot see, so a cached e2e result could be stale.
 	@# Two runs: every package but e2e (the real-cluster suite among them, with
@@ -260,7 +265,7 @@ test-skew: control-plane ## Run the version-skew test: this tree's sharder with 
 	SKEW_FROM=$(SKEW_FROM) $(GO) test $(RACE) -count=1 -timeout $(TEST_TIMEOUT) -v -run '^TestSkewPreviousInstances$$' ./e2e/
 
 .PHONY: e2e
-e2e: control-plane node images $(HELM) $(PROMETHEUS) ## Run only the end-to-end tests: processes on a local control plane, and the chart on a real cluster (as root).
+e2e: control-plane node images $(HELM) $(PROMETHEUS) $(OCI_REGISTRY) ## Run only the end-to-end tests: processes on a local control plane, and the chart on a real cluster (as root).
 	@# -p 1: the two suites one after the other (see test).
 	$(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) -v ./e2e/...
 
@@ -269,7 +274,7 @@ e2e: control-plane node images $(HELM) $(PROMETHEUS) ## Run only the end-to-end 
 # plane by default; SHARDER_E2E_FLOWCONTROL_OBJECTS=10000 make e2e-cluster runs
 # the size the chart's FlowSchemas are meant for (docs/real-cluster.md).
 .PHONY: e2e-cluster
-e2e-cluster: control-plane node images $(HELM) $(PROMETHEUS) ## Run only the real-cluster suite (e2e/cluster, as root): it starts and stops make cluster itself.
+e2e-cluster: control-plane node images $(HELM) $(PROMETHEUS) $(OCI_REGISTRY) ## Run only the real-cluster suite (e2e/cluster, as root): it starts and stops make cluster itself.
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./e2e/cluster/...
 
 # The fault-injection suite's long form: CHAOS_ROUNDS rounds of every fault
@@ -388,13 +393,16 @@ node: ## Build the local cluster's kubelet, controller manager, scheduler, kube-
 	@hack/build-cluster.sh $(NODE) $(CONTAINERD_VERSION)
 
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(HELM) $(PROMTOOL) $(PROMETHEUS) $(ACTIONLINT) $(GOTESTSUM) $(VERSITYGW) ## Install the pinned tools into bin/ (cached).
+tools: $(CONTROLLER_GEN) $(HELM) $(PROMTOOL) $(PROMETHEUS) $(OCI_REGISTRY) $(ACTIONLINT) $(GOTESTSUM) $(VERSITYGW) ## Install the pinned tools into bin/ (cached).
 
 .PHONY: promtool
 promtool: $(PROMTOOL) ## Build promtool from Go modules into bin/ (cached): the chart's alert and dashboard tests run it.
 
 .PHONY: prometheus
 prometheus: $(PROMETHEUS) ## Build the Prometheus server from Go modules into bin/ (cached): the real-cluster suite scrapes the sharder with it.
+
+.PHONY: registry
+registry: $(OCI_REGISTRY) ## Build distribution's OCI registry from Go modules into bin/ (cached): the real-cluster suite pushes to it and the local cluster pulls from it.
 
 $(CONTROLLER_GEN):
 	hack/go-install.sh controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen $(CONTROLLER_GEN_VERSION)
@@ -419,6 +427,8 @@ $(ACTIONLINT):
 	hack/go-install.sh actionlint github.com/rhysd/actionlint/cmd/actionlint $(ACTIONLINT_VERSION)
 $(GOTESTSUM):
 	hack/go-install.sh gotestsum gotest.tools/gotestsum $(GOTESTSUM_VERSION)
+$(OCI_REGISTRY):
+	CGO_ENABLED=0 hack/go-install.sh registry github.com/distribution/distribution/v3/cmd/registry $(DISTRIBUTION_VERSION)
 $(VERSITYGW):
 	@# Static: it also runs as an image without a C library.
 	CGO_ENABLED=0 hack/go-install.sh versitygw github.com/versity/versitygw/cmd/versitygw $(VERSITYGW_VERSION)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
 	"os"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"sigs.k8s.io/yaml"
 )
@@ -51,25 +49,93 @@ var published struct {
 	chartVersion string
 }
 
-// startRegistry serves an OCI registry (go-containerregistry's, in memory) at
-// registryHost and pushes the images and the chart into it with the
-// Makefile's release targets. stop ends it.
+// startRegistry runs an OCI registry at registryHost (distribution's,
+// bin/registry, built from Go modules by make registry, with
+// hack/registry.yaml), storing in a folder of toolHome, and pushes the
+// images and the chart into it with the Makefile's release targets. stop
+// ends it.
 func startRegistry() (stop func(), err error) {
+	// The address must be free: a registry already there would get the
+	// pushes, and the registry started here would fail to listen.
 	l, err := net.Listen("tcp", registryHost)
 	if err != nil {
 		return nil, fmt.Errorf("the suite's registry needs %s, which make cluster has containerd pull from: %w", registryHost, err)
 	}
-	srv := &http.Server{
-		Handler:           registry.New(registry.Logger(log.New(io.Discard, "", 0))),
-		ReadHeaderTimeout: 10 * time.Second,
+	_ = l.Close()
+	dir, err := os.MkdirTemp(toolHome, "registry-")
+	if err != nil {
+		return nil, err
 	}
-	go func() { _ = srv.Serve(l) }()
-	stop = func() { _ = srv.Close() }
+	logFile, err := os.Create(filepath.Join(dir, "registry.log"))
+	if err != nil {
+		return nil, err
+	}
+	// The configuration users serve it with (docs/real-cluster.md), blobs
+	// in the suite's folder.
+	cmd := exec.Command(filepath.Join(repoRoot, "bin", "registry"), "serve", filepath.Join(repoRoot, "hack", "registry.yaml"))
+	cmd.Env = append(os.Environ(), "REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY="+filepath.Join(dir, "data"))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return nil, fmt.Errorf("starting the suite's registry (make registry builds it): %w", err)
+	}
+	// exited is closed once the process ended, with waitErr set.
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); _ = logFile.Close(); close(exited) }()
+	stop = func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}
+	if err := waitRegistry(exited, &waitErr); err != nil {
+		stop()
+		return nil, fmt.Errorf("the suite's registry at %s: %w; its log:\n%s", registryHost, err, fileTail(filepath.Join(dir, "registry.log")))
+	}
 	if err := pushRelease(); err != nil {
 		stop()
 		return nil, err
 	}
 	return stop, nil
+}
+
+// waitRegistry waits until the registry answers its API's base endpoint,
+// or its process has ended.
+func waitRegistry(exited <-chan struct{}, waitErr *error) error {
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := client.Get("http://" + registryHost + "/v2/")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("GET /v2/: %s", resp.Status)
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("the registry exited: %v", *waitErr)
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not serving after a minute: %w", err)
+		}
+	}
+}
+
+// fileTail returns the last lines of a file, for an error message.
+func fileTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	return tail(string(b), 20)
 }
 
 // pushRelease runs make chart-push against the suite's registry, and packs
