@@ -91,8 +91,9 @@ func main() {
 		p.steps = append(p.steps, s)
 		return nil
 	})
-	flag.BoolVar(&p.slots, "slots", false, "measure one ring of unit Slots in admission mode instead (make bench-slots): --objects objects, --instances in-process instances (default 3) in slot mode, scale-out, a stop and a rolling restart, then the sharder's RSS again with --large-objects objects; of the other flags only --output, --dir, --keep, --objects, --large-objects, --create-workers, --lease-duration, --slot-count, --sharder-arg and --sharder-env apply")
+	flag.BoolVar(&p.slots, "slots", false, "measure one ring of unit Slots in admission mode instead (make bench-slots): --objects objects, --instances in-process instances (default 3) in slot mode, scale-out, a stop and a rolling restart, then the sharder's RSS again with --large-objects objects; of the other flags only --output, --dir, --keep, --objects, --existing-objects, --large-objects, --create-workers, --lease-duration, --slot-count, --sharder-arg and --sharder-env apply")
 	flag.IntVar(&p.slotCount, "slot-count", 256, "--slots: the ring's spec.assignment.slots.count")
+	flag.IntVar(&p.existingObjects, "existing-objects", 0, "--slots: objects created before the sharder and the instances start, with the slot label the assigning webhook gives (for sizes whose admissions would take hours); --objects more are then created through the webhook")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this benchmark process (not of the sharder) to the file")
 	flag.Parse()
 	if p.manyObjects {

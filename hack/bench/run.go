@@ -75,6 +75,9 @@ type params struct {
 	// The slots mode (slots.go).
 	slots     bool
 	slotCount int
+	// existingObjects (--slots) are created with their slot label before
+	// the sharder and the instances start.
+	existingObjects int
 	// apiServerFlags and etcdFlags are added to the control plane's
 	// command lines.
 	apiServerFlags, etcdFlags map[string]string

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -265,6 +266,16 @@ func (s *slotsRun) setUp(ctx context.Context) error {
 	if err := s.startWatches(ctx); err != nil {
 		return err
 	}
+	if n := s.p.existingObjects; n > 0 {
+		t0 := time.Now()
+		created, _, err := s.create(ctx, 0, n, true)
+		if err != nil {
+			return fmt.Errorf("creating the existing objects: %w", err)
+		}
+		took := time.Since(t0)
+		s.add(fmt.Sprintf("%d ConfigMaps created before the sharder and the instances start, with the slot label the assigning webhook gives (%d parallel requests)", created, s.p.workers),
+			fmt.Sprintf("%s (%.0f/s); load %s", seconds(took), float64(created)/took.Seconds(), loadAverage()), "", "", true)
+	}
 	if err := s.startSharder(ctx, "sharder"); err != nil {
 		return err
 	}
@@ -278,7 +289,7 @@ func (s *slotsRun) setUp(ctx context.Context) error {
 	}
 	// The webhook is in effect once a create comes back labelled.
 	err = localrun.Poll(ctx, time.Minute, 200*time.Millisecond, func() error {
-		_, labelled, err := s.create(ctx, s.total, s.total+1)
+		_, labelled, err := s.create(ctx, s.total, s.total+1, false)
 		if err != nil {
 			return err
 		}
@@ -295,7 +306,7 @@ func (s *slotsRun) setUp(ctx context.Context) error {
 		return err
 	}
 	t0 := time.Now()
-	created, labelled, err := s.create(ctx, s.total, s.p.objects)
+	created, labelled, err := s.create(ctx, s.total, s.p.existingObjects+s.p.objects, false)
 	if err != nil {
 		return err
 	}
@@ -308,8 +319,9 @@ func (s *slotsRun) setUp(ctx context.Context) error {
 		fmt.Sprintf("%s (%.0f/s), sharder CPU %s (%.0f µs per admission); load %s", seconds(took), float64(created)/took.Seconds(),
 			seconds(cpu1-cpu0), float64((cpu1-cpu0).Microseconds())/float64(max(created, 1)), loadAverage()), "", "", true)
 	s.add("  their create responses that carried the slot label", fmt.Sprintf("%d of %d", labelled, created), "", "all", labelled == created)
-	// Every object reconciled by the instance holding its slot.
-	err = localrun.Poll(ctx, 5*time.Minute, 500*time.Millisecond, func() error {
+	// Every object reconciled by the instance holding its slot: the
+	// instances list the existing objects first, a minute per 100,000.
+	err = localrun.Poll(ctx, 5*time.Minute+time.Duration(s.total/100000)*time.Minute, 500*time.Millisecond, func() error {
 		if err := s.failure(); err != nil {
 			return errors.Join(err, errStop)
 		}
@@ -338,14 +350,20 @@ func (s *slotsRun) reconciledObjects() int {
 }
 
 // create creates the ConfigMaps <from..to) as the admin, through the
-// webhook, and returns how many it created and how many of the API
-// server's answers carried the slot label.
-func (s *slotsRun) create(ctx context.Context, from, to int) (created, labelled int, err error) {
+// webhook (labelled: with the slot label the webhook gives already set, for
+// objects created before the sharder runs), and returns how many it
+// created and how many of the API server's answers carried the slot label.
+func (s *slotsRun) create(ctx context.Context, from, to int, labelledByUs bool) (created, labelled int, err error) {
 	var nCreated, nLabelled atomic.Int64
 	label := sharderv1alpha1.SlotLabel(ringName)
 	cms := s.creator.CoreV1().ConfigMaps(objectNamespace)
+	spec := s.spec()
 	err = parallel(ctx, from, to, s.p.workers, func(i int) error {
-		got, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: bigObjectName(i)}}, metav1.CreateOptions{})
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: bigObjectName(i)}}
+		if labelledByUs {
+			cm.Labels = map[string]string{label: strconv.Itoa(slots.ForMainObject(spec, "", "ConfigMap", objectNamespace, cm.Name))}
+		}
+		got, err := createRetrying(ctx, cms, cm, metav1.CreateOptions{})
 		if err != nil {
 			return err
 		}
@@ -813,7 +831,7 @@ func (s *slotsRun) recordRSS(ctx context.Context) error {
 func (s *slotsRun) memory(ctx context.Context) error {
 	if s.p.largeObjects > s.total {
 		t0 := time.Now()
-		if _, _, err := s.create(ctx, s.total, s.p.largeObjects); err != nil {
+		if _, _, err := s.create(ctx, s.total, s.p.largeObjects, false); err != nil {
 			return err
 		}
 		fmt.Printf("  %d objects in all after %s\n", s.total, time.Since(t0).Round(time.Second))
