@@ -216,6 +216,8 @@ type partitionRing struct {
 	owners []int32
 }
 
-func (r *partitionRing) Lookup(key string) (string, error) {
-	return r.memberList[r.owners[hashKey(key)%uint64(len(r.owners))]].ID, nil
+func (r *partitionRing) Lookup(key string) (string, error) { return r.LookupHash(hashKey(key)) }
+
+func (r *partitionRing) LookupHash(h uint64) (string, error) {
+	return r.memberList[r.owners[h%uint64(len(r.owners))]].ID, nil
 }

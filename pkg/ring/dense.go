@@ -321,8 +321,10 @@ type denseChunk struct {
 	has  [denseChunkSize / 64]uint64
 }
 
-func (r *denseRing) Lookup(key string) (string, error) {
-	q := hashKey(key) >> (64 - DensePartitionBits)
+func (r *denseRing) Lookup(key string) (string, error) { return r.LookupHash(hashKey(key)) }
+
+func (r *denseRing) LookupHash(h uint64) (string, error) {
+	q := h >> (64 - DensePartitionBits)
 	return r.ids[r.chunks[q/denseChunkSize].owners[q%denseChunkSize]], nil
 }
 
@@ -340,4 +342,5 @@ func (r *denseRing) has(q uint32) bool {
 // singleRing is the ring of one member, which owns every key.
 type singleRing struct{ memberList }
 
-func (r singleRing) Lookup(string) (string, error) { return r.memberList[0].ID, nil }
+func (r singleRing) Lookup(string) (string, error)     { return r.memberList[0].ID, nil }
+func (r singleRing) LookupHash(uint64) (string, error) { return r.memberList[0].ID, nil }

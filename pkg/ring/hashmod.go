@@ -45,6 +45,6 @@ func buildHashMod(members []Member) (Ring, error) {
 	return hashModRing{newWeightedSlots(members)}, nil
 }
 
-func (r hashModRing) Lookup(key string) (string, error) {
-	return r.at(hashKey(key) % r.total()), nil
-}
+func (r hashModRing) Lookup(key string) (string, error) { return r.LookupHash(hashKey(key)) }
+
+func (r hashModRing) LookupHash(h uint64) (string, error) { return r.at(h % r.total()), nil }

@@ -23,9 +23,11 @@ func buildRange(members []Member) (Ring, error) {
 	return rangeRing{newWeightedSlots(members)}, nil
 }
 
-func (r rangeRing) Lookup(key string) (string, error) {
+func (r rangeRing) Lookup(key string) (string, error) { return r.LookupHash(hashKey(key)) }
+
+func (r rangeRing) LookupHash(h uint64) (string, error) {
 	// The high word of hash * total is floor(hash/2^64 * total): the
 	// position of the hash in [0, total), keeping the order of hashes.
-	x, _ := bits.Mul64(hashKey(key), r.total())
+	x, _ := bits.Mul64(h, r.total())
 	return r.at(x), nil
 }

@@ -33,8 +33,9 @@ func buildRendezvous(members []Member) (Ring, error) {
 	return r, nil
 }
 
-func (r *rendezvousRing) Lookup(key string) (string, error) {
-	k := hashKey(key)
+func (r *rendezvousRing) Lookup(key string) (string, error) { return r.LookupHash(hashKey(key)) }
+
+func (r *rendezvousRing) LookupHash(k uint64) (string, error) {
 	best := 0
 	if r.equal {
 		var bestHash uint64

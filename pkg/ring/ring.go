@@ -214,8 +214,9 @@ func Normalize(members []Member) ([]Member, error) {
 // emptyRing is the ring of no members.
 type emptyRing struct{}
 
-func (emptyRing) Lookup(string) (string, error) { return "", ErrNoInstance }
-func (emptyRing) Members() []Member             { return nil }
+func (emptyRing) Lookup(string) (string, error)     { return "", ErrNoInstance }
+func (emptyRing) LookupHash(uint64) (string, error) { return "", ErrNoInstance }
+func (emptyRing) Members() []Member                 { return nil }
 
 // memberList is the Members half of the built-in rings.
 type memberList []Member

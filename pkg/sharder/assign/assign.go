@@ -74,7 +74,7 @@ func (r *ringAssigner) situation(view *ringView, cfg *ringConfig, gk schema.Grou
 		drainTimeout: cfg.drainTimeout,
 		now:          r.c.opts.Clock.Now(),
 	}
-	target, err := view.ring.Lookup(objectKey(gk, obj.Namespace, obj.Name))
+	target, err := ring.LookupObject(view.ring, gk.Group, gk.Kind, obj.Namespace, obj.Name)
 	switch {
 	case errors.Is(err, ring.ErrNoInstance):
 	case err != nil:
