@@ -350,7 +350,7 @@ func (s *slotsRun) reconciledObjects() int {
 }
 
 // create creates the ConfigMaps <from..to) as the admin, through the
-// webhook (labelled: with the slot label the webhook gives already set, for
+// webhook (labelledByUs: with the slot label the webhook gives already set, for
 // objects created before the sharder runs), and returns how many it
 // created and how many of the API server's answers carried the slot label.
 func (s *slotsRun) create(ctx context.Context, from, to int, labelledByUs bool) (created, labelled int, err error) {
