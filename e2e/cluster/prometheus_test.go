@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -252,13 +251,7 @@ func startPrometheus(t *testing.T, dir string) promv1.API {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
+		stopProcess(cmd.Process, done, 30*time.Second)
 		_ = logFile.Close()
 		if t.Failed() {
 			if out, err := os.ReadFile(logPath); err == nil {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -83,15 +84,7 @@ func startRegistry() (stop func(), err error) {
 	exited := make(chan struct{})
 	var waitErr error
 	go func() { waitErr = cmd.Wait(); _ = logFile.Close(); close(exited) }()
-	stop = func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
+	stop = func() { stopProcess(cmd.Process, exited, 10*time.Second) }
 	if err := waitRegistry(exited, &waitErr); err != nil {
 		stop()
 		return nil, fmt.Errorf("the suite's registry at %s: %w; its log:\n%s", registryHost, err, fileTail(filepath.Join(dir, "registry.log")))
@@ -126,6 +119,18 @@ func waitRegistry(exited <-chan struct{}, waitErr *error) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("not serving after a minute: %w", err)
 		}
+	}
+}
+
+// stopProcess asks a process the suite started to end (SIGTERM) and kills
+// it after grace; done is closed once it ended.
+func stopProcess(p *os.Process, done <-chan struct{}, grace time.Duration) {
+	_ = p.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = p.Kill()
+		<-done
 	}
 }
 
