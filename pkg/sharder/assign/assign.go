@@ -20,11 +20,6 @@ import (
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 )
 
-// objectKey is the hash key of a main object (DESIGN §4).
-func objectKey(gk schema.GroupKind, namespace, name string) string {
-	return ring.ObjectKey(gk.Group, gk.Kind, namespace, name)
-}
-
 // reconcile brings one main object and its controlled objects to the
 // instance the ring wants: it decides, acts, and records what it did. It
 // returns when to look at the object again (a drain's deadline, the end of

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
+	"github.com/sharder-dev/sharder/pkg/ring"
 	"github.com/sharder-dev/sharder/pkg/sharder/assign/internal/metacache"
 )
 
@@ -49,7 +50,7 @@ func TestResyncQueuesOnlyObjectsThatNeedWork(t *testing.T) {
 
 	gk := schema.GroupKind{Kind: "ConfigMap"}
 	target := func(name string) string {
-		id, err := view.ring.Lookup(objectKey(gk, "in", name))
+		id, err := view.ring.Lookup(ring.ObjectKey(gk.Group, gk.Kind, "in", name))
 		if err != nil {
 			t.Fatal(err)
 		}
