@@ -259,6 +259,26 @@ func (r *rolloutRecorder) restarts(g Gomega, old, replaced map[string]types.UID)
 	return out
 }
 
+// releasedSince returns the first hand-back of the Lease of instance (its
+// holder emptied) the recorder saw from since on.
+func (r *rolloutRecorder) releasedSince(instance string, since time.Time) (leaseSeen, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range r.leases[instance] {
+		if !l.at.Before(since) && !l.deleted && l.holder == "" {
+			return l, true
+		}
+	}
+	return leaseSeen{}, false
+}
+
+// leaseHistory formats what the recorder saw of the Lease of instance.
+func (r *rolloutRecorder) leaseHistory(instance string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return formatLeaseHistory(r.leases[instance])
+}
+
 func formatLeaseHistory(history []leaseSeen) string {
 	var b strings.Builder
 	for _, l := range history {
