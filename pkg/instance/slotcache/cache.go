@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -394,9 +395,14 @@ func (c *Cache) newGroup(num int, held []int, selector labels.Selector) (*group,
 		}
 		opts.ByObject[rk.obj] = byObject
 	}
-	if sharded {
-		opts.NewInformer = c.shardedInformer(held, c.base.NewInformer)
+	next := c.base.NewInformer
+	if next == nil {
+		next = toolscache.NewSharedIndexInformer
 	}
+	if sharded {
+		next = c.shardedInformer(held, next)
+	}
+	opts.NewInformer = listThenWatchInformer(next)
 	gc, err := cache.New(c.cfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("slotcache: cache of slot group %d: %w", num, err)

@@ -88,9 +88,6 @@ type newInformerFunc = func(toolscache.ListerWatcher, runtime.Object, time.Durat
 // selector and a filter that keeps only the objects of held; every other
 // informer is created by next (or client-go's default).
 func (c *Cache) shardedInformer(held []int, next newInformerFunc) newInformerFunc {
-	if next == nil {
-		next = toolscache.NewSharedIndexInformer
-	}
 	selector := slots.ShardSelector(held, c.count).String()
 	set := make(map[int]bool, len(held))
 	for _, s := range held {

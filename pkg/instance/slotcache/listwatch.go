@@ -1,0 +1,52 @@
+package slotcache
+
+import (
+	"context"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
+)
+
+// listThenWatchInformer returns a cache.Options.NewInformer whose informers
+// fill themselves with a LIST and then watch, as client-go did before its
+// streaming lists (the WatchListClient feature, on by default since 1.35):
+// informers are created by next with a ListerWatcher that tells the
+// reflector it does not support streaming.
+//
+// A group cache selects a few slots of a resource that may hold a million
+// objects. The API server's watch cache answers a streaming list (a watch
+// with sendInitialEvents) by building a watch event for every object of the
+// resource, whatever the selector, and sorting them: for each watch, about
+// 200 bytes per object of the resource and seconds of CPU at a million
+// objects. An instance runs up to 64 group caches, and a ring's instances
+// start theirs at the same time; ten instances of a ring of a million
+// objects took a kube-apiserver past 21 GiB. The watch cache answers a LIST
+// by filtering its objects in place, and the watch that follows starts at
+// the list's resourceVersion, with no initial events.
+func listThenWatchInformer(next newInformerFunc) newInformerFunc {
+	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+		return next(listThenWatch{ListerWatcher: lw, ctx: toolscache.ToListerWatcherWithContext(lw)}, obj, resync, indexers)
+	}
+}
+
+// listThenWatch is a ListerWatcher that does not support streaming lists
+// (client-go's watchlist.DoesClientNotSupportWatchListSemantics).
+type listThenWatch struct {
+	toolscache.ListerWatcher
+	ctx toolscache.ListerWatcherWithContext
+}
+
+func (l listThenWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	return l.ctx.ListWithContext(ctx, opts)
+}
+
+func (l listThenWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return l.ctx.WatchWithContext(ctx, opts)
+}
+
+// IsWatchListSemanticsUnSupported tells client-go's reflector to list, then
+// watch.
+func (listThenWatch) IsWatchListSemanticsUnSupported() bool { return true }

@@ -1,0 +1,99 @@
+package slotcache_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/instance/slotcache"
+)
+
+// requestLog records the ConfigMap requests a client sends.
+type requestLog struct {
+	mu   sync.Mutex
+	urls []string
+}
+
+func (l *requestLog) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		if strings.Contains(r.URL.Path, "/configmaps") {
+			l.mu.Lock()
+			l.urls = append(l.urls, r.URL.String())
+			l.mu.Unlock()
+		}
+		return rt.RoundTrip(r)
+	})
+}
+
+func (l *requestLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.urls...)
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestGroupCachesListThenWatch: each group cache fills its informers with a
+// LIST of the group's slots and then watches, never with a streaming list
+// (a watch with sendInitialEvents, client-go's default since 1.35). The API
+// server's watch cache answers a streaming list by building an event for
+// every object of the resource, whatever the selector, and sorting them: at
+// a million objects, hundreds of megabytes and seconds of CPU for each of
+// an instance's group watches. A LIST it answers by filtering its objects
+// in place.
+func TestGroupCachesListThenWatch(t *testing.T) {
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	for _, slot := range []int{0, 5, 9} {
+		createConfigMap(t, ns, "s"+strconv.Itoa(slot), slot)
+	}
+	var log requestLog
+	cfg := rest.CopyConfig(env().Config)
+	cfg.Wrap(log.wrap)
+	c, err := slotcache.New(cfg, slotcache.Options{
+		Ring:    ring,
+		Count:   count,
+		Objects: []client.Object{&corev1.ConfigMap{}},
+		Cache:   cache.Options{Scheme: env().Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.SetSlots(context.Background(), []int{0, 5})).To(Succeed())
+	ctx := start(t, c)
+	g.Expect(c.Groups()).To(Equal([]int{0, 1}))
+	g.Expect(names(ctx, c, ns)).To(Equal([]string{"s0", "s5"}))
+
+	lists := 0
+	for _, u := range log.all() {
+		parsed, err := url.Parse(u)
+		g.Expect(err).NotTo(HaveOccurred())
+		q := parsed.Query()
+		g.Expect(q.Get("labelSelector")).To(ContainSubstring(v1alpha1.SlotLabel(ring)), "a ConfigMap request without the slot selector: %s", u)
+		g.Expect(q.Has("sendInitialEvents")).To(BeFalse(), "a group cache streamed its list: %s", u)
+		if q.Get("watch") != "true" {
+			lists++
+		}
+	}
+	g.Expect(lists).To(BeNumerically(">=", 2), "one LIST per group: %v", log.all())
+	g.Eventually(func() int {
+		n := 0
+		for _, u := range log.all() {
+			if strings.Contains(u, "watch=true") {
+				n++
+			}
+		}
+		return n
+	}).Should(BeNumerically(">=", 2), "a watch per group after its LIST")
+}
