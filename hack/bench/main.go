@@ -51,6 +51,10 @@ import (
 	"github.com/sharder-dev/sharder/pkg/sharder/assign"
 )
 
+// defaultLeaseDuration is the simulated instances' lease duration unless
+// --lease-duration says otherwise.
+const defaultLeaseDuration = 5 * time.Second
+
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == instanceCommand {
 		if err := runInstance(os.Args[2:]); err != nil {
@@ -70,7 +74,7 @@ func main() {
 	flag.IntVar(&p.floorPatches, "floor-patches", 4000, "label patches per floor measurement (at most --objects)")
 	flag.IntVar(&p.floorWorkers, "floor-workers", assign.DefaultWorkers, "concurrent writers of the floor measurement; set it to the sharder's --assignment-workers")
 	flag.DurationVar(&p.profileDuration, "profile-duration", 10*time.Second, "length of the sharder's CPU profiles")
-	flag.DurationVar(&p.leaseDuration, "lease-duration", 5*time.Second, "lease duration of the simulated instances (--scale: 15s unless set)")
+	flag.DurationVar(&p.leaseDuration, "lease-duration", defaultLeaseDuration, "lease duration of the simulated instances (--scale: 15s unless set)")
 	flag.BoolVar(&p.scale, "scale", false, "measure one ring of --instances instances instead (make bench-scale); of the other flags only --algorithm, --output, --dir, --keep, --objects, --create-workers, --profile-duration, --lease-duration, --sharder-arg and --sharder-env apply")
 	flag.IntVar(&p.instances, "instances", 1000, "--scale: instances in the ring, their Leases held by this process")
 	flag.StringVar(&p.algorithm, "algorithm", "", "the ring's spec.algorithm (empty: the API's default); the normal mode's figures assume the default")

@@ -117,3 +117,16 @@ func TestBalancedAndFigures(t *testing.T) {
 		t.Errorf("statusRSSParts = %q", got)
 	}
 }
+
+// TestSlotsExtraFlags: the report's command line names the flags it ran
+// with, as flags the command accepts.
+func TestSlotsExtraFlags(t *testing.T) {
+	if got := slotsExtraFlags(params{leaseDuration: defaultLeaseDuration}); got != "" {
+		t.Errorf("defaults: %q, want none", got)
+	}
+	p := params{leaseDuration: 30 * time.Second, sharderEnv: []string{"GOGC=50"}, sharderArgs: []string{"--leader-election-lease-duration=60s"}}
+	want := " --lease-duration 30s --sharder-env=GOGC=50 --sharder-arg=--leader-election-lease-duration=60s"
+	if got := slotsExtraFlags(p); got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

@@ -48,7 +48,7 @@ written again for new figures. It runs by hand, not in `+"`make test`"+`.
 
 ## Results
 
-`, p.existingObjects+p.objects, p.instances, p.largeObjects, p.slotCount, p.workers, extraArgs(append(append([]string(nil), p.sharderEnv...), p.sharderArgs...)),
+`, p.existingObjects+p.objects, p.instances, p.largeObjects, p.slotCount, p.workers, slotsExtraFlags(p),
 		existingArg(p.existingObjects), makeTarget(p.output), p.objects, p.output)
 	s.WriteString(report)
 	fmt.Fprintf(&s, `
@@ -120,6 +120,23 @@ counts do not depend on the load.
 `, machine(p), p.revision, "`"+benchLabel+"`", p.slotCount, p.instances, p.leaseDuration, p.workers, slotGrace, p.largeObjects, p.existingObjects+p.objects,
 		existingMethod(p.existingObjects))
 	return os.WriteFile(p.output, []byte(s.String()), 0o644) //nolint:gosec // a document of the repository, meant to be read
+}
+
+// slotsExtraFlags are the command line's flags beyond those the report
+// always names: a lease duration other than the default, and the sharder's
+// extra environment and arguments.
+func slotsExtraFlags(p params) string {
+	var b strings.Builder
+	if p.leaseDuration != defaultLeaseDuration {
+		fmt.Fprintf(&b, " --lease-duration %s", p.leaseDuration)
+	}
+	for _, e := range p.sharderEnv {
+		fmt.Fprintf(&b, " --sharder-env=%s", e)
+	}
+	for _, a := range p.sharderArgs {
+		fmt.Fprintf(&b, " --sharder-arg=%s", a)
+	}
+	return b.String()
 }
 
 // existingArg is the --existing-objects flag of the command line, if set.
