@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -178,7 +180,11 @@ func (r *slotRecorder) window(from, to time.Time) slotWindow {
 }
 
 func runSlots(ctx context.Context, p params) error {
-	ctrl.SetLogger(logr.Discard())
+	// The in-process instances log to instances.log beside the sharder's
+	// log, once the run's folder exists: their slot tables applied,
+	// acknowledgements and cache switches, for a hand-over to be followed.
+	instanceLog := &lateWriter{}
+	ctrl.SetLogger(zap.New(zap.WriteTo(instanceLog), zap.UseDevMode(false)))
 	// The sharder's default leader election timings (client-go's): with
 	// localrun's short ones, a renewal slowed by a busy machine ends the
 	// sharder (as a deployed one would with them), and the run.
@@ -186,6 +192,15 @@ func runSlots(ctx context.Context, p params) error {
 	p.revision = sourceRevision()
 	p.apiServerFlags, p.etcdFlags = objectsAPIServerFlags, objectsEtcdFlags
 	return onCluster(p, "sharder-bench-slots-", func(b *bench) error {
+		f, err := os.Create(filepath.Join(b.cl.LogDir, "instances.log"))
+		if err != nil {
+			return err
+		}
+		defer func() {
+			instanceLog.set(nil)
+			_ = f.Close()
+		}()
+		instanceLog.set(f)
 		start := time.Now()
 		s := &slotsRun{bench: b, rec: newSlotRecorder(), instances: map[string]*slotInstance{}, count: p.slotCount, occupied: make([]atomic.Int64, p.slotCount)}
 		defer s.stopAll()
@@ -860,4 +875,26 @@ func rssParts(pid int) string {
 		return ""
 	}
 	return statusRSSParts(string(b))
+}
+
+// lateWriter writes to the writer set last, and discards what comes while
+// none is set.
+type lateWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lateWriter) set(w io.Writer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.w = w
+}
+
+func (l *lateWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.w == nil {
+		return len(b), nil
+	}
+	return l.w.Write(b)
 }
