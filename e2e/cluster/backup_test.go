@@ -223,7 +223,9 @@ func deployStore(ctx context.Context, t *testing.T, g Gomega) string {
 					Containers: []corev1.Container{{
 						Name:  "versitygw",
 						Image: storeImage,
-						Args:  []string{"--port", ":7070", "--health", "/health", "--quiet", "posix", "--sidecar", "/meta", "/buckets"},
+						// Not --quiet: a failed test dumps the store's log, and
+						// its request log says which requests failed and how.
+						Args: []string{"--port", ":7070", "--health", "/health", "posix", "--sidecar", "/meta", "/buckets"},
 						Env: []corev1.EnvVar{
 							{Name: "ROOT_ACCESS_KEY", Value: storeAccessKey},
 							{Name: "ROOT_SECRET_KEY", Value: storeSecretKey},
