@@ -395,14 +395,7 @@ func (c *Cache) newGroup(num int, held []int, selector labels.Selector) (*group,
 		}
 		opts.ByObject[rk.obj] = byObject
 	}
-	next := c.base.NewInformer
-	if next == nil {
-		next = toolscache.NewSharedIndexInformer
-	}
-	if sharded {
-		next = c.shardedInformer(held, next)
-	}
-	opts.NewInformer = listThenWatchInformer(next)
+	opts.NewInformer = c.groupInformer(held, sharded)
 	gc, err := cache.New(c.cfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("slotcache: cache of slot group %d: %w", num, err)
@@ -422,6 +415,25 @@ func (c *Cache) newGroup(num int, held []int, selector labels.Selector) (*group,
 		}
 	}
 	return g, nil
+}
+
+// groupInformer returns the cache.Options.NewInformer of a group cache of
+// slots held: its informers list, then watch (listThenWatchInformer), with
+// the ListWatch a sharded ring kind's informer gets (shardedInformer) when
+// sharded; they are created by the base options' NewInformer, or client-go's
+// default.
+func (c *Cache) groupInformer(held []int, sharded bool) newInformerFunc {
+	next := c.base.NewInformer
+	if next == nil {
+		next = toolscache.NewSharedIndexInformer
+	}
+	// Innermost: the ListerWatcher the informer gets must be the one that
+	// declines streaming, whatever wraps it before.
+	next = listThenWatchInformer(next)
+	if sharded {
+		next = c.shardedInformer(held, next)
+	}
+	return next
 }
 
 // baseByObject returns the base options' ByObject entry of a ring kind.
