@@ -192,6 +192,10 @@ func runSlots(ctx context.Context, p params) error {
 	p.revision = sourceRevision()
 	p.apiServerFlags, p.etcdFlags = objectsAPIServerFlags, objectsEtcdFlags
 	return onCluster(p, "sharder-bench-slots-", func(b *bench) error {
+		// The folder is made when the first process starts, after this.
+		if err := os.MkdirAll(b.cl.LogDir, 0o750); err != nil {
+			return err
+		}
 		f, err := os.Create(filepath.Join(b.cl.LogDir, "instances.log"))
 		if err != nil {
 			return err

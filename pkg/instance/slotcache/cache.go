@@ -263,8 +263,9 @@ func New(cfg *rest.Config, opts Options) (*Cache, error) {
 // it and stops the old one: meanwhile the group is served by the old cache,
 // so the objects of its other slots never leave the view. Groups left
 // without a slot are stopped and dropped at once; groups whose slots did not
-// change keep their caches. SetSlots returns once every changed group has
-// switched, or with an error when a new cache could not sync before ctx
+// change keep their caches. Each group switches as soon as its new cache
+// synced. SetSlots returns once every changed group has switched, or with
+// an error when a new cache could not sync before ctx
 // ended (those groups keep their old caches and slots; call SetSlots
 // again). Calls are serialized.
 //
@@ -333,33 +334,40 @@ func (c *Cache) SetSlots(ctx context.Context, held []int) error {
 	for _, g := range dropped {
 		c.handOver(g, nil)
 	}
+	// Each group switches as soon as its cache synced: a group whose list
+	// is slow does not hold back the others.
 	errs := make([]error, len(incoming))
-	if started {
-		var wg sync.WaitGroup
-		for i, g := range incoming {
-			wg.Go(func() { errs[i] = c.awaitSynced(ctx, g) })
-		}
-		wg.Wait()
-	}
+	var wg sync.WaitGroup
 	for i, g := range incoming {
-		if errs[i] != nil {
-			c.mu.Lock()
-			c.detach(g)
-			c.mu.Unlock()
-			g.stop()
-			continue
-		}
-		c.mu.Lock()
-		old := c.groups[g.num]
-		c.groups[g.num] = g
-		if old != nil {
-			old.serving.Store(false)
-		}
-		g.serving.Store(true)
-		c.mu.Unlock()
-		c.handOver(old, g)
+		wg.Go(func() {
+			if started {
+				if errs[i] = c.awaitSynced(ctx, g); errs[i] != nil {
+					c.mu.Lock()
+					c.detach(g)
+					c.mu.Unlock()
+					g.stop()
+					return
+				}
+			}
+			c.switchTo(g)
+		})
 	}
+	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// switchTo makes g (synced, or not started yet) serve its group in place
+// of the group's current cache, and hands the group's events over to it.
+func (c *Cache) switchTo(g *group) {
+	c.mu.Lock()
+	old := c.groups[g.num]
+	c.groups[g.num] = g
+	if old != nil {
+		old.serving.Store(false)
+	}
+	g.serving.Store(true)
+	c.mu.Unlock()
+	c.handOver(old, g)
 }
 
 // newGroup creates the cache of group num selecting slots by selector,

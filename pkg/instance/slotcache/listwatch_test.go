@@ -97,3 +97,59 @@ func TestGroupCachesListThenWatch(t *testing.T) {
 		return n
 	}).Should(BeNumerically(">=", 2), "a watch per group after its LIST")
 }
+
+// TestGroupsSwitchAsTheySync: SetSlots switches each group to its new cache
+// as soon as that cache synced, not once every changed group did: a group
+// whose LIST is slow (a million objects behind the selector, a throttled
+// client) does not hold back the reads and events of the others.
+func TestGroupsSwitchAsTheySync(t *testing.T) {
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	createConfigMap(t, ns, "s0", 0)
+	createConfigMap(t, ns, "s5", 5)
+	// The LISTs of group 1 (slot 5) wait until released.
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	cfg := rest.CopyConfig(env().Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			q := r.URL.Query()
+			if strings.Contains(r.URL.Path, "/configmaps") && q.Get("watch") != "true" && strings.Contains(q.Get("labelSelector"), "5") {
+				select {
+				case <-release:
+				case <-r.Context().Done():
+					return nil, r.Context().Err()
+				}
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	c, err := slotcache.New(cfg, slotcache.Options{
+		Ring:    ring,
+		Count:   count,
+		Objects: []client.Object{&corev1.ConfigMap{}},
+		Cache:   cache.Options{Scheme: env().Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx := start(t, c)
+	ev := newEvents()
+	inf, err := c.GetInformer(ctx, &corev1.ConfigMap{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = inf.AddEventHandler(ev)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	switched := make(chan error, 1)
+	go func() { switched <- c.SetSlots(ctx, []int{0, 5}) }()
+	g.Eventually(func() ([]string, error) { return names(ctx, c, ns) }).Should(Equal([]string{"s0"}),
+		"group 0 serves while group 1 still lists")
+	g.Eventually(func() int { return ev.count("add", "s0") }).Should(Equal(1))
+	g.Expect(c.Slots()).To(Equal([]int{0}))
+	g.Consistently(switched, "200ms").ShouldNot(Receive(), "SetSlots returned before group 1 synced")
+
+	releaseOnce.Do(func() { close(release) })
+	g.Eventually(switched, "30s").Should(Receive(BeNil()))
+	g.Expect(names(ctx, c, ns)).To(Equal([]string{"s0", "s5"}))
+	g.Expect(c.Slots()).To(Equal([]int{0, 5}))
+	g.Eventually(func() int { return ev.count("add", "s5") }).Should(Equal(1))
+}
