@@ -110,6 +110,18 @@ type Options struct {
 	// no check and no promise.
 	MaxWatchLag time.Duration
 
+	// SlotCacheLinger is, in slot mode, how long the cache keeps watching a
+	// released slot whose watch group still holds other slots of the
+	// instance, before it lists that group again without it. Each such list
+	// costs the API server a pass over every object of the resource,
+	// whatever the selector; deferring it keeps those lists out of the
+	// hand-over, when the slots' new holders list them. The record, not the
+	// cache, admits reconciles: a lingering slot's objects stay readable from
+	// the cache meanwhile, but are never reconciled. A group left without
+	// any slot is dropped at once, which costs no list.
+	// Default: DefaultSlotCacheLinger (30s); negative: at once.
+	SlotCacheLinger time.Duration
+
 	// Clock tells the time: the Lease holder's renewals and deadlines, and
 	// how long the instance remembers the objects it handed over. Tests pass
 	// a fake clock.
@@ -121,7 +133,8 @@ type Options struct {
 // lease holder's: leaseholder.DefaultLeaseDuration and
 // leaseholder.DefaultShutdownTimeout.
 const (
-	DefaultRetryPeriod = time.Second
+	DefaultRetryPeriod     = time.Second
+	DefaultSlotCacheLinger = 30 * time.Second
 )
 
 // DefaultIdentity returns the default instance ID: the POD_NAME environment
@@ -156,6 +169,9 @@ func (o *Options) setDefaults() error {
 			}
 			o.MaxWatchLag = d * 2 / 3
 		}
+	}
+	if o.SlotCacheLinger == 0 {
+		o.SlotCacheLinger = DefaultSlotCacheLinger
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}

@@ -21,6 +21,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -521,19 +522,37 @@ func (s *slotMode) acknowledge(ctx context.Context, revision int64) {
 // until ctx ends. The record, not the cache, admits reconciles: the cache
 // may be behind the record for as long as a switch takes.
 //
+// A released slot whose watch group keeps other slots lingers in the cache
+// for Options.SlotCacheLinger (lingering), so that the list that narrows
+// the group comes after the hand-over rather than during it; a group that
+// gains a slot is listed anew anyway, and without its released slots.
+//
 // A slot the record let go of and gained again before the cache let go of
 // it (a release withdrawn, or a slot granted back, while the cache was
-// still switching or not yet asked to drop it) stays in the cache: SetSlots
-// tells the handlers nothing of its objects, whose requests the record
-// refused meanwhile (changes, and the reconciles its release cancelled).
-// Their objects are told to the handlers again (Retell) once the record
-// holds the slot, so that the instance reconciles them.
+// still switching, lingering, or not yet asked to drop it) stays in the
+// cache: SetSlots tells the handlers nothing of its objects, whose requests
+// the record refused meanwhile (changes, and the reconciles its release
+// cancelled). Their objects are told to the handlers again (Retell) once
+// the record holds the slot, so that the instance reconciles them.
 func (s *slotMode) followCache(ctx context.Context) {
+	var narrow clock.Timer // set while slots linger
+	defer func() {
+		if narrow != nil {
+			narrow.Stop()
+		}
+	}()
 	for {
+		narrowNow := false
+		var narrowC <-chan time.Time
+		if narrow != nil {
+			narrowC = narrow.C()
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.cacheWant:
+		case <-narrowC:
+			narrow, narrowNow = nil, true
 		}
 		s.mu.Lock()
 		held := slices.Clone(s.record.Slots)
@@ -543,10 +562,18 @@ func (s *slotMode) followCache(ctx context.Context) {
 		// The slots gained that the cache serves already (only followCache
 		// changes them) are told again, before the switch, which may take
 		// long.
+		serving := s.cache.Slots()
 		var regained []int
-		for _, slot := range s.cache.Slots() {
+		for _, slot := range serving {
 			if _, holds := slices.BinarySearch(held, slot); holds && gained[slot] {
 				regained = append(regained, slot)
+			}
+		}
+		want := held
+		if !narrowNow {
+			want = s.lingering(held, serving)
+			if len(want) > len(held) && narrow == nil {
+				narrow = s.inst.opts.Clock.NewTimer(s.inst.opts.SlotCacheLinger)
 			}
 		}
 		switchCtx, cancel := context.WithTimeout(ctx, cacheSwitchTimeout)
@@ -563,7 +590,7 @@ func (s *slotMode) followCache(ctx context.Context) {
 					"slots", slots.FormatList(regained))
 			}
 		}
-		err = errors.Join(err, s.cache.SetSlots(switchCtx, held))
+		err = errors.Join(err, s.cache.SetSlots(switchCtx, want))
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -576,6 +603,37 @@ func (s *slotMode) followCache(ctx context.Context) {
 			kick(s.cacheWant)
 		}
 	}
+}
+
+// lingering returns the slots the cache should watch for the record's held
+// slots while released slots may linger: held, and each slot the cache
+// serves and the record no longer holds whose watch group keeps a held
+// slot and gains none (its group's cache then stays as it is). Sorted.
+func (s *slotMode) lingering(held, serving []int) []int {
+	if s.inst.opts.SlotCacheLinger < 0 {
+		return held
+	}
+	count := s.cache.Count()
+	keeps, gains := map[int]bool{}, map[int]bool{}
+	servingSet := make(map[int]bool, len(serving))
+	for _, slot := range serving {
+		servingSet[slot] = true
+	}
+	for _, slot := range held {
+		keeps[slots.Group(slot, count)] = true
+		if !servingSet[slot] {
+			gains[slots.Group(slot, count)] = true
+		}
+	}
+	want := slices.Clone(held)
+	for _, slot := range serving {
+		group := slots.Group(slot, count)
+		if _, holds := slices.BinarySearch(held, slot); !holds && keeps[group] && !gains[group] {
+			want = append(want, slot)
+		}
+	}
+	slices.Sort(want)
+	return want
 }
 
 // Record returns a copy of the record.

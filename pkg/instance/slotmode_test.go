@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,10 +41,16 @@ const slotCount = 8
 // slots, sharding the ConfigMaps of ns with its Leases in ns.
 func createSlotRing(t *testing.T, ns string) *v1alpha1.ControllerRing {
 	t.Helper()
+	return createSlotRingOf(t, ns, slotCount)
+}
+
+// createSlotRingOf is createSlotRing with count slots.
+func createSlotRingOf(t *testing.T, ns string, count int32) *v1alpha1.ControllerRing {
+	t.Helper()
 	ring := fixture.Ring(ns, ns, nil, fixture.InNamespace(ns), func(r *v1alpha1.ControllerRing) {
 		r.Spec.Assignment = &v1alpha1.RingAssignment{
 			Unit:  v1alpha1.AssignmentUnitSlots,
-			Slots: &v1alpha1.RingSlots{Count: slotCount},
+			Slots: &v1alpha1.RingSlots{Count: count},
 		}
 	})
 	fixture.Create(t, env().Client, ring)
@@ -52,7 +60,12 @@ func createSlotRing(t *testing.T, ns string) *v1alpha1.ControllerRing {
 // table returns a table of revision rev in which slot i is held as
 // holders[i] says (absent: unassigned).
 func table(rev int64, holders map[int]slots.Slot) slots.Table {
-	t := slots.NewTable(slotCount)
+	return tableOf(slotCount, rev, holders)
+}
+
+// tableOf is table for a ring of count slots.
+func tableOf(count int, rev int64, holders map[int]slots.Slot) slots.Table {
+	t := slots.NewTable(count)
 	t.Revision = rev
 	for i, s := range holders {
 		t.Slots[i] = s
@@ -150,7 +163,7 @@ func startSlotInstanceLosing(t *testing.T, ns, id string, hook func(ctx context.
 
 // startSlotInstanceWith is startSlotInstanceLosing with the instance's
 // manager on cfg (the admin config when nil).
-func startSlotInstanceWith(t *testing.T, cfg *rest.Config, ns, id string, hook func(ctx context.Context, req reconcile.Request), mayLose bool) *slotInstance {
+func startSlotInstanceWith(t *testing.T, cfg *rest.Config, ns, id string, hook func(ctx context.Context, req reconcile.Request), mayLose bool, opts ...func(*instance.Options)) *slotInstance {
 	t.Helper()
 	si := &slotInstance{done: make(chan error, 1)}
 	// Released: the instance acquires it at once.
@@ -162,7 +175,7 @@ func startSlotInstanceWith(t *testing.T, cfg *rest.Config, ns, id string, hook f
 	mgrOpts.NewCache = instance.SlotCache(ns, &corev1.ConfigMap{})
 	mgrOpts.Logger = ctrl.Log.WithName(id)
 	mgr := env().NewManager(t, cfg, mgrOpts)
-	inst, err := instance.Setup(mgr, instance.Options{
+	instOpts := instance.Options{
 		Ring:           ns,
 		LeaseNamespace: ns,
 		Identity:       id,
@@ -175,7 +188,11 @@ func startSlotInstanceWith(t *testing.T, cfg *rest.Config, ns, id string, hook f
 				t.Errorf("instance %s lost its Lease", id)
 			}
 		},
-	})
+	}
+	for _, o := range opts {
+		o(&instOpts)
+	}
+	inst, err := instance.Setup(mgr, instOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,6 +484,98 @@ func TestSlotModeSlotBackBeforeTheCacheLetGo(t *testing.T) {
 	g.Eventually(si.rec.runsOf("new"), 20*time.Second).Should(BeNumerically(">=", 1))
 	g.Eventually(si.rec.runsOf("away"), 20*time.Second).Should(BeNumerically(">", runs),
 		"the change made while slot 0 was away is reconciled once the slot is back")
+}
+
+// listLog records when the LISTs (not watches) of ConfigMaps were sent,
+// by label selector.
+type listLog struct {
+	mu  sync.Mutex
+	sel map[string][]time.Time
+}
+
+// wrap is a rest.Config WrapTransport.
+func (l *listLog) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(req *http.Request) (*http.Response, error) {
+		q := req.URL.Query()
+		if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/configmaps") && q.Get("watch") != "true" {
+			l.mu.Lock()
+			if l.sel == nil {
+				l.sel = map[string][]time.Time{}
+			}
+			l.sel[q.Get("labelSelector")] = append(l.sel[q.Get("labelSelector")], time.Now())
+			l.mu.Unlock()
+		}
+		return rt.RoundTrip(req)
+	})
+}
+
+// of returns the times of the LISTs with selector.
+func (l *listLog) of(selector string) []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.sel[selector])
+}
+
+// TestSlotModeReleasedSlotLingers: a released slot whose watch group keeps
+// another slot of the instance lingers in the cache for SlotCacheLinger, so
+// that the group is not listed again during the hand-over: the release is
+// acknowledged at once, the slot's objects are not reconciled meanwhile,
+// a slot given back while it lingers is reconciled again without a list,
+// and once the linger is over the group is listed without the slot.
+func TestSlotModeReleasedSlotLingers(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	const count = 128 // 64 watch groups of two slots: slots 0 and 1 form group 0
+	createSlotRingOf(t, ns, count)
+	const id = "i-0"
+	createSlotConfigMap(t, ns, ns, "kept", 0)
+	away := createSlotConfigMap(t, ns, ns, "away", 1)
+	var lists listLog
+	cfg := rest.CopyConfig(env().Config)
+	cfg.Wrap(lists.wrap)
+	const linger = 3 * time.Second
+	writeTable(g, ns, tableOf(count, 1, map[int]slots.Slot{0: granted(id), 1: granted(id)}))
+	si := startSlotInstanceWith(t, cfg, ns, id, nil, false, func(o *instance.Options) { o.SlotCacheLinger = linger })
+	g.Eventually(si.rec.runsOf("kept"), 20*time.Second).Should(BeNumerically(">=", 1))
+	g.Eventually(si.rec.runsOf("away")).Should(BeNumerically(">=", 1))
+	uid := ringUID(g, ns)
+	both := v1alpha1.SlotLabel(ns) + " in (0,1)"
+	onlyKept := v1alpha1.SlotLabel(ns) + " in (0)"
+	g.Expect(lists.of(both)).To(HaveLen(1))
+
+	// Revision 2 releases slot 1: acknowledged at once; the group keeps
+	// its cache, and the slot's objects are not reconciled.
+	writeTable(g, ns, tableOf(count, 2, map[int]slots.Slot{0: granted(id), 1: releasing(id, 2)}))
+	g.Eventually(acknowledged(ns, id), 10*time.Second).Should(Equal(slots.FormatAcknowledgement(uid, 2)))
+	acked := time.Now()
+	g.Consistently(func() []time.Time { return lists.of(onlyKept) }, linger/3).Should(BeEmpty(),
+		"the group was listed again at once")
+	g.Expect(si.mgr.GetCache().Get(context.Background(), client.ObjectKeyFromObject(away), &corev1.ConfigMap{})).To(Succeed())
+	runs, requests := si.rec.runsOf("away")(), si.rec.requestsOf("away")
+	touchSlot(g, away)
+	g.Eventually(func() int { return si.rec.requestsOf("away") }).Should(BeNumerically(">", requests))
+	g.Expect(si.rec.runsOf("away")()).To(Equal(runs), "no reconcile of a lingering slot's object")
+
+	// Revision 3 gives slot 1 back while it lingers: its objects are
+	// reconciled again, with no list.
+	writeTable(g, ns, tableOf(count, 3, map[int]slots.Slot{0: granted(id), 1: granted(id)}))
+	g.Eventually(si.rec.runsOf("away"), 10*time.Second).Should(BeNumerically(">", runs))
+	g.Expect(lists.of(both)).To(HaveLen(1))
+
+	// Revision 4 releases it again; once the linger is over, the group is
+	// listed without it, and the cache lets go of its objects.
+	writeTable(g, ns, tableOf(count, 4, map[int]slots.Slot{0: granted(id), 1: releasing(id, 4)}))
+	g.Eventually(acknowledged(ns, id), 10*time.Second).Should(Equal(slots.FormatAcknowledgement(uid, 4)))
+	g.Eventually(func() []time.Time { return lists.of(onlyKept) }, 4*linger).Should(HaveLen(1))
+	g.Expect(lists.of(onlyKept)[0]).To(BeTemporally(">=", acked.Add(linger-time.Second)), "listed before the linger was over")
+	g.Eventually(func() error {
+		return si.mgr.GetCache().Get(context.Background(), client.ObjectKeyFromObject(away), &corev1.ConfigMap{})
+	}, 10*time.Second).ShouldNot(Succeed())
+	before := si.rec.runsOf("away")()
+	touchSlot(g, away)
+	g.Consistently(si.rec.runsOf("away"), 500*time.Millisecond).Should(Equal(before))
+	g.Expect(lists.of(both)).To(HaveLen(1))
 }
 
 // TestSlotModeMismatch: a manager whose cache does not fit the ring's unit
