@@ -95,6 +95,8 @@ type Cache struct {
 	// ring maps each ring kind to its object and whether it is namespaced.
 	ring  map[schema.GroupKind]ringKind
 	plain cache.Cache
+	// lister lists the ring's resources for batches, from the API server.
+	lister client.Reader
 
 	switching sync.Mutex // one SetSlots at a time
 
@@ -138,6 +140,9 @@ type group struct {
 	slots    []int
 	selector labels.Selector
 	cache    cache.Cache
+	// batch, when set, holds the first list of the group's informers
+	// (set before the cache starts).
+	batch *batch
 	// serving: reads and events of the group come from this cache.
 	serving atomic.Bool
 	cancel  context.CancelFunc // nil until started
@@ -242,6 +247,11 @@ func New(cfg *rest.Config, opts Options) (*Cache, error) {
 		return nil, fmt.Errorf("slotcache: plain cache: %w", err)
 	}
 	c.plain = plain
+	lister, err := client.New(cfg, client.Options{HTTPClient: base.HTTPClient, Scheme: base.Scheme, Mapper: base.Mapper})
+	if err != nil {
+		return nil, fmt.Errorf("slotcache: client: %w", err)
+	}
+	c.lister = lister
 	// Every group cache watches every ring kind, whether or not anyone
 	// asked for its informer yet: one watch per resource and group.
 	for _, rk := range c.ring {
@@ -325,7 +335,11 @@ func (c *Cache) SetSlots(ctx context.Context, held []int) error {
 	}
 	started := c.runCtx != nil
 	if started {
+		// The groups starting together list each ring kind once.
+		b := c.newBatch(incoming)
+		defer b.close()
 		for _, g := range incoming {
+			g.batch = b
 			c.run(g)
 		}
 	}
@@ -403,12 +417,13 @@ func (c *Cache) newGroup(num int, held []int, selector labels.Selector) (*group,
 		}
 		opts.ByObject[rk.obj] = byObject
 	}
-	opts.NewInformer = c.groupInformer(held, sharded)
+	g := &group{num: num, slots: held, selector: selector, done: make(chan struct{}), gone: make(chan struct{})}
+	opts.NewInformer = c.groupInformer(g, sharded)
 	gc, err := cache.New(c.cfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("slotcache: cache of slot group %d: %w", num, err)
 	}
-	g := &group{num: num, slots: held, selector: selector, cache: gc, done: make(chan struct{}), gone: make(chan struct{})}
+	g.cache = gc
 	c.live[g] = struct{}{}
 	for _, ix := range c.indexes {
 		if err := gc.IndexField(context.Background(), ix.obj, ix.field, ix.extract); err != nil {
@@ -425,21 +440,21 @@ func (c *Cache) newGroup(num int, held []int, selector labels.Selector) (*group,
 	return g, nil
 }
 
-// groupInformer returns the cache.Options.NewInformer of a group cache of
-// slots held: its informers list, then watch (listThenWatchInformer), with
-// the ListWatch a sharded ring kind's informer gets (shardedInformer) when
-// sharded; they are created by the base options' NewInformer, or client-go's
-// default.
-func (c *Cache) groupInformer(held []int, sharded bool) newInformerFunc {
+// groupInformer returns the cache.Options.NewInformer of group g's cache:
+// its informers list, then watch (firstListInformer), their first list
+// taken from g's batch when it has one, with the ListWatch a sharded ring
+// kind's informer gets (shardedInformer) when sharded; they are created by
+// the base options' NewInformer, or client-go's default.
+func (c *Cache) groupInformer(g *group, sharded bool) newInformerFunc {
 	next := c.base.NewInformer
 	if next == nil {
 		next = toolscache.NewSharedIndexInformer
 	}
 	// Innermost: the ListerWatcher the informer gets must be the one that
 	// declines streaming, whatever wraps it before.
-	next = listThenWatchInformer(next)
+	next = firstListInformer(c, g, next)
 	if sharded {
-		next = c.shardedInformer(held, next)
+		next = c.shardedInformer(g.slots, next)
 	}
 	return next
 }

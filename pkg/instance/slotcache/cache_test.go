@@ -86,13 +86,18 @@ func (e *events) record(kind string, obj any) {
 	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	cm, ok := obj.(*corev1.ConfigMap)
-	if !ok {
+	var name string
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		name = o.Name
+	case *metav1.PartialObjectMetadata:
+		name = o.Name
+	default:
 		panic(fmt.Sprintf("event of %T", obj))
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.counts[kind+"/"+cm.Name]++
+	e.counts[kind+"/"+name]++
 }
 
 func (e *events) OnAdd(obj any, _ bool) { e.record("add", obj) }

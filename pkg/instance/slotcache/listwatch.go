@@ -2,6 +2,7 @@ package slotcache
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,7 +11,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
-// listThenWatchInformer returns a cache.Options.NewInformer whose informers
+// firstListInformer returns a cache.Options.NewInformer whose informers
 // fill themselves with a LIST and then watch, as client-go did before its
 // streaming lists (the WatchListClient feature, on by default since 1.35):
 // informers are created by next with a ListerWatcher that tells the
@@ -26,9 +27,18 @@ import (
 // objects took a kube-apiserver past 21 GiB. The watch cache answers a LIST
 // by filtering its objects in place, and the watch that follows starts at
 // the list's resourceVersion, with no initial events.
-func listThenWatchInformer(next newInformerFunc) newInformerFunc {
+//
+// When g is set, each informer of a ring kind asks first, for its first
+// list, for its part of g's batch (g.batch), if g has one.
+func firstListInformer(c *Cache, g *group, next newInformerFunc) newInformerFunc {
 	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
-		return next(listThenWatch{ListerWatcher: lw, ctx: toolscache.ToListerWatcherWithContext(lw)}, obj, resync, indexers)
+		l := &listThenWatch{ListerWatcher: lw, ctx: toolscache.ToListerWatcherWithContext(lw)}
+		if g != nil {
+			if key, ring, err := c.classify(obj); err == nil && ring {
+				l.first = func(ctx context.Context) (runtime.Object, bool) { return g.batch.take(ctx, key, g) }
+			}
+		}
+		return next(l, obj, resync, indexers)
 	}
 }
 
@@ -37,16 +47,24 @@ func listThenWatchInformer(next newInformerFunc) newInformerFunc {
 type listThenWatch struct {
 	toolscache.ListerWatcher
 	ctx toolscache.ListerWatcherWithContext
+	// first, when set, may answer the first list (a batch's part).
+	first func(ctx context.Context) (runtime.Object, bool)
+	asked atomic.Bool
 }
 
-func (l listThenWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+func (l *listThenWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	if l.first != nil && l.asked.CompareAndSwap(false, true) {
+		if list, ok := l.first(ctx); ok {
+			return list, nil
+		}
+	}
 	return l.ctx.ListWithContext(ctx, opts)
 }
 
-func (l listThenWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+func (l *listThenWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	return l.ctx.WatchWithContext(ctx, opts)
 }
 
 // IsWatchListSemanticsUnSupported tells client-go's reflector to list, then
 // watch.
-func (listThenWatch) IsWatchListSemanticsUnSupported() bool { return true }
+func (*listThenWatch) IsWatchListSemanticsUnSupported() bool { return true }

@@ -34,7 +34,7 @@ func TestGroupInformerDeclinesStreaming(t *testing.T) {
 			ListFunc:  func(metav1.ListOptions) (runtime.Object, error) { return &corev1.ConfigMapList{}, nil },
 			WatchFunc: func(metav1.ListOptions) (watch.Interface, error) { return watch.NewFake(), nil },
 		}
-		c.groupInformer([]int{0, 1}, sharded)(lw, &corev1.ConfigMap{}, 0, toolscache.Indexers{})
+		c.groupInformer(&group{slots: []int{0, 1}}, sharded)(lw, &corev1.ConfigMap{}, 0, toolscache.Indexers{})
 		if got == nil {
 			t.Fatalf("sharded %t: the base NewInformer was not called", sharded)
 		}

@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -101,10 +102,13 @@ func TestGroupCachesListThenWatch(t *testing.T) {
 // TestGroupsSwitchAsTheySync: SetSlots switches each group to its new cache
 // as soon as that cache synced, not once every changed group did: a group
 // whose LIST is slow (a million objects behind the selector, a throttled
-// client) does not hold back the reads and events of the others.
+// client) does not hold back the reads and events of the others. (The
+// cache watches two namespaces, so that its groups list themselves rather
+// than in one batch: TestGroupsStartingTogetherListOnce.)
 func TestGroupsSwitchAsTheySync(t *testing.T) {
 	g := NewWithT(t)
 	ns := env().Namespace(t)
+	other := env().Namespace(t)
 	createConfigMap(t, ns, "s0", 0)
 	createConfigMap(t, ns, "s5", 5)
 	// The LISTs of group 1 (slot 5) wait until released.
@@ -129,7 +133,7 @@ func TestGroupsSwitchAsTheySync(t *testing.T) {
 		Ring:    ring,
 		Count:   count,
 		Objects: []client.Object{&corev1.ConfigMap{}},
-		Cache:   cache.Options{Scheme: env().Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		Cache:   cache.Options{Scheme: env().Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}, other: {}}},
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	ctx := start(t, c)
@@ -152,4 +156,85 @@ func TestGroupsSwitchAsTheySync(t *testing.T) {
 	g.Expect(names(ctx, c, ns)).To(Equal([]string{"s0", "s5"}))
 	g.Expect(c.Slots()).To(Equal([]int{0, 5}))
 	g.Eventually(func() int { return ev.count("add", "s5") }).Should(Equal(1))
+}
+
+// TestGroupsStartingTogetherListOnce: the groups one SetSlots starts
+// together fill their informers from one LIST of all their slots, each
+// taking its own slots' objects, and then each watches its own slots from
+// that list's resourceVersion. A LIST costs the API server a pass over
+// every object of the resource whatever the selector, so a new instance of
+// a big ring, granted its share in many groups at once, lists the resource
+// once rather than once per group. A group started alone lists itself.
+func TestGroupsStartingTogetherListOnce(t *testing.T) {
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	for _, slot := range []int{0, 1, 5, 9, 13} {
+		createConfigMap(t, ns, "s"+strconv.Itoa(slot), slot)
+	}
+	var log requestLog
+	cfg := rest.CopyConfig(env().Config)
+	cfg.Wrap(log.wrap)
+	c, err := slotcache.New(cfg, slotcache.Options{
+		Ring:    ring,
+		Count:   count,
+		Objects: []client.Object{&corev1.ConfigMap{}},
+		Cache:   cache.Options{Scheme: env().Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx := start(t, c)
+	ev := newEvents()
+	inf, err := c.GetInformer(ctx, &corev1.ConfigMap{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = inf.AddEventHandler(ev)
+	g.Expect(err).NotTo(HaveOccurred())
+	// A metadata-only informer of the same kind lists in a batch of its own.
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	metaEv := newEvents()
+	metaInf, err := c.GetInformer(ctx, meta)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = metaInf.AddEventHandler(metaEv)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	selectors := func(watch bool) []string {
+		var out []string
+		for _, u := range log.all() {
+			parsed, err := url.Parse(u)
+			g.Expect(err).NotTo(HaveOccurred())
+			if q := parsed.Query(); (q.Get("watch") == "true") == watch {
+				out = append(out, q.Get("labelSelector"))
+			}
+		}
+		return out
+	}
+	label := v1alpha1.SlotLabel(ring)
+	// Slots 0 and 1 (group 0), 5 (group 1) and 9 (group 2).
+	g.Expect(c.SetSlots(ctx, []int{0, 1, 5, 9})).To(Succeed())
+	g.Expect(c.Groups()).To(Equal([]int{0, 1, 2}))
+	g.Expect(names(ctx, c, ns)).To(Equal([]string{"s0", "s1", "s5", "s9"}))
+	g.Expect(selectors(false)).To(Equal([]string{label + " in (0,1,5,9)", label + " in (0,1,5,9)"}),
+		"one LIST for the three groups, per form")
+	g.Eventually(func() []string { return selectors(true) }).Should(ConsistOf(
+		label+" in (0,1)", label+" in (5)", label+" in (9)",
+		label+" in (0,1)", label+" in (5)", label+" in (9)"), "a watch per group and form")
+	for _, name := range []string{"s0", "s1", "s5", "s9"} {
+		g.Eventually(func() int { return ev.count("add", name) }).Should(Equal(1), name)
+		g.Eventually(func() int { return metaEv.count("add", name) }).Should(Equal(1), name)
+	}
+	metaList := &metav1.PartialObjectMetadataList{}
+	metaList.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
+	g.Expect(c.List(ctx, metaList, client.InNamespace(ns))).To(Succeed())
+	g.Expect(metaList.Items).To(HaveLen(4))
+	for _, item := range metaList.Items {
+		g.Expect(item.GroupVersionKind()).To(Equal(corev1.SchemeGroupVersion.WithKind("ConfigMap")))
+	}
+	// Each group's watch goes on from the list: a change after it reaches
+	// the handler.
+	createConfigMap(t, ns, "s5b", 5)
+	g.Eventually(func() int { return ev.count("add", "s5b") }).Should(Equal(1))
+
+	// Group 3 alone lists itself.
+	g.Expect(c.SetSlots(ctx, []int{0, 1, 5, 9, 13})).To(Succeed())
+	g.Expect(selectors(false)).To(Equal([]string{label + " in (0,1,5,9)", label + " in (0,1,5,9)", label + " in (13)", label + " in (13)"}))
+	g.Expect(names(ctx, c, ns)).To(Equal([]string{"s0", "s1", "s13", "s5", "s5b", "s9"}))
 }
