@@ -109,7 +109,11 @@ counts do not depend on the load.
   process's watch saw it) to the new holder's first reconcile of an object
   of that slot: the grant, the new holder's list of the slot and the
   queue included. A slot whose old holder was gone (no acknowledgement) is
-  timed from the table write that granted it.
+  timed from the table write that granted it. The target (every moved
+  slot within 2 s of the acknowledgement, plus its list) takes the list's
+  time from one LIST of all the new holder's slots, as its slot cache
+  lists the watch groups it starts together, timed (median of three) just
+  after the change.
 - **Sharder CPU** per change: utime + stime of the sharder process from
   /proc over the change's window. **RSS**: VmRSS (and its parts RssAnon
   and RssFile, from /proc/<pid>/status) 30 s after the instances
