@@ -178,7 +178,9 @@ func (c *Cache) listBatch(ctx context.Context, key informerKey, opts *client.Lis
 	if err := c.lister.List(ctx, list, opts); err != nil {
 		return nil, "", err
 	}
-	items, err := apimeta.ExtractList(list)
+	// Each item in its own allocation, as client-go's reflector takes a
+	// list: an object kept in a store must not pin the whole list.
+	items, err := apimeta.ExtractListWithAlloc(list)
 	if err != nil {
 		return nil, "", err
 	}
