@@ -110,9 +110,10 @@ type Options struct {
 	// no check and no promise.
 	MaxWatchLag time.Duration
 
-	// SlotCacheLinger is, in slot mode, how long the cache keeps watching a
-	// released slot whose watch group still holds other slots of the
-	// instance, before it lists that group again without it. Each such list
+	// SlotCacheLinger is, in slot mode, how long at most the cache keeps
+	// watching a released slot whose watch group still holds other slots
+	// of the instance, before it lists that group again without it (the
+	// slots released meanwhile go with the first). Each such list
 	// costs the API server a pass over every object of the resource,
 	// whatever the selector; deferring it keeps those lists out of the
 	// hand-over, when the slots' new holders list them. The record, not the
