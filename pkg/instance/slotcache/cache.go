@@ -346,11 +346,14 @@ func (c *Cache) SetSlots(ctx context.Context, held []int) error {
 	c.mu.Unlock()
 
 	for _, g := range dropped {
-		c.handOver(g, nil)
+		c.handOver(handOverPair{old: g})
 	}
 	// Each group switches as soon as its cache synced: a group whose list
-	// is slow does not hold back the others.
+	// is slow does not hold back the others. The groups that synced while
+	// the previous switch ran switch together, their objects told to the
+	// handlers interleaved.
 	errs := make([]error, len(incoming))
+	ready := make(chan *group, len(incoming))
 	var wg sync.WaitGroup
 	for i, g := range incoming {
 		wg.Go(func() {
@@ -363,25 +366,49 @@ func (c *Cache) SetSlots(ctx context.Context, held []int) error {
 					return
 				}
 			}
-			c.switchTo(g)
+			ready <- g
 		})
 	}
-	wg.Wait()
+	go func() {
+		wg.Wait()
+		close(ready)
+	}()
+	for g := range ready {
+		gs := []*group{g}
+	more:
+		for {
+			select {
+			case h, ok := <-ready:
+				if !ok {
+					break more
+				}
+				gs = append(gs, h)
+			default:
+				break more
+			}
+		}
+		c.switchTo(gs...)
+	}
 	return errors.Join(errs...)
 }
 
-// switchTo makes g (synced, or not started yet) serve its group in place
-// of the group's current cache, and hands the group's events over to it.
-func (c *Cache) switchTo(g *group) {
+// switchTo makes each of gs (synced, or not started yet) serve its group
+// in place of the group's current cache, and hands the groups' events over
+// to them.
+func (c *Cache) switchTo(gs ...*group) {
+	pairs := make([]handOverPair, 0, len(gs))
 	c.mu.Lock()
-	old := c.groups[g.num]
-	c.groups[g.num] = g
-	if old != nil {
-		old.serving.Store(false)
+	for _, g := range gs {
+		old := c.groups[g.num]
+		c.groups[g.num] = g
+		if old != nil {
+			old.serving.Store(false)
+		}
+		g.serving.Store(true)
+		pairs = append(pairs, handOverPair{old: old, next: g})
 	}
-	g.serving.Store(true)
 	c.mu.Unlock()
-	c.handOver(old, g)
+	c.handOver(pairs...)
 }
 
 // newGroup creates the cache of group num selecting slots by selector,
@@ -531,21 +558,23 @@ func (c *Cache) awaitSynced(ctx context.Context, g *group) error {
 	return nil
 }
 
-// handOver moves a group's events from old to next (either may be nil: a
-// group new or dropped) on every fan, then stops old. Reads were switched
-// already.
-func (c *Cache) handOver(old, next *group) {
+// handOver moves the events of groups from their old caches to their next
+// ones (either may be nil: a group new or dropped) on every fan, then
+// stops the old ones. Reads were switched already.
+func (c *Cache) handOver(pairs ...handOverPair) {
 	c.mu.RLock()
 	fans := slices.Collect(maps.Values(c.fans))
 	c.mu.RUnlock()
 	for _, f := range fans {
-		f.handOver(old, next)
+		f.handOver(pairs...)
 	}
-	if old != nil {
-		c.mu.Lock()
-		c.detach(old)
-		c.mu.Unlock()
-		old.stop()
+	for _, p := range pairs {
+		if p.old != nil {
+			c.mu.Lock()
+			c.detach(p.old)
+			c.mu.Unlock()
+			p.old.stop()
+		}
 	}
 }
 

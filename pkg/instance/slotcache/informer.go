@@ -72,22 +72,27 @@ func (f *fan) detach(g *group) {
 	}
 }
 
-// handOver moves the events of a group from old to next (either nil: a
-// group new or dropped): old's forwarders fall silent, next's start, and
-// each handler is told the difference between what it knows of the group
-// and next's contents (see the package documentation).
-func (f *fan) handOver(old, next *group) {
-	num := -1
-	keep := map[int]bool{}
-	if old != nil {
-		num = old.num
-	}
-	if next != nil {
-		num = next.num
-		for _, s := range next.slots {
-			keep[s] = true
-		}
-	}
+// handOverPair is one group's hand-over from old to next (either nil: a
+// group new or dropped).
+type handOverPair struct{ old, next *group }
+
+// groupHandOver is what a handler's hand-over needs of one group's.
+type groupHandOver struct {
+	num       int
+	old, next *group
+	snapshot  []client.Object // next's contents, when listed
+	listed    bool
+	keep      map[int]bool // next's slots
+}
+
+// handOver moves the events of groups from their old caches to their next
+// ones: the old forwarders fall silent, the next start, and each handler
+// is told the difference between what it knows of each group and its next
+// cache's contents (see the package documentation). The groups' objects
+// are told interleaved, one of each group in turn, so that a handler's
+// queue starts on every group at once rather than on one group after
+// another.
+func (f *fan) handOver(pairs ...handOverPair) {
 	// A handler added from now on gets a live forwarder on next only
 	// (next serves already), so the flips below cover every handler.
 	type flip struct {
@@ -96,13 +101,17 @@ func (f *fan) handOver(old, next *group) {
 	}
 	f.mu.Lock()
 	regs := make([]*registration, 0, len(f.regs))
-	flips := make([]flip, 0, len(f.regs))
+	flips := make([]flip, 0, len(f.regs)*len(pairs))
 	for r := range f.regs {
-		flips = append(flips, flip{r: r, from: r.fwd[old], until: r.fwd[next]})
-		delete(r.fwd, old)
+		for _, p := range pairs {
+			flips = append(flips, flip{r: r, from: r.fwd[p.old], until: r.fwd[p.next]})
+			delete(r.fwd, p.old)
+		}
 		regs = append(regs, r)
 	}
-	delete(f.members, old)
+	for _, p := range pairs {
+		delete(f.members, p.old)
+	}
 	f.mu.Unlock()
 	// Not under fan.mu: a handler may add handlers.
 	for _, fl := range flips {
@@ -122,16 +131,28 @@ func (f *fan) handOver(old, next *group) {
 	// and will tell the live forwarders everything. The list and lookups
 	// end with the cache, not with the caller's context: a hand-over
 	// left half done would keep objects from the handlers.
-	var snapshot []client.Object
-	listed := false
 	ctx := f.c.runContext()
-	if next != nil && ctx != nil && len(regs) > 0 {
-		var err error
-		snapshot, err = f.contents(ctx, next)
-		listed = err == nil
+	parts := make([]groupHandOver, len(pairs))
+	for i, p := range pairs {
+		h := groupHandOver{num: -1, old: p.old, next: p.next, keep: map[int]bool{}}
+		if p.old != nil {
+			h.num = p.old.num
+		}
+		if p.next != nil {
+			h.num = p.next.num
+			for _, s := range p.next.slots {
+				h.keep[s] = true
+			}
+			if ctx != nil && len(regs) > 0 {
+				var err error
+				h.snapshot, err = f.contents(ctx, p.next)
+				h.listed = err == nil
+			}
+		}
+		parts[i] = h
 	}
 	for _, r := range regs {
-		r.handOver(ctx, num, old, next, snapshot, listed, keep)
+		r.handOver(ctx, parts)
 	}
 }
 
@@ -425,54 +446,79 @@ func (r *registration) group(num int) map[string]seen {
 	return m
 }
 
-// handOver tells the handler the difference between what it knows of group
-// num and next's contents (snapshot, when listed), drops silently what it
-// knows of slots no longer held, and tells it of the objects of slots
-// still held that old had and next does not (deleted).
-func (r *registration) handOver(ctx context.Context, num int, old, next *group, snapshot []client.Object, listed bool, keep map[int]bool) {
+// handOver tells the handler, for each group of parts, the difference
+// between what it knows of the group and next's contents (snapshot, when
+// listed), drops silently what it knows of slots no longer held, and tells
+// it of the objects of slots still held that old had and next does not
+// (deleted). The groups' snapshots are told interleaved, one object of
+// each group in turn. It holds r.mu throughout, so that no live event of a
+// next cache comes between.
+func (r *registration) handOver(ctx context.Context, parts []groupHandOver) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.removed {
 		return
 	}
-	m := r.group(num)
-	present := make(map[string]bool, len(snapshot))
-	if listed {
-		for _, obj := range snapshot {
-			d, ok := r.f.describe(obj)
-			if !ok {
+	ms := make([]map[string]seen, len(parts))
+	present := make([]map[string]bool, len(parts))
+	for i := range parts {
+		ms[i] = r.group(parts[i].num)
+		present[i] = make(map[string]bool, len(parts[i].snapshot))
+	}
+	for j := 0; ; j++ {
+		more := false
+		for i := range parts {
+			h := &parts[i]
+			if !h.listed || j >= len(h.snapshot) {
 				continue
 			}
-			present[d.key] = true
-			s, had := m[d.key]
-			if had && s.src == next {
-				continue // told live by next already, of this state or a newer
-			}
-			m[d.key] = d.seen(next)
-			if had && s.uid == d.uid && s.rv == d.rv {
-				continue
-			}
-			if had && s.uid == d.uid {
-				if prev := r.f.lookup(ctx, old, d.key); prev != nil {
-					r.handler.OnUpdate(prev, obj)
-					continue
-				}
-			}
-			r.handler.OnAdd(obj, false)
+			more = true
+			r.tell(ctx, h, ms[i], present[i], h.snapshot[j])
+		}
+		if !more {
+			break
 		}
 	}
-	for key, s := range m {
-		switch {
-		case !keep[s.slot]:
-			delete(m, key) // left the view, not deleted: nothing to tell
-		case listed && s.src == old && !present[key]:
-			delete(m, key)
-			r.handler.OnDelete(toolscache.DeletedFinalStateUnknown{Key: key, Obj: r.f.last(ctx, old, key)})
+	for i := range parts {
+		h, m := &parts[i], ms[i]
+		for key, s := range m {
+			switch {
+			case !h.keep[s.slot]:
+				delete(m, key) // left the view, not deleted: nothing to tell
+			case h.listed && s.src == h.old && !present[i][key]:
+				delete(m, key)
+				r.handler.OnDelete(toolscache.DeletedFinalStateUnknown{Key: key, Obj: r.f.last(ctx, h.old, key)})
+			}
+		}
+		if len(m) == 0 {
+			delete(r.delivered, h.num)
 		}
 	}
-	if len(m) == 0 {
-		delete(r.delivered, num)
+}
+
+// tell tells the handler of obj of h's next snapshot what it does not know
+// yet of it (m: what it knows of the group), and marks it present.
+func (r *registration) tell(ctx context.Context, h *groupHandOver, m map[string]seen, present map[string]bool, obj client.Object) {
+	d, ok := r.f.describe(obj)
+	if !ok {
+		return
 	}
+	present[d.key] = true
+	s, had := m[d.key]
+	if had && s.src == h.next {
+		return // told live by next already, of this state or a newer
+	}
+	m[d.key] = d.seen(h.next)
+	if had && s.uid == d.uid && s.rv == d.rv {
+		return
+	}
+	if had && s.uid == d.uid {
+		if prev := r.f.lookup(ctx, h.old, d.key); prev != nil {
+			r.handler.OnUpdate(prev, obj)
+			return
+		}
+	}
+	r.handler.OnAdd(obj, false)
 }
 
 // retell tells the handler an Add of each object of snapshot (g's
