@@ -113,7 +113,7 @@ func waitRegistry(exited <-chan struct{}, waitErr *error) error {
 		}
 		select {
 		case <-exited:
-			return fmt.Errorf("the registry exited: %v", *waitErr)
+			return fmt.Errorf("the registry exited: %w", *waitErr)
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {

@@ -1,6 +1,7 @@
 package slotcache
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -31,8 +32,10 @@ func TestGroupInformerDeclinesStreaming(t *testing.T) {
 			ring:  map[schema.GroupKind]ringKind{{Kind: "ConfigMap"}: {obj: &corev1.ConfigMap{}, namespaced: true, sharded: sharded}},
 		}
 		lw := &toolscache.ListWatch{
-			ListFunc:  func(metav1.ListOptions) (runtime.Object, error) { return &corev1.ConfigMapList{}, nil },
-			WatchFunc: func(metav1.ListOptions) (watch.Interface, error) { return watch.NewFake(), nil },
+			ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+				return &corev1.ConfigMapList{}, nil
+			},
+			WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return watch.NewFake(), nil },
 		}
 		c.groupInformer(&group{slots: []int{0, 1}}, sharded)(lw, &corev1.ConfigMap{}, 0, toolscache.Indexers{})
 		if got == nil {
