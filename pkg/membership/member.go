@@ -64,11 +64,12 @@ type Member struct {
 	State State
 	// Movable reports, for an instance that is gone, whether its objects
 	// may be relabelled to other instances now: the sharder holds its Lease
-	// (so no process with its ID can acquire the Lease while they move), or
-	// there is no Lease to hold (it vanished) or somebody other than the
-	// instance and the sharder holds it. The objects of a gone instance
-	// that is not movable stay where they are until the sharder holds its
-	// Lease (docs/design.md §3). Always false for an instance not gone.
+	// (so no process with its ID can acquire the Lease while they move),
+	// whatever way the instance went: the sharder creates the Lease of an
+	// instance whose Lease is absent, and takes one somebody else holds,
+	// before it moves anything. The objects of a gone instance that is not
+	// movable stay where they are until the sharder holds its Lease
+	// (docs/design.md §3). Always false for an instance not gone.
 	Movable bool
 	// MaxWatchLag is the lag of its watches the instance promises with its
 	// Lease's sharder.dev/max-watch-lag annotation: it reconciles nothing

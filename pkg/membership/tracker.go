@@ -42,11 +42,15 @@ const SharderHolderPrefix = "sharder:"
 //   - A Lease handed back for a restart (no holder, the
 //     sharder.dev/restarting annotation) is restarting for the ring's
 //     restart hold after the tracker saw it, then dead.
-//   - A gone instance is movable (Member.Movable) while the sharder holds
-//     its Lease by a write recorded with Hold, for two thirds of the
+//   - A gone instance is movable (Member.Movable) only while the sharder
+//     holds its Lease by a write recorded with Hold, for two thirds of the
 //     duration written: the instance cannot acquire the Lease before it has
 //     watched it unrenewed for its whole duration, counted from after the
-//     write, so the rest is the margin for moves already sent.
+//     write, so the rest is the margin for moves already sent. This holds
+//     for every way an instance goes: a released, taken, deleted or never
+//     seen Lease (the sharder creates an absent one to hold it) and one
+//     held by somebody else (the sharder takes it once nobody renewed it
+//     for its duration).
 //
 // Elapsed times are differences of the clock's readings; with the real
 // clock those come from Go's monotonic clock, which a step of the wall
@@ -221,14 +225,27 @@ func (o *observation) movable(now time.Time) (bool, time.Time) {
 			return true, until
 		}
 	}
-	switch {
-	case o.holder == "", strings.HasPrefix(o.holder, SharderHolderPrefix):
-		// Released, or held by a sharder whose hold this one did not write
-		// (a previous leader): the instance could take a released Lease
-		// back at once, and another sharder's hold may lapse at any time.
+	// Released (the instance could take it back at once), held by a
+	// sharder whose hold this one did not write (a previous leader's hold
+	// may lapse at any time), or taken by somebody else (who may stop
+	// renewing it, and the instance then acquire it a duration later): the
+	// objects move only under this sharder's own hold.
+	return false, time.Time{}
+}
+
+// heldMovable reports whether the sharder's recorded hold lets the objects
+// of an instance whose Lease is absent move now, and until when. The
+// sharder holds such an instance by creating its Lease (Hold): without
+// that, a process with the instance's ID could create the Lease at any
+// moment and start on objects that are being moved.
+func (o *observation) heldMovable(now time.Time) (bool, time.Time) {
+	if o.heldAt.IsZero() {
 		return false, time.Time{}
 	}
-	return true, time.Time{} // taken by somebody else: not the sharder's to hold
+	if until := o.heldAt.Add(o.movableFor); now.Before(until) {
+		return true, until
+	}
+	return false, time.Time{}
 }
 
 // Hold records that the sharder holds the Lease of instance id of ring by
@@ -245,6 +262,66 @@ func (t *Tracker) Hold(ring, id string, start time.Time, d time.Duration) {
 		r.seen[id] = o
 	}
 	o.heldAt, o.movableFor = start, t.MovableFor(d)
+}
+
+// Expect records that objects carry the label of instance id of ring
+// although the tracker never saw its Lease (a Lease deleted before this
+// sharder led, or a label written by hand): from now on it is a member
+// whose Lease is absent, with lease duration d, vanished for hold, then
+// dead, and its objects move only once the sharder holds it (Hold). It
+// does nothing for an instance the tracker knows.
+func (t *Tracker) Expect(ring, id string, d, hold time.Duration, now time.Time) {
+	r := t.ring(ring)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.seen[id]; ok {
+		return
+	}
+	// Members ends the vanished state at since + 2d: since is set back so
+	// that it ends after hold.
+	o := &observation{holder: id, since: now.Add(hold - uncertainAfter*d), d: d, state: StateVanished, absent: true}
+	if InvalidID(id) != nil {
+		// No Lease can have this name, so no process can hold it: not
+		// remembered (Members drops it), its objects move at once.
+		o.invalid, o.state = true, StateInvalid
+	}
+	r.seen[id] = o
+}
+
+// ObservedSince returns when the tracker first saw the current holder,
+// reference time and duration of instance id's Lease: the start of the
+// time it has gone unrenewed. Zero when it knows no such Lease.
+func (t *Tracker) ObservedSince(ring, id string) time.Time {
+	r := t.ring(ring)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if o := r.seen[id]; o != nil {
+		return o.since
+	}
+	return time.Time{}
+}
+
+// LastDuration returns the lease duration last seen on instance id's Lease
+// (for an instance known only from its objects, the one Expect was given);
+// 0 when the tracker knows nothing of it.
+func (t *Tracker) LastDuration(ring, id string) time.Duration {
+	r := t.ring(ring)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if o := r.seen[id]; o != nil {
+		return o.d
+	}
+	return 0
+}
+
+// Absent reports whether instance id of ring is a member whose Lease was
+// missing from the ring's Leases when the tracker last looked.
+func (t *Tracker) Absent(ring, id string) bool {
+	r := t.ring(ring)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o := r.seen[id]
+	return o != nil && o.absent
 }
 
 // Unhold records that the sharder no longer holds the Lease of instance id:
@@ -276,8 +353,9 @@ func (t *Tracker) HeldAt(ring, id string) time.Time {
 // restartHold is the ring's restart hold. Instances the tracker saw in the
 // ring before that are missing from leases are returned in StateVanished
 // until twice their lease duration after their last observed renewal, then
-// as dead (and movable: there is no Lease to hold) until ten lease
-// durations after it; orphaned and invalid ones are dropped at once.
+// as dead until ten lease durations after it, movable only while the
+// sharder holds them (it creates the Lease to hold it, and records that
+// with Hold); orphaned and invalid ones are dropped at once.
 func (t *Tracker) Members(ring string, restartHold time.Duration, leases []coordinationv1.Lease, now time.Time) ([]Member, time.Time) {
 	r := t.ring(ring)
 	r.mu.Lock()
@@ -308,14 +386,19 @@ func (t *Tracker) Members(ring string, restartHold time.Duration, leases []coord
 			continue
 		case o.state.Gone() || !now.Before(gone):
 			// Proven gone, or held long enough: dead, remembered as long as
-			// a dead Lease would be kept, so that its objects move at once.
+			// a dead Lease would be kept. Its objects move only once the
+			// sharder created its Lease and holds it (Hold).
 			o.state = StateDead
 			next(forgotten)
 		default:
 			o.state = StateVanished
 			next(gone)
 		}
-		members = append(members, Member{ID: id, VirtualNodes: o.weight, State: o.state, Movable: o.state.Gone(), MaxWatchLag: o.lag})
+		movable, until := o.heldMovable(now)
+		if movable {
+			next(until)
+		}
+		members = append(members, Member{ID: id, VirtualNodes: o.weight, State: o.state, Movable: movable, MaxWatchLag: o.lag})
 	}
 	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
 	return members, earliest

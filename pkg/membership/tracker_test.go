@@ -160,7 +160,7 @@ func TestTrackerHold(t *testing.T) {
 	g.Expect(m.Movable).To(BeFalse())
 
 	m, _ = tr.Observe("r", 0, instanceLease("b", "someone-else", epoch, 10), epoch)
-	g.Expect(m).To(Equal(Member{ID: "b", State: StateDead, Movable: true}))
+	g.Expect(m).To(Equal(Member{ID: "b", State: StateDead}), "taken by somebody else: moves only under the sharder's hold")
 }
 
 // TestTrackerHoldMargin: with a margin for moves in flight, the objects
@@ -219,23 +219,32 @@ func TestTrackerVanished(t *testing.T) {
 	g.Expect(members).To(Equal([]Member{
 		{ID: "expired", State: StateVanished},              // held until its t + 2d = epoch + 5s
 		{ID: "ready", State: StateVanished},                // held until epoch + 20s
-		{ID: "released", State: StateDead, Movable: true},  // proven gone: stays dead, no Lease to hold
-		{ID: "uncertain", State: StateDead, Movable: true}, // not renewed for 2d: gone, no Lease to hold
+		{ID: "released", State: StateDead},  // proven gone: dead, but moves only under the sharder's hold
+		{ID: "uncertain", State: StateDead}, // not renewed for 2d: gone, moves only under the sharder's hold
 		{ID: "weighted", VirtualNodes: 7, State: StateVanished},
 	}))
 	g.Expect(next).To(Equal(epoch.Add(5 * time.Second)))
 
 	members, _ = tr.Members("r", 0, nil, epoch.Add(5*time.Second))
-	g.Expect(members).To(ContainElement(Member{ID: "expired", State: StateDead, Movable: true}))
+	g.Expect(members).To(ContainElement(Member{ID: "expired", State: StateDead}))
 	g.Expect(members).To(ContainElement(Member{ID: "ready", State: StateVanished}))
 
 	members, next = tr.Members("r", 0, nil, epoch.Add(20*time.Second))
-	g.Expect(members).To(ContainElement(Member{ID: "ready", State: StateDead, Movable: true}))
+	g.Expect(members).To(ContainElement(Member{ID: "ready", State: StateDead}))
 	g.Expect(next).To(Equal(epoch.Add(75 * time.Second))) // the dead are forgotten at t + 10d, uncertain's first
 
+	// The sharder created the dead instance's Lease and holds it (the
+	// cache does not have it yet): movable for two thirds of the duration.
+	tr.Hold("r", "ready", epoch.Add(20*time.Second), 10*time.Second)
+	members, next = tr.Members("r", 0, nil, epoch.Add(21*time.Second))
+	g.Expect(members).To(ContainElement(Member{ID: "ready", State: StateDead, Movable: true}))
+	g.Expect(next).To(Equal(epoch.Add(20*time.Second + 10*time.Second*2/3)))
+	members, _ = tr.Members("r", 0, nil, epoch.Add(27*time.Second))
+	g.Expect(members).To(ContainElement(Member{ID: "ready", State: StateDead}), "a hold not renewed")
+
 	// An instance that comes back with a new Lease is ready again.
-	back := *instanceLease("ready", "ready", epoch.Add(21*time.Second), 10)
-	members, _ = tr.Members("r", 0, []coordinationv1.Lease{back}, epoch.Add(21*time.Second))
+	back := *instanceLease("ready", "ready", epoch.Add(28*time.Second), 10)
+	members, _ = tr.Members("r", 0, []coordinationv1.Lease{back}, epoch.Add(28*time.Second))
 	g.Expect(members).To(ContainElement(Member{ID: "ready", State: StateReady}))
 
 	members, next = tr.Members("r", 0, nil, epoch.Add(time.Hour))
@@ -386,4 +395,46 @@ func TestTrackerRenewed(t *testing.T) {
 	tr.Observe("r", 0, back, epoch)
 	tr.Vanish("r", "back")
 	g.Expect(tr.Renewed("r", renew(back, epoch.Add(time.Second)), epoch.Add(time.Second))).To(BeFalse())
+}
+
+// TestTrackerExpect: an instance known only from its objects (no Lease the
+// tracker ever saw) is vanished for the hold it is given, then dead, and
+// movable only under the sharder's hold; an ID no Lease can have is not
+// remembered; Expect leaves known instances alone.
+func TestTrackerExpect(t *testing.T) {
+	g := NewWithT(t)
+	var tr Tracker
+	tr.Expect("r", "ghost", 10*time.Second, 4*time.Second, epoch)
+	tr.Expect("r", "Not_A_Lease", 10*time.Second, 4*time.Second, epoch)
+	members, next := tr.Members("r", 0, nil, epoch.Add(time.Second))
+	g.Expect(members).To(Equal([]Member{{ID: "ghost", State: StateVanished}}))
+	g.Expect(next).To(Equal(epoch.Add(4 * time.Second)))
+	g.Expect(tr.Absent("r", "ghost")).To(BeTrue())
+	g.Expect(tr.LastDuration("r", "ghost")).To(Equal(10 * time.Second))
+
+	tr.Expect("r", "ghost", 10*time.Second, time.Hour, epoch.Add(2*time.Second)) // known: unchanged
+	members, _ = tr.Members("r", 0, nil, epoch.Add(4*time.Second))
+	g.Expect(members).To(Equal([]Member{{ID: "ghost", State: StateDead}}))
+
+	tr.Hold("r", "ghost", epoch.Add(5*time.Second), 10*time.Second)
+	members, _ = tr.Members("r", 0, nil, epoch.Add(6*time.Second))
+	g.Expect(members).To(Equal([]Member{{ID: "ghost", State: StateDead, Movable: true}}))
+}
+
+// TestTrackerForeignHolder: a Lease taken by somebody other than the
+// instance and a sharder is dead, but its objects move only once this
+// sharder holds it (it takes it as any candidate would).
+func TestTrackerForeignHolder(t *testing.T) {
+	g := NewWithT(t)
+	var tr Tracker
+	l := instanceLease("a", "someone-else", epoch, 10)
+	m, _ := tr.Observe("r", 0, l, epoch)
+	g.Expect(m).To(Equal(Member{ID: "a", State: StateDead}))
+	g.Expect(tr.ObservedSince("r", "a")).To(Equal(epoch))
+	m, _ = tr.Observe("r", 0, l, epoch.Add(time.Hour))
+	g.Expect(m.Movable).To(BeFalse(), "however long nobody renewed it")
+	taken := instanceLease("a", "sharder:me", epoch.Add(time.Hour), 10)
+	tr.Hold("r", "a", epoch.Add(time.Hour), 10*time.Second)
+	m, _ = tr.Observe("r", 0, taken, epoch.Add(time.Hour+time.Second))
+	g.Expect(m).To(Equal(Member{ID: "a", State: StateDead, Movable: true}))
 }

@@ -98,14 +98,15 @@ func TestDecide(t *testing.T) {
 }
 
 // TestRingViewStateOf checks the states of members and of instances that
-// are not members, during and after the hold for unknown instances.
+// are not members: held until the lease controller publishes them, unless
+// no Lease can have their name.
 func TestRingViewStateOf(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	v := &ringView{states: map[string]membership.Member{
 		"a": {ID: "a", State: membership.StateExpired},
 		"d": {ID: "d", State: membership.StateDead},
 		"h": {ID: "h", State: membership.StateDead, Movable: true},
-	}, unknownUntil: now.Add(time.Minute)}
+	}}
 	if s, movable, until := v.stateOf("a", now); s != membership.StateExpired || movable || !until.IsZero() {
 		t.Errorf("member: %s (movable %v) until %v", s, movable, until)
 	}
@@ -115,10 +116,12 @@ func TestRingViewStateOf(t *testing.T) {
 	if s, movable, _ := v.stateOf("h", now); s != membership.StateDead || !movable {
 		t.Errorf("dead member whose Lease is held: %s, movable %v; want dead and movable", s, movable)
 	}
-	if s, movable, until := v.stateOf("x", now); s != membership.StateVanished || movable || !until.Equal(now.Add(time.Minute)) {
-		t.Errorf("unknown during the hold: %s (movable %v) until %v", s, movable, until)
+	for _, at := range []time.Time{now, now.Add(time.Hour)} {
+		if s, movable, until := v.stateOf("x", at); s != membership.StateVanished || movable || !until.IsZero() {
+			t.Errorf("unknown instance at %v: %s (movable %v) until %v; want vanished, not movable, until the membership changes", at, s, movable, until)
+		}
 	}
-	if s, movable, _ := v.stateOf("x", now.Add(time.Minute)); s != membership.StateDead || !movable {
-		t.Errorf("unknown after the hold: %s (movable %v), want dead with no Lease to hold", s, movable)
+	if s, movable, _ := v.stateOf("Not_A_Lease", now); s != membership.StateDead || !movable {
+		t.Errorf("an ID no Lease can have: %s (movable %v), want dead and movable", s, movable)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sharder-dev/sharder/internal/fixture"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
 	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/sharder/assign"
 	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
@@ -329,4 +330,65 @@ func TestHoldOutlastsMovesInFlight(t *testing.T) {
 	openGate()
 	g.Eventually(gt.answer, timeout).Should(Receive())
 	g.Eventually(holder, timeout, poll).Should(BeEmpty(), "a's Lease is released once the move returned")
+}
+
+// TestDeletedLeaseInstanceComesBackWhileItsObjectsMove: an instance whose
+// Lease is deleted with its process (a force-deleted pod whose Lease the
+// garbage collector removes, or kubectl delete lease of a crashed
+// instance) comes back, with the real Lease holder, while its objects are
+// being moved away. The sharder moves them only after it created the Lease
+// and holds it, so the returning process finds its Lease held and waits:
+// the moment it holds its Lease, no object carries its label any more.
+func TestDeletedLeaseInstanceComesBackWhileItsObjectsMove(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env().Namespace(t)
+	newRing(t, ns, nil)
+	createLease(t, ns, "a")
+	b := createLease(t, ns, "b")
+	b.Spec.LeaseDurationSeconds = ptr.To[int32](1)
+	g.Expect(env().Client.Update(ctx, b)).To(Succeed())
+	stopRenewing := renewing(t, ns, "b", 200*time.Millisecond)
+	names := createConfigMaps(t, ns, "cm", 120)
+	reg := leasecontroller.NewRegistry()
+	// One worker and 40 ms per write: moving b's ~60 objects takes about
+	// 2.5 s, more than twice b's one-second lease duration.
+	startSharderWith(t, slowPatches(env().Config, 40*time.Millisecond), reg, assign.Options{Workers: 1}, withLeaseController(reg))
+	both := []string{"a", "b"}
+	g.Eventually(assigned(ns, names, placed(t, ns, both...)), timeout, poll).Should(Succeed())
+	g.Eventually(func(g Gomega) { // the sharder has counted b's objects
+		g.Expect(getRing(g, ns).Status.Members).To(ContainElement(HaveField("Objects", BeNumerically(">", 0))))
+	}, timeout, poll).Should(Succeed())
+
+	// b crashes and its Lease is deleted with it.
+	stopRenewing()
+	g.Expect(env().Client.Delete(ctx, b)).To(Succeed())
+
+	// b's replacement starts once the first of its objects has moved: the
+	// sharder is moving them.
+	g.Eventually(func(g Gomega) {
+		onB := 0
+		for _, l := range labelsOf(g, ns) {
+			if l[v1alpha1.ShardLabel(ns)] == "b" {
+				onB++
+			}
+		}
+		g.Expect(onB).To(BeNumerically(">", 0))
+		g.Expect(onB).To(BeNumerically("<", len(names)/2-5))
+	}, timeout, 10*time.Millisecond).Should(Succeed())
+	holder, err := leaseholder.NewHolder(env().Client, leaseholder.HolderOptions{
+		Ring: ns, Namespace: ns, Identity: "b", LeaseDuration: time.Second,
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	hctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- holder.Start(hctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	g.Eventually(holder.Held, 30*time.Second, 5*time.Millisecond).Should(BeTrue())
+
+	// The moment it holds its Lease, no object may still carry its label:
+	// the moves ended before the sharder let go of the Lease.
+	for name, l := range labelsOf(g, ns) {
+		g.Expect(l).NotTo(HaveKeyWithValue(v1alpha1.ShardLabel(ns), "b"), "%s is still on b when b is back, and being moved away from it", name)
+	}
 }

@@ -42,7 +42,7 @@ func TestResyncQueuesOnlyObjectsThatNeedWork(t *testing.T) {
 		drainTimeout: time.Hour, selector: labels.SelectorFromSet(labels.Set{"team": "web"})}
 	r.cfg.Store(cfg)
 	ready := []membership.Member{{ID: "a", State: membership.StateReady}, {ID: "b", State: membership.StateReady}}
-	view, _, err := buildView(new(membership.Rings), cfg, ready, time.Time{})
+	view, _, err := buildView(new(membership.Rings), cfg, ready)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,6 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/drain"
-	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/sharder/assign/internal/metacache"
 	"github.com/sharder-dev/sharder/pkg/sharder/assign/internal/owners"
 )
@@ -60,9 +59,6 @@ type ringAssigner struct {
 
 	cfg  atomic.Pointer[ringConfig]
 	view atomic.Pointer[ringView]
-	// unknownUntil ends the hold of instances that are not members; set
-	// once the caches have synced.
-	unknownUntil time.Time
 
 	byGK       map[schema.GroupKind]*resourceCache
 	resolve    owners.Resolver
@@ -255,7 +251,6 @@ func (r *ringAssigner) run(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	r.unknownUntil = r.c.opts.Clock.Now().Add(2 * membership.DefaultLeaseDuration)
 	r.synced.Store(true)
 	r.logger.Info("Caches synced")
 	r.rebuild(ctx, true)

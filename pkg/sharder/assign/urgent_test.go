@@ -25,7 +25,7 @@ type urgencyFixture struct {
 	objs []*metacache.Object
 }
 
-func newUrgencyFixture(tb testing.TB, members []membership.Member, unknownUntil time.Time) *urgencyFixture {
+func newUrgencyFixture(tb testing.TB, members []membership.Member) *urgencyFixture {
 	tb.Helper()
 	cfg := &ringConfig{name: "r", algorithm: v1alpha1.AlgorithmConsistentHash, virtualNodes: 16, drainTimeout: time.Minute}
 	r := &ringAssigner{
@@ -35,7 +35,7 @@ func newUrgencyFixture(tb testing.TB, members []membership.Member, unknownUntil 
 		drainLabel: v1alpha1.DrainLabel(cfg.name),
 		drains:     newDrainTimes(clock.RealClock{}),
 	}
-	view, _, err := buildView(r.c.opts.Rings, cfg, members, unknownUntil)
+	view, _, err := buildView(r.c.opts.Rings, cfg, members)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -73,19 +73,16 @@ func fixtureMembers(states ...membership.State) []membership.Member {
 // TestUrgentObjectAgreesWithDecide: the work queue's urgency check answers
 // what the full decision answers, for every situation.
 func TestUrgentObjectAgreesWithDecide(t *testing.T) {
-	future, past := time.Now().Add(time.Hour), time.Now().Add(-time.Hour)
 	for name, tc := range map[string]struct {
-		members      []membership.Member
-		unknownUntil time.Time
+		members []membership.Member
 	}{
-		"ready, dead and expired instances": {fixtureMembers(membership.StateReady, membership.StateReady, membership.StateDead, membership.StateExpired), past},
-		"unknown instances still held":      {fixtureMembers(membership.StateReady, membership.StateReady, membership.StateDead, membership.StateExpired), future},
-		"orphaned and uncertain instances":  {fixtureMembers(membership.StateReady, membership.StateOrphaned, membership.StateUncertain, membership.StateVanished), past},
-		"no ready instance":                 {fixtureMembers(membership.StateExpired, membership.StateDead), past},
-		"no instance at all":                {nil, past},
+		"ready, dead and expired instances": {fixtureMembers(membership.StateReady, membership.StateReady, membership.StateDead, membership.StateExpired)},
+		"orphaned and uncertain instances":  {fixtureMembers(membership.StateReady, membership.StateOrphaned, membership.StateUncertain, membership.StateVanished)},
+		"no ready instance":                 {fixtureMembers(membership.StateExpired, membership.StateDead)},
+		"no instance at all":                {nil},
 	} {
 		t.Run(name, func(t *testing.T) {
-			f := newUrgencyFixture(t, tc.members, tc.unknownUntil)
+			f := newUrgencyFixture(t, tc.members)
 			counts := sets.New[bool]()
 			for _, obj := range f.objs {
 				s, err := f.r.situation(f.view, f.cfg, f.gk, obj)
@@ -108,7 +105,7 @@ func TestUrgentObjectAgreesWithDecide(t *testing.T) {
 // BenchmarkUrgentObject is the urgency check the work queue runs for every
 // object it takes in, over a mix of situations.
 func BenchmarkUrgentObject(b *testing.B) {
-	f := newUrgencyFixture(b, fixtureMembers(membership.StateReady, membership.StateReady, membership.StateDead, membership.StateExpired), time.Now().Add(-time.Hour))
+	f := newUrgencyFixture(b, fixtureMembers(membership.StateReady, membership.StateReady, membership.StateDead, membership.StateExpired))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
@@ -119,7 +116,7 @@ func BenchmarkUrgentObject(b *testing.B) {
 // BenchmarkSituationDecide is what a membership change costs per cached
 // object of the ring (rebuild): its situation and the decision about it.
 func BenchmarkSituationDecide(b *testing.B) {
-	f := newUrgencyFixture(b, fixtureMembers(membership.StateReady, membership.StateReady, membership.StateDead, membership.StateExpired), time.Now().Add(-time.Hour))
+	f := newUrgencyFixture(b, fixtureMembers(membership.StateReady, membership.StateReady, membership.StateDead, membership.StateExpired))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {

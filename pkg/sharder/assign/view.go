@@ -22,9 +22,6 @@ type ringView struct {
 	empty   bool
 	members []membership.Member // all instances, sorted by ID
 	states  map[string]membership.Member
-	// unknownUntil is when the hold of instances the sharder does not know
-	// ends (see stateOf).
-	unknownUntil time.Time
 	// maxWatchLag is the largest watch lag a member promises
 	// (membership.Member.MaxWatchLag).
 	maxWatchLag time.Duration
@@ -32,26 +29,28 @@ type ringView struct {
 
 // stateOf returns the state of instance id, whether its objects may move
 // now if it is gone (membership.Member.Movable) and, for an instance that
-// is not a member, until when it is held. An instance that the sharder
-// never saw a Lease for (a Lease deleted while this sharder was not
-// leading, or objects labelled by hand) may still be running: it is held as
-// vanished until unknownUntil, twice the default lease duration after this
-// sharder started assigning, and is gone after that, with no Lease to hold.
-func (v *ringView) stateOf(id string, now time.Time) (membership.State, bool, time.Time) {
+// is not a member, until when it is held (zero: until the membership
+// changes). An instance that is no member (its Lease was deleted before this
+// sharder led, or its objects were labelled by hand) may still be running:
+// it is held as vanished until the lease controller, which learns of it
+// from the objects' counts, publishes it as a member and holds it (it
+// creates its Lease) before anything of it moves. An ID that no Lease can
+// have (membership.InvalidID) is gone, with no Lease anybody could hold.
+func (v *ringView) stateOf(id string, _ time.Time) (membership.State, bool, time.Time) {
 	if m, ok := v.states[id]; ok {
 		return m.State, m.Movable, time.Time{}
 	}
-	if now.Before(v.unknownUntil) {
-		return membership.StateVanished, false, v.unknownUntil
+	if membership.InvalidID(id) != nil {
+		return membership.StateDead, true, time.Time{}
 	}
-	return membership.StateDead, true, time.Time{}
+	return membership.StateVanished, false, time.Time{}
 }
 
 // buildView builds the view of members under cfg. rings keeps the rings
 // built last, so the ring is rebuilt only when its ready instances or their
 // weights changed; rebuilt reports whether this call built it.
-func buildView(rings *membership.Rings, cfg *ringConfig, members []membership.Member, unknownUntil time.Time) (*ringView, bool, error) {
-	v := &ringView{members: members, states: make(map[string]membership.Member, len(members)), unknownUntil: unknownUntil}
+func buildView(rings *membership.Rings, cfg *ringConfig, members []membership.Member) (*ringView, bool, error) {
+	v := &ringView{members: members, states: make(map[string]membership.Member, len(members))}
 	for _, m := range members {
 		v.states[m.ID] = m
 		v.maxWatchLag = max(v.maxWatchLag, m.MaxWatchLag)
@@ -75,7 +74,7 @@ func (r *ringAssigner) rebuild(ctx context.Context, all bool) {
 	cfg := r.cfg.Load()
 	prev := r.view.Load()
 	members := r.c.opts.Registry.Members(r.name)
-	v, _, err := buildView(r.c.opts.Rings, cfg, members, r.unknownUntil)
+	v, _, err := buildView(r.c.opts.Rings, cfg, members)
 	if err != nil {
 		r.logger.Error(err, "Cannot build ring", "algorithm", cfg.algorithm)
 		r.event(corev1.EventTypeWarning, "RingBuildFailed", "Cannot build the %s ring: %v", cfg.algorithm, err)

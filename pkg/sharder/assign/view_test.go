@@ -2,7 +2,6 @@ package assign
 
 import (
 	"testing"
-	"time"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
@@ -33,13 +32,13 @@ func TestBuildViewReusesRingWhenReadySetUnchanged(t *testing.T) {
 	cfg := &ringConfig{name: "r", algorithm: v1alpha1.AlgorithmConsistentHash, virtualNodes: 16}
 	rings := &membership.Rings{}
 	m := []membership.Member{{ID: "a", State: membership.StateReady}, {ID: "b", State: membership.StateExpired}}
-	_, built, err := buildView(rings, cfg, m, time.Time{})
+	_, built, err := buildView(rings, cfg, m)
 	if err != nil || !built {
 		t.Fatalf("first build: %v, built=%v", err, built)
 	}
 	// b goes from expired to uncertain: the ready set is the same.
 	m2 := []membership.Member{{ID: "a", State: membership.StateReady}, {ID: "b", State: membership.StateUncertain}}
-	v2, built, err := buildView(rings, cfg, m2, time.Time{})
+	v2, built, err := buildView(rings, cfg, m2)
 	if err != nil || built {
 		t.Fatalf("second build: %v, built=%v; want the ring reused", err, built)
 	}
@@ -50,7 +49,7 @@ func TestBuildViewReusesRingWhenReadySetUnchanged(t *testing.T) {
 		t.Errorf("Lookup = %q, %v; want a (the only ready instance)", id, err)
 	}
 	m3 := []membership.Member{{ID: "a", State: membership.StateReady}, {ID: "b", State: membership.StateReady}}
-	if _, built, _ := buildView(rings, cfg, m3, time.Time{}); !built {
+	if _, built, _ := buildView(rings, cfg, m3); !built {
 		t.Error("ring not rebuilt when b became ready")
 	}
 }

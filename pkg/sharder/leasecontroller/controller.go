@@ -28,7 +28,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 )
 
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=sharder.dev,resources=controllerrings,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
@@ -42,7 +42,10 @@ import (
 //     Lease's), proving that the API server is reachable and the instance
 //     is gone; the Lease is then dead;
 //   - holds the Lease of a dead instance while its objects move, and
-//     releases it when they cannot or need not;
+//     releases it when they cannot or need not; it creates, to hold it,
+//     the Lease of an instance whose Lease is absent (deleted, or never
+//     seen) and takes one somebody else holds once it went unrenewed for
+//     its duration: objects move only under the sharder's hold;
 //   - deletes an orphaned Lease, preconditioned on its resourceVersion;
 //   - requeues the Lease at its next transition, so a state changes when
 //     its time comes (on ControllerOptions.Clock), not at the next resync;
@@ -58,8 +61,11 @@ import (
 // reconciles Leases (this file, takeover.go, hold.go, state.go) and
 // "membership" reconciles rings and publishes their members (ring.go).
 type Controller struct {
-	opts     ControllerOptions
-	client   client.Client
+	opts   ControllerOptions
+	client client.Client
+	// reader reads from the API server, not the cache: Leases outside
+	// every ring, which the cache does not hold.
+	reader   client.Reader
 	recorder record.EventRecorder
 
 	// tracker computes states from the Leases as this sharder observed them,
@@ -78,6 +84,10 @@ type Controller struct {
 	// woken carries Leases to reconcile besides their own changes: dead
 	// instances whose objects can move once a ring has a ready instance.
 	woken chan event.TypedGenericEvent[*coordinationv1.Lease]
+	// ringsWoken carries rings whose membership to publish again besides
+	// their Leases' changes: objects counted on an instance that is no
+	// member, or whose Lease the sharder does not hold (absent.go).
+	ringsWoken chan event.TypedGenericEvent[*v1alpha1.ControllerRing]
 }
 
 // NewController returns a lease controller for opts, with defaults filled
@@ -86,7 +96,11 @@ func NewController(opts ControllerOptions) (*Controller, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
-	c := &Controller{opts: opts, woken: make(chan event.TypedGenericEvent[*coordinationv1.Lease], 1024)}
+	c := &Controller{
+		opts:       opts,
+		woken:      make(chan event.TypedGenericEvent[*coordinationv1.Lease], 1024),
+		ringsWoken: make(chan event.TypedGenericEvent[*v1alpha1.ControllerRing], 1024),
+	}
 	c.tracker.MoveMargin = opts.MoveMargin
 	return c, nil
 }
@@ -95,6 +109,7 @@ func NewController(opts ControllerOptions) (*Controller, error) {
 // built with CacheByObject, and its scheme must hold the sharder.dev types.
 func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	c.client = mgr.GetClient()
+	c.reader = mgr.GetAPIReader()
 	c.recorder = c.opts.EventRecorder
 	if c.recorder == nil {
 		rec, err := eventrecorder.New(mgr, "sharder")
@@ -123,11 +138,13 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 			return !ok || !okOld || specChanged(old, ring)
 		}})).
 		Watches(&coordinationv1.Lease{}, c.leaseEvents()).
+		WatchesRawSource(source.Channel(c.ringsWoken, &handler.TypedEnqueueRequestForObject[*v1alpha1.ControllerRing]{})).
 		WithOptions(c.controllerOptions(0)). // the manager's default number of workers
 		Complete(reconcile.Func(c.reconcileRing))
 	if err != nil {
 		return fmt.Errorf("adding controller %q: %w", "membership", err)
 	}
+	c.opts.Registry.SubscribeStranded(c.wakeRing)
 	return nil
 }
 

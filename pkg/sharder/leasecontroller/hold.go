@@ -7,6 +7,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -45,21 +46,32 @@ const releaseRetry = 100 * time.Millisecond
 // change).
 func (c *Controller) holdForMoves(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease) (*coordinationv1.Lease, time.Duration, error) {
 	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
-	if holder != "" && !strings.HasPrefix(holder, membership.SharderHolderPrefix) {
-		return lease, 0, nil // taken by someone else: not the sharder's to hold
-	}
+	// Taken by somebody other than the instance and a sharder: not the
+	// sharder's to release, and taken only as any candidate may take it.
+	foreign := holder != "" && !strings.HasPrefix(holder, membership.SharderHolderPrefix)
 	d := membership.DurationOf(lease)
 	n, counted := c.opts.Registry.Assigned(ring.Name, lease.Name)
 	if !counted {
 		return lease, d / 3, nil
 	}
 	if n == 0 || !c.opts.Registry.HasReady(ring.Name) {
-		if holder == "" {
+		if holder == "" || foreign {
 			return lease, 0, nil
 		}
 		return c.releaseHold(ctx, ring, lease, n)
 	}
 	now := c.opts.Clock.Now()
+	if foreign {
+		// Whoever holds it may stop renewing, and the instance then acquire
+		// it once it has watched it unrenewed for its duration: the sharder
+		// takes it under the same rule, after watching it unrenewed for its
+		// duration, and moves the objects only under its own hold.
+		if since := c.tracker.ObservedSince(ring.Name, lease.Name); !since.IsZero() {
+			if at := since.Add(d); now.Before(at) {
+				return lease, at.Sub(now), nil
+			}
+		}
+	}
 	if holder == c.opts.Identity {
 		if heldAt := c.tracker.HeldAt(ring.Name, lease.Name); !heldAt.IsZero() {
 			// Renewed before the objects stop being movable, with room
@@ -87,7 +99,13 @@ func (c *Controller) holdForMoves(ctx context.Context, ring *v1alpha1.Controller
 	}
 	c.tracker.Hold(ring.Name, lease.Name, now, d)
 	if holder != c.opts.Identity {
-		ctrl.LoggerFrom(ctx).Info("Holding the Lease of a dead instance while its objects move", "object", klog.KObj(lease), "ring", ring.Name, "objects", n)
+		log := ctrl.LoggerFrom(ctx)
+		if foreign {
+			log.Info("Took the Lease of a dead instance from another holder that left it unrenewed for its duration", "object", klog.KObj(lease), "ring", ring.Name, "holder", holder)
+			c.recorder.Eventf(ring, corev1.EventTypeWarning, "LeaseTakenFromOtherHolder",
+				"Lease %s/%s of instance %s was held by %q, who left it unrenewed for %s; the sharder took it to move the instance's objects", lease.Namespace, lease.Name, lease.Name, holder, d)
+		}
+		log.Info("Holding the Lease of a dead instance while its objects move", "object", klog.KObj(lease), "ring", ring.Name, "objects", n)
 		c.publishNow(ctx, ring)
 	}
 	return held, min(d/3, c.tracker.MovableFor(d)/2), nil

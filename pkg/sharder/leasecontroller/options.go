@@ -57,6 +57,15 @@ type ControllerOptions struct {
 	// (membership.Tracker.MoveMargin). Default: 2s.
 	MoveMargin time.Duration
 
+	// UnknownHold is how long an instance that holds objects (or slots)
+	// but whose Lease this sharder never saw (deleted before it led, or
+	// written by hand) is held as vanished, from when the sharder first
+	// counted its objects, before it is dead and the sharder creates its
+	// Lease to hold it while its objects move. Default: 0, twice the
+	// longest lease duration among the ring's Leases (twice the default
+	// lease duration when it has none).
+	UnknownHold time.Duration
+
 	// EventRecorder records the events on Leases and rings. It should write
 	// core/v1 Events (client-go tools/record), which keep every distinct
 	// message. Default: a recorder of its own, component "sharder", stopped
@@ -85,6 +94,9 @@ func (o *ControllerOptions) setDefaults() error {
 	}
 	if o.Workers <= 0 {
 		o.Workers = DefaultWorkers
+	}
+	if o.UnknownHold < 0 {
+		return errors.New("leasecontroller: ControllerOptions.UnknownHold is negative")
 	}
 	if o.MoveMargin <= 0 {
 		o.MoveMargin = DefaultMoveMargin

@@ -19,6 +19,9 @@ type Registry struct {
 	// objects in flight (BeginMove).
 	moving      map[string]map[string]int
 	subscribers []func(ring string)
+	// stranded are called when objects of an instance that is no member,
+	// or cannot move, are counted (SubscribeStranded).
+	stranded []func(ring string)
 }
 
 // NewRegistry returns an empty registry.
@@ -105,15 +108,63 @@ func (r *Registry) HasReady(ring string) bool {
 // while they are being moved.
 func (r *Registry) SetAssigned(ring string, counts map[string]int32) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.assigned == nil {
 		r.assigned = map[string]map[string]int32{}
 	}
 	if counts == nil {
 		delete(r.assigned, ring)
+		r.mu.Unlock()
 		return
 	}
+	before := r.assigned[ring]
 	r.assigned[ring] = counts
+	// A holder of objects, not counted before, that is no member or is a
+	// gone member whose objects cannot move: the lease controller makes it
+	// a member and holds it.
+	stranded := false
+	members := r.rings[ring]
+	for id, n := range counts {
+		if n <= 0 || before[id] > 0 {
+			continue
+		}
+		i, found := slices.BinarySearchFunc(members, id, func(m membership.Member, id string) int { return strings.Compare(m.ID, id) })
+		if !found || members[i].State.Gone() && !members[i].Movable {
+			stranded = true
+			break
+		}
+	}
+	subs := slices.Clone(r.stranded)
+	r.mu.Unlock()
+	if stranded {
+		for _, notify := range subs {
+			notify(ring)
+		}
+	}
+}
+
+// SubscribeStranded registers notify to be called with a ring's name when
+// SetAssigned counts objects of an instance that held none before and is
+// no member of the ring, or is a gone member whose objects cannot move
+// (the sharder does not hold its Lease). notify must not block.
+func (r *Registry) SubscribeStranded(notify func(ring string)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stranded = append(r.stranded, notify)
+}
+
+// AssignedTo returns, sorted, the instances that hold objects (main
+// objects, or slots in slot mode) of ring as last counted (SetAssigned).
+func (r *Registry) AssignedTo(ring string) []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	ids := make([]string, 0, len(r.assigned[ring]))
+	for id, n := range r.assigned[ring] {
+		if n > 0 {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // Assigned returns how many main objects of ring carry instance id's shard
@@ -137,9 +188,11 @@ func (r *Registry) Subscribe(notify func(ring string)) {
 // BeginMove is called by the assignment engine before it writes a move of
 // an object of instance id, which is gone, away from it. It reports whether
 // the move may be sent: the instance is movable in the membership as last
-// published (membership.Member.Movable), or is not a member at all (the
-// engine holds such objects itself while the instance may still be
-// running). When it may, the move counts as in flight until done is called,
+// published (membership.Member.Movable: the sharder holds its Lease), or
+// id is not a valid instance ID (membership.InvalidID: no Lease can have
+// that name, so no process can hold it). An instance that is no member yet
+// is not movable: the lease controller makes it one from the counts of
+// SetAssigned, and holds it before its objects move. When it may, the move counts as in flight until done is called,
 // once the write has returned: the lease controller releases the sharder's
 // hold of the instance's Lease, which the instance may take back at once,
 // only when no move of its objects is in flight (MovesInFlight). The check
@@ -149,10 +202,12 @@ func (r *Registry) BeginMove(ring, id string) (done func(), ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	members := r.rings[ring]
-	if i, found := slices.BinarySearchFunc(members, id, func(m membership.Member, id string) int { return strings.Compare(m.ID, id) }); found {
-		if m := members[i]; !m.State.Gone() || !m.Movable {
-			return nil, false
-		}
+	i, found := slices.BinarySearchFunc(members, id, func(m membership.Member, id string) int { return strings.Compare(m.ID, id) })
+	switch {
+	case found && (!members[i].State.Gone() || !members[i].Movable):
+		return nil, false
+	case !found && membership.InvalidID(id) == nil:
+		return nil, false
 	}
 	if r.moving[ring] == nil {
 		r.moving[ring] = map[string]int{}

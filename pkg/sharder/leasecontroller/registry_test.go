@@ -51,14 +51,51 @@ func TestBeginMove(t *testing.T) {
 		t.Errorf("in flight after both returned: got %d, want 0", n)
 	}
 
-	// An instance the ring does not list: the assignment engine decides
-	// about it alone; its moves are counted all the same.
-	done, ok := r.BeginMove("ring", "unknown")
-	if !ok || r.MovesInFlight("ring", "unknown") != 1 {
-		t.Errorf("a move away from an unknown instance: began %v, in flight %d", ok, r.MovesInFlight("ring", "unknown"))
+	// An instance the ring does not list may still be running: refused
+	// until the lease controller publishes it and holds it. An ID no Lease
+	// can have is gone: its moves begin, counted all the same.
+	if _, ok := r.BeginMove("ring", "unknown"); ok {
+		t.Error("a move away from an instance that is no member began")
+	}
+	done, ok := r.BeginMove("ring", "Not_A_Lease")
+	if !ok || r.MovesInFlight("ring", "Not_A_Lease") != 1 {
+		t.Errorf("a move away from an ID no Lease can have: began %v, in flight %d", ok, r.MovesInFlight("ring", "Not_A_Lease"))
 	}
 	done()
-	if n := r.MovesInFlight("ring", "unknown"); n != 0 {
+	if n := r.MovesInFlight("ring", "Not_A_Lease"); n != 0 {
 		t.Errorf("in flight: got %d, want 0", n)
+	}
+}
+
+// TestStranded: counting objects of an instance that is no member, or a
+// gone member whose objects cannot move, tells the subscribers once; counts
+// of ready or movable members, and counts seen before, tell nothing.
+func TestStranded(t *testing.T) {
+	r := NewRegistry()
+	r.Set("ring", []membership.Member{
+		{ID: "dead", State: membership.StateDead},
+		{ID: "held", State: membership.StateDead, Movable: true},
+		{ID: "ready", State: membership.StateReady},
+	})
+	var told []string
+	r.SubscribeStranded(func(ring string) { told = append(told, ring) })
+	r.SetAssigned("ring", map[string]int32{"ready": 3, "held": 2})
+	if len(told) != 0 {
+		t.Errorf("told %v for a ready and a held member", told)
+	}
+	r.SetAssigned("ring", map[string]int32{"ready": 3, "held": 2, "ghost": 1})
+	if len(told) != 1 {
+		t.Errorf("told %v for an instance that is no member, want once", told)
+	}
+	r.SetAssigned("ring", map[string]int32{"ready": 3, "held": 2, "ghost": 4})
+	if len(told) != 1 {
+		t.Errorf("told %v again for objects counted before", told)
+	}
+	r.SetAssigned("ring", map[string]int32{"ready": 3, "dead": 1})
+	if len(told) != 2 {
+		t.Errorf("told %v for a dead member that is not movable, want a second time", told)
+	}
+	if got := r.AssignedTo("ring"); len(got) != 2 || got[0] != "dead" || got[1] != "ready" {
+		t.Errorf("AssignedTo: %v", got)
 	}
 }

@@ -222,8 +222,17 @@ func (c *Controller) publishRing(ctx context.Context, ring *v1alpha1.ControllerR
 		return time.Time{}, time.Time{}, fmt.Errorf("listing the Leases of ring %s: %w", ring.Name, err)
 	}
 	now := c.opts.Clock.Now()
+	c.expectUnlisted(ring.Name, list.Items, now)
 	members, earliest := c.tracker.Members(ring.Name, ring.Spec.EffectiveRestartHold(), list.Items, now)
-	if c.publish(ctx, ring.Name, members) && slices.ContainsFunc(members, func(m membership.Member) bool { return m.State.Ready() }) {
+	published := c.publish(ctx, ring.Name, members)
+	if c.holdAbsent(ctx, ring, members) {
+		// Created Leases to hold: movable now, whether or not the cache
+		// has them yet.
+		now = c.opts.Clock.Now()
+		members, earliest = c.tracker.Members(ring.Name, ring.Spec.EffectiveRestartHold(), list.Items, now)
+		published = c.publish(ctx, ring.Name, members) || published
+	}
+	if published && slices.ContainsFunc(members, func(m membership.Member) bool { return m.State.Ready() }) {
 		for _, m := range members {
 			if m.State == membership.StateDead && !m.Movable {
 				if n, _ := c.opts.Registry.Assigned(ring.Name, m.ID); n > 0 {
@@ -252,6 +261,17 @@ func (c *Controller) wake(key types.NamespacedName) {
 	case c.woken <- event.TypedGenericEvent[*coordinationv1.Lease]{Object: lease}:
 	default:
 		ctrl.Log.WithName("lease").V(1).Info("Dropped a request to look at a Lease: the queue is full; it is looked at on its next change", "object", klog.KObj(lease))
+	}
+}
+
+// wakeRing asks the membership controller to publish a ring again; it
+// never blocks.
+func (c *Controller) wakeRing(name string) {
+	ring := &v1alpha1.ControllerRing{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	select {
+	case c.ringsWoken <- event.TypedGenericEvent[*v1alpha1.ControllerRing]{Object: ring}:
+	default:
+		ctrl.Log.WithName("membership").V(1).Info("Dropped a request to publish a ring: the queue is full; it is published on its next change", "ring", name)
 	}
 }
 

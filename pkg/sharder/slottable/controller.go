@@ -91,9 +91,6 @@ type Controller struct {
 	recorder record.EventRecorder
 
 	mu sync.Mutex
-	// started is when the controller started: the holders of slots that
-	// are no member keep their slots until started + UnknownHold.
-	started time.Time
 	rings   map[string]*ringState
 }
 
@@ -185,7 +182,6 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 // starts the hold of unknown holders.
 func (c *Controller) subscribe(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 	c.mu.Lock()
-	c.started = c.opts.Clock.Now()
 	c.mu.Unlock()
 	c.opts.Registry.Subscribe(func(ring string) {
 		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: ring}})
@@ -397,20 +393,19 @@ func (c *Controller) input(ring *v1alpha1.ControllerRing, table slots.Table, lea
 		}
 		in.Instances[m.ID] = inst
 	}
-	c.mu.Lock()
-	unknownUntil := c.started.Add(c.opts.UnknownHold)
-	c.mu.Unlock()
 	for _, s := range table.Slots {
 		if _, known := in.Instances[s.Holder]; known || s.Holder == "" {
 			continue
 		}
-		// A holder with no Lease the lease controller knows of: held as
-		// vanished while this sharder may not have seen it yet, then gone.
-		if now.Before(unknownUntil) {
-			in.Instances[s.Holder] = slots.Instance{State: membership.StateVanished}
-			fenceEnds = earliest(fenceEnds, unknownUntil)
-		} else {
+		// A holder that is no member (its Lease was deleted before this
+		// sharder led, or the table names it by hand) may still be running:
+		// held as vanished until the lease controller, which learns of it
+		// from the slot counts (setAssigned), publishes it and holds it by
+		// creating its Lease. An ID no Lease can have is gone.
+		if membership.InvalidID(s.Holder) != nil {
 			in.Instances[s.Holder] = slots.Instance{State: membership.StateDead, Movable: true}
+		} else {
+			in.Instances[s.Holder] = slots.Instance{State: membership.StateVanished}
 		}
 	}
 	return in, fenceEnds

@@ -21,6 +21,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 	"github.com/sharder-dev/sharder/pkg/sharder/slotpolicy"
+	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
 	"github.com/sharder-dev/sharder/pkg/sharder/slottable"
 	"github.com/sharder-dev/sharder/pkg/slots"
 )
@@ -159,8 +160,12 @@ func TestWithdraw(t *testing.T) {
 }
 
 // TestUnknownHolder: the slots of a holder the sharder has no Lease of stay
-// with it for UnknownHold after the controller started (it may be an
-// instance this sharder has not seen yet), then go to ready instances.
+// with it for the lease controller's UnknownHold after the sharder counted
+// them (it may be an instance this sharder has not seen yet), then go to
+// ready instances, and only once the sharder created the holder's Lease
+// and holds it: a process with the holder's ID that comes back finds its
+// Lease held and waits, instead of creating it and starting on slots that
+// are being granted away.
 func TestUnknownHolder(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
@@ -172,7 +177,7 @@ func TestUnknownHolder(t *testing.T) {
 	createLease(t, ring.Name, ns, "b", 60)
 	start := time.Now()
 	const hold = 2 * time.Second
-	s := startSharder(t, ring.Name, ns, slottable.Options{UnknownHold: hold})
+	s := startSharderWith(t, ring.Name, ns, leasecontroller.ControllerOptions{UnknownHold: hold}, slottable.Options{})
 
 	g.Eventually(func() map[string]held { return holdings(must(tableOf(ring)())) }).Should(Equal(map[string]held{
 		"ghost": {granted: 16}, "a": {granted: 16}, "b": {granted: 32},
@@ -181,6 +186,12 @@ func TestUnknownHolder(t *testing.T) {
 	n := s.settled(g, ring, 1)
 	last := s.successful()[n-1]
 	g.Expect(last.at.Sub(start)).To(BeNumerically(">=", hold), "the unknown holder's slots moved after the hold")
+	lease := &coordinationv1.Lease{}
+	g.Expect(env().Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "ghost"}, lease)).To(Succeed(),
+		"the sharder created the ghost's Lease to hold it")
+	g.Expect(lease.Labels).To(HaveKeyWithValue(v1alpha1.LabelRing, ring.Name))
+	g.Expect(lease.Spec.AcquireTime).NotTo(BeNil())
+	g.Expect(lease.Spec.AcquireTime.Time).To(BeTemporally("<", last.at), "the Lease was held before the slots were granted away")
 }
 
 // TestInvalidTable: a table the sharder would never write (a slot held by

@@ -43,7 +43,6 @@ func TestFenceWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	c.started = t0.Add(-time.Hour)
 	ring := &v1alpha1.ControllerRing{ObjectMeta: metav1.ObjectMeta{Name: "r", UID: "uid"}}
 	st := c.state(ring)
 	table := slots.Table{Slots: []slots.Slot{{Holder: "f"}, {Holder: "g"}, {Holder: "a"}}}
@@ -82,24 +81,25 @@ func TestFenceWait(t *testing.T) {
 }
 
 // TestUnknownHolders: a holder of slots that is no member is vanished
-// (keeps its slots) until UnknownHold after the start, then dead and
-// movable.
+// (keeps its slots) however long after the start, until the lease
+// controller publishes it and holds it; a holder whose name no Lease can
+// have is dead and movable at once.
 func TestUnknownHolders(t *testing.T) {
-	c, err := NewController(Options{Registry: leasecontroller.NewRegistry(), Identity: "sharder:test", UnknownHold: 30 * time.Second})
+	c, err := NewController(Options{Registry: leasecontroller.NewRegistry(), Identity: "sharder:test"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	c.started = t0
 	ring := &v1alpha1.ControllerRing{ObjectMeta: metav1.ObjectMeta{Name: "r", UID: "uid"}}
 	st := c.state(ring)
-	table := slots.Table{Slots: []slots.Slot{{Holder: "x"}, {}}}
-	in, next := c.input(ring, table, nil, st, t0.Add(29*time.Second))
-	if got := in.Instances["x"]; got.State != membership.StateVanished || !next.Equal(t0.Add(30*time.Second)) {
-		t.Errorf("before the hold's end: %+v, next %s", got, next)
-	}
-	in, next = c.input(ring, table, nil, st, t0.Add(30*time.Second))
-	if got := in.Instances["x"]; got.State != membership.StateDead || !got.Movable || !next.IsZero() {
-		t.Errorf("after the hold's end: %+v, next %s", got, next)
+	table := slots.Table{Slots: []slots.Slot{{Holder: "x"}, {Holder: "Not_A_Lease"}, {}}}
+	for _, at := range []time.Time{t0, t0.Add(time.Hour)} {
+		in, next := c.input(ring, table, nil, st, at)
+		if got := in.Instances["x"]; got.State != membership.StateVanished || got.Movable || !next.IsZero() {
+			t.Errorf("at %v: %+v, next %s; want vanished, not movable, decided again on a membership change", at, got, next)
+		}
+		if got := in.Instances["Not_A_Lease"]; got.State != membership.StateDead || !got.Movable {
+			t.Errorf("at %v, an ID no Lease can have: %+v; want dead and movable", at, got)
+		}
 	}
 }

@@ -16,9 +16,6 @@ import (
 // Defaults of Options.
 const (
 	DefaultWorkers = 4
-	// DefaultUnknownHold is the default of Options.UnknownHold: twice the
-	// default lease duration (docs/design.md §3 and §11).
-	DefaultUnknownHold = 2 * membership.DefaultLeaseDuration
 )
 
 // Options configures the slot table controller. NewController fills in the
@@ -42,12 +39,6 @@ type Options struct {
 
 	// Workers is the number of rings decided concurrently. Default: 4.
 	Workers int
-
-	// UnknownHold is how long after the controller starts the holders of
-	// slots that are no member of their ring (no Lease the lease controller
-	// knows of) keep their slots, as vanished instances; after it they are
-	// dead and their slots are granted to others. Default: 30s.
-	UnknownHold time.Duration
 
 	// WriteTimeout is the deadline of each table write, which the API
 	// server enforces: a write granting a dead instance's slots lands
@@ -95,12 +86,6 @@ func (o *Options) setDefaults() error {
 	}
 	if o.WriteTimeout == 0 {
 		o.WriteTimeout = leasecontroller.DefaultMoveMargin
-	}
-	if o.UnknownHold < 0 {
-		return errors.New("slottable: Options.UnknownHold is negative")
-	}
-	if o.UnknownHold == 0 {
-		o.UnknownHold = DefaultUnknownHold
 	}
 	return nil
 }

@@ -17,13 +17,12 @@ func TestOptions(t *testing.T) {
 	}
 	o := c.opts
 	if !strings.HasPrefix(o.Identity, "sharder:") || o.Clock == nil || o.Workers != DefaultWorkers ||
-		o.UnknownHold != 30*time.Second || o.WriteTimeout != leasecontroller.DefaultMoveMargin {
+		o.WriteTimeout != leasecontroller.DefaultMoveMargin {
 		t.Errorf("defaults: %+v", o)
 	}
 	for field, opts := range map[string]Options{
 		"Registry":     {},
 		"Identity":     {Registry: leasecontroller.NewRegistry(), Identity: "me"},
-		"UnknownHold":  {Registry: leasecontroller.NewRegistry(), UnknownHold: -time.Second},
 		"WriteTimeout": {Registry: leasecontroller.NewRegistry(), WriteTimeout: -time.Second},
 	} {
 		if _, err := NewController(opts); err == nil || !strings.Contains(err.Error(), field) {

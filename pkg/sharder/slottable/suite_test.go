@@ -104,6 +104,13 @@ func (s *sharder) failed() int {
 // given, runs once before the controller's first status write.
 func startSharder(t *testing.T, ring, namespace string, opts slottable.Options, interfere ...func()) *sharder {
 	t.Helper()
+	return startSharderWith(t, ring, namespace, leasecontroller.ControllerOptions{}, opts, interfere...)
+}
+
+// startSharderWith is startSharder with the lease controller's options
+// (its Registry and Identity are the test's).
+func startSharderWith(t *testing.T, ring, namespace string, lcOpts leasecontroller.ControllerOptions, opts slottable.Options, interfere ...func()) *sharder {
+	t.Helper()
 	s := &sharder{registry: leasecontroller.NewRegistry()}
 	if len(interfere) > 0 {
 		s.interfere = interfere[0]
@@ -115,7 +122,8 @@ func startSharder(t *testing.T, ring, namespace string, opts slottable.Options, 
 	cfg := rest.CopyConfig(env().Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &recorder{next: rt, s: s} })
 	mgr := env().NewManager(t, cfg, mgrOpts)
-	lc, err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: s.registry, Identity: sharderIdentity})
+	lcOpts.Registry, lcOpts.Identity = s.registry, sharderIdentity
+	lc, err := leasecontroller.NewController(lcOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
