@@ -94,9 +94,12 @@ func buildConfiguration(rings []v1alpha1.ControllerRing, p configParams) *admiss
 			{Name: "ring-labels-changed", Expression: celChanged(shard) + " || " + celChanged(drain)},
 		}
 		if p.identity != "" && !p.fenced {
+			// The sharder's moves of an object from one instance to another
+			// are checked all the same: only while the instance is gone.
 			conditions = append(conditions, admissionregistrationv1.MatchCondition{
-				Name:       "not-the-sharder",
-				Expression: "request.userInfo.username != " + strconv.Quote(p.identity),
+				Name: "not-the-sharder",
+				Expression: "request.userInfo.username != " + strconv.Quote(p.identity) +
+					" || (" + celHas("oldObject", shard) + " && " + celHas("object", shard) + ")",
 			})
 		}
 

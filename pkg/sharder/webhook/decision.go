@@ -16,6 +16,7 @@ const (
 	reasonUnchanged       = "labels-unchanged"
 	reasonSharder         = "sharder"
 	reasonNotLeader       = "sharder-not-leader"
+	reasonInstanceBack    = "sharder-instance-holds-lease"
 	reasonAcknowledgement = "drain-acknowledgement"
 	reasonAssignment      = "assignment"
 	reasonShardLabel      = "shard-label-changed"
@@ -72,6 +73,34 @@ func (r labelRequest) handsOver() bool {
 }
 
 func (r labelRequest) drainChanged() bool { return r.oldDrain != r.newDrain }
+
+// movesOff reports whether the request moves the object from the instance
+// its shard label named to another one, in one write: what the sharder
+// does with the objects of a gone instance, under its hold of the
+// instance's Lease, and never to a ready one (those it drains).
+func (r labelRequest) movesOff() bool {
+	return r.op == admissionv1.Update && r.oldShard.present && r.oldShard.value != "" &&
+		r.newShard.present && r.newShard.value != "" && r.newShard.value != r.oldShard.value
+}
+
+// heldByInstance decides a move of a main object off instance id by the
+// sharder (labelRequest.movesOff), given the holder of the instance's Lease
+// as read from the API server at admission ("" and false when the Lease is
+// absent or not the ring's): denied while the instance itself holds its
+// Lease. The sharder decided the move while it held the Lease; a write that
+// arrives after the instance acquired it again (a sharder paused between
+// its decision and its write, for however long) would pull the object from
+// under a running instance without a drain.
+func heldByInstance(req labelRequest, holder string, present bool) verdict {
+	id := req.oldShard.value
+	if !present || holder != id {
+		return verdict{allowed: true, reason: reasonSharder}
+	}
+	return verdict{reason: reasonInstanceBack, message: fmt.Sprintf(
+		"the sharder moves an object of ring %q away from instance %q without a drain only while the instance is gone, "+
+			"and the instance holds its Lease again: this move was decided before it came back and must not land; "+
+			"the sharder decides again", req.ring, id)}
+}
 
 // verdict is the webhook's answer.
 type verdict struct {

@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -150,4 +151,68 @@ func BenchmarkLeaderWriteLatency(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// TestLateMoveOffABackInstanceIsDenied: the sharder moves a main object
+// off an instance without a drain only while the instance is gone, under
+// its hold of the instance's Lease. A sharder paused between that decision
+// and its write (a long garbage collection, SIGSTOP, a paused VM) sends the
+// write after the instance acquired its Lease again, however long the pause
+// lasted: the webhook reads the Lease from the API server at admission and
+// denies the move while the instance holds it. Moves off an instance whose
+// Lease the sharder holds, is absent or released, and the forced release
+// of an object (the shard label removed), stay allowed.
+func TestLateMoveOffABackInstanceIsDenied(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env().Namespace(t)
+	r := createRing(t, ns)
+	shard := v1alpha1.ShardLabel(r.Name)
+	g.Expect(setupUsers()).To(Succeed())
+	startSharder(t, webhook.Options{})
+	waitProtected(t, r.Name, ns)
+
+	sh := clientAs(t, sharderUser)
+	cm := labelled(ns, "on-b", map[string]string{shard: "b"})
+	g.Expect(sh.Create(ctx, cm)).To(Succeed())
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "child-on-b", Labels: map[string]string{shard: "b"}}}
+	g.Expect(sh.Create(ctx, secret)).To(Succeed())
+	move := func(obj client.Object, to string) error {
+		return relabel(sh, obj, func(l map[string]string) {
+			if to == "" {
+				delete(l, shard)
+			} else {
+				l[shard] = to
+			}
+		}, client.DryRunAll)
+	}
+	hold := func(holder string) {
+		lease := &coordinationv1.Lease{}
+		g.Expect(env().Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "b"}, lease)).To(Succeed())
+		now := metav1.NewMicroTime(time.Now())
+		lease.Spec.HolderIdentity, lease.Spec.RenewTime = ptr.To(holder), &now
+		g.Expect(env().Client.Update(ctx, lease)).To(Succeed())
+	}
+
+	// No Lease: nobody holds the instance's ID.
+	g.Expect(move(cm, "a")).To(Succeed())
+	// The sharder holds b's Lease: the move it decided lands.
+	createLease(t, env().Client, ns, r.Name, "b", time.Now(), time.Minute)
+	hold("sharder:replica-a")
+	g.Expect(move(cm, "a")).To(Succeed())
+
+	// b is back: it acquired its Lease. The move decided before is denied,
+	// whatever the sharder's caches say; the forced release of an object of a
+	// ready instance, and a controlled object following its owner, are not.
+	hold("b")
+	expectDenied(g, move(cm, "a"), `instance "b"`, "holds its Lease again")
+	g.Expect(move(cm, "")).To(Succeed(), "a forced release")
+	g.Expect(move(secret, "a")).To(Succeed(), "a controlled object")
+
+	// Released: b holds nothing.
+	hold("")
+	g.Expect(move(cm, "a")).To(Succeed())
+
+	g.Expect(sh.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
+	g.Expect(cm.Labels).To(HaveKeyWithValue(shard, "b"), "the dry runs changed nothing")
 }

@@ -20,11 +20,13 @@ import (
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/ring"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 )
@@ -163,10 +165,39 @@ func (h *labelHandler) handle(ctx context.Context, req admission.Request, ringNa
 	if err != nil {
 		return fault(reasonError, err)
 	}
+	if v.allowed && v.reason == reasonSharder && lr.movesOff() &&
+		rg.Spec.IsMainResource(schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}) {
+		holder, present, err := h.leaseHolder(ctx, rg, lr.oldShard.value)
+		if err != nil {
+			return fault(reasonError, err)
+		}
+		v = heldByInstance(lr, holder, present)
+	}
 	if !v.allowed {
 		log.V(1).Info("Denied a change to ring labels", "reason", v.reason)
 	}
 	return h.answer(ringName, v)
+}
+
+// leaseHolder reads the Lease of instance id of rg from the API server,
+// not the cache: a move is checked against the Lease as it is when the move
+// is admitted. It returns its holder, and false when there is no such Lease
+// in the ring (absent, or not labelled for the ring) or id cannot name one.
+func (h *labelHandler) leaseHolder(ctx context.Context, rg *v1alpha1.ControllerRing, id string) (string, bool, error) {
+	if membership.InvalidID(id) != nil {
+		return "", false, nil
+	}
+	lease := &coordinationv1.Lease{}
+	if err := h.apiReader.Get(ctx, types.NamespacedName{Namespace: rg.Spec.LeaseNamespace, Name: id}, lease); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", false, nil
+		}
+		return "", false, fmt.Errorf("reading the Lease of instance %q: %w", id, err)
+	}
+	if lease.Labels[v1alpha1.LabelRing] != rg.Name {
+		return "", false, nil
+	}
+	return ptr.Deref(lease.Spec.HolderIdentity, ""), true, nil
 }
 
 func (h *labelHandler) answer(ringName string, v verdict) admission.Response {
