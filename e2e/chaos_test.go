@@ -245,6 +245,20 @@ func (c *chaos) faults() []chaosFault {
 			c.churnFor(3 * e.opts.LeaseDuration)
 			return func() { e.g.Expect(e.instance(id).Stop(30 * time.Second)).To(gomega.Succeed()) }
 		}},
+		{"Lease deleted with its process, back while the objects move", func(c *chaos) func() {
+			// A force-deleted pod whose Lease the garbage collector removes:
+			// the process is gone for good, its Lease too, and a new process
+			// with the same ID starts once its objects may begin to move
+			// (2d after its last renewal), while they are being moved.
+			id := c.pick()
+			e.g.Expect(e.instance(id).Kill()).To(gomega.Succeed())
+			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: e.leaseNamespace, Name: id}}
+			e.g.Expect(client.IgnoreNotFound(e.c.Delete(e.ctx, lease))).To(gomega.Succeed())
+			c.churnFor(2*e.opts.LeaseDuration + e.opts.LeaseDuration/4)
+			c.launchInstance(id)
+			c.churnFor(2 * e.opts.LeaseDuration)
+			return func() {}
+		}},
 		{"every instance killed", func(c *chaos) func() {
 			for _, id := range e.liveInstances() {
 				_ = e.instance(id).Signal(syscall.SIGKILL) // restarted, as crashed containers are
