@@ -160,6 +160,39 @@ func TestHolderAcquiresReleasedLeaseAtOnce(t *testing.T) {
 	g.Expect(time.Since(started)).To(BeNumerically("<", 10*time.Second), "acquired without waiting out the 60s duration")
 }
 
+// TestHolderDropsFenceOnAcquire checks that an instance acquiring its Lease
+// again after the sharder fenced it (took it, annotated sharder.dev/fenced)
+// removes the annotation: the fence is over once the instance holds the
+// Lease, and a fence left behind would make the sharder wait out a fence
+// again when the instance next releases its Lease or loses it.
+func TestHolderDropsFenceOnAcquire(t *testing.T) {
+	t.Parallel()
+	for name, holder := range map[string]string{
+		"released by the sharder":        "",
+		"the sharder's takeover expired": sharderIdentity,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			g := NewWithT(t)
+			ns := env().Namespace(t)
+			createLease(t, holderRing, ns, "pod-f", time.Now(), 1, func(l *coordinationv1.Lease) {
+				l.Spec.HolderIdentity = ptr.To(holder)
+				l.Annotations = map[string]string{v1alpha1.AnnotationFenced: "true"}
+			})
+			r := startHolder(t, leaseholder.HolderOptions{
+				Ring: holderRing, Namespace: ns, Identity: "pod-f", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond,
+			})
+			g.Eventually(r.Held).Should(BeTrue())
+			held := func() (*coordinationv1.Lease, error) { return getLease(ns, "pod-f")() }
+			g.Eventually(held).Should(And(
+				HaveField("Spec.HolderIdentity", HaveValue(Equal("pod-f"))),
+				HaveField("Annotations", Not(HaveKey(v1alpha1.AnnotationFenced))),
+			))
+			g.Consistently(held).Should(HaveField("Annotations", Not(HaveKey(v1alpha1.AnnotationFenced))))
+		})
+	}
+}
+
 // holdLease keeps a Lease held by holder, renewing it every period with
 // renewTime stamped by stamp, until the returned stop is called; stop
 // returns when the last renewal landed.

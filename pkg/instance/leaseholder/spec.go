@@ -22,6 +22,15 @@ import (
 // o.Identity renewed at now. acquire starts a new hold: acquireTime is now,
 // and leaseTransitions counts one more change of holder when base had
 // another one (membership.NextTransition). A renewal keeps acquireTime.
+//
+// It drops the annotations that only a Lease the instance does not hold
+// means anything by: sharder.dev/restarting, and sharder.dev/fenced, the
+// sharder's fence, which is over once the instance holds its Lease again (the
+// instance acquires it only after the sharder released it or let its
+// takeover expire, after the fence's wait; the sharder keeps a fence it took
+// through its wait whatever the Lease shows). Left behind, the fence would
+// make the sharder wait out a fence again when the instance next releases or
+// loses its Lease.
 func (o *HolderOptions) heldLease(base *coordinationv1.Lease, now time.Time, acquire bool) *coordinationv1.Lease {
 	l := base.DeepCopy()
 	l.Name, l.Namespace = o.Identity, o.Namespace
@@ -30,6 +39,7 @@ func (o *HolderOptions) heldLease(base *coordinationv1.Lease, now time.Time, acq
 	}
 	l.Labels[v1alpha1.LabelRing] = o.Ring
 	delete(l.Annotations, v1alpha1.AnnotationRestarting)
+	delete(l.Annotations, v1alpha1.AnnotationFenced)
 	if o.VirtualNodes > 0 {
 		l.Labels[v1alpha1.LabelVirtualNodes] = fmt.Sprint(o.VirtualNodes)
 	} else {

@@ -48,11 +48,6 @@ const (
 // is looked at again.
 const bindingRetry = 10 * time.Second
 
-// ownWriteGrace is how long after its own table write the controller takes a
-// ring carrying an older table for its cache being behind (and waits for
-// the write's event) rather than for a table someone else reset.
-const ownWriteGrace = 5 * time.Second
-
 // Controller is the sharder's slot table controller (docs/design.md §11).
 // It runs on the elected sharder only, next to the lease controller whose
 // Registry it reads. One work item per ring of unit Slots, woken by the
@@ -62,6 +57,11 @@ const ownWriteGrace = 5 * time.Second
 //   - reads the ring's table (status.slots; a new ring's is
 //     slots.NewTable), its members from the Registry with their weights,
 //     and the acknowledgements on their Leases (the cache's);
+//   - decides on no table that went back (revision.go): below a revision
+//     it wrote, its cache showed or an instance acknowledged, or of the
+//     newest revision with other content. It writes the newest table it saw
+//     back above every revision seen, or, not knowing that table, leaves
+//     the ring alone; either way it reports the ring;
 //   - runs slots.Step, and writes the next table when it changed, locked on
 //     the ring's resourceVersion (a conflict re-reads and decides again),
 //     with Options.WriteTimeout;
@@ -100,10 +100,9 @@ type ringState struct {
 	// releasesSeen is when this process first saw each revision that asked
 	// for releases (slots.Input.ReleasesSeen).
 	releasesSeen map[int64]time.Time
-	// written and writtenAt are the revision of the last table this
-	// process wrote and when.
-	written   int64
-	writtenAt time.Time
+	// revs are the table revisions seen: the ring's table never goes back
+	// (revision.go).
+	revs revisions
 	// fenced are the instances whose Lease carries the fence (taken by
 	// this process, or first seen fenced): their slots are movable only
 	// once the fence's wait is over.
@@ -282,15 +281,11 @@ func (c *Controller) decide(ctx context.Context, ring *v1alpha1.ControllerRing, 
 		}
 		return reconcile.Result{}, nil
 	}
-	now := c.opts.Clock.Now()
-	if table.Revision < st.written && now.Sub(st.writtenAt) < ownWriteGrace {
-		// The cache is behind this process's own last write: its event
-		// comes soon. (Were the table older for good, someone reset it:
-		// decided on after the grace.)
-		return reconcile.Result{RequeueAfter: time.Second}, nil
-	}
-
 	leases := c.leases(ctx, ring)
+	if res, stop, err := c.guardRevision(ctx, ring, table, leases, st); stop {
+		return res, err
+	}
+	now := c.opts.Clock.Now()
 	in, fenceEnds := c.input(ring, table, leases, st, now)
 	res := slots.Step(table, in)
 	next := earliest(res.Next, fenceEnds)
@@ -347,7 +342,7 @@ func (c *Controller) decide(ctx context.Context, ring *v1alpha1.ControllerRing, 
 		return reconcile.Result{}, fmt.Errorf("writing the slot table of ring %s: %w", ring.Name, err)
 	}
 	written := c.opts.Clock.Now()
-	st.written, st.writtenAt = res.Table.Revision, written
+	st.revs.saw(updated.Status.Slots)
 	if slices.Contains(res.Actions, slots.Release) {
 		st.releasesSeen[res.Table.Revision] = written
 	}

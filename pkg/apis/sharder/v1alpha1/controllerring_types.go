@@ -55,7 +55,8 @@ const (
 	// took the Lease to fence a ready instance that did not acknowledge a
 	// release within the ring's drainTimeout: the instance's slots are
 	// granted to others one lease duration of the instance after the
-	// takeover. The value is "true".
+	// takeover. The value is "true". The fence is over once the instance
+	// holds its Lease again; it removes the annotation when it acquires it.
 	AnnotationFenced = "sharder.dev/fenced"
 )
 
