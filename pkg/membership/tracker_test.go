@@ -217,10 +217,10 @@ func TestTrackerVanished(t *testing.T) {
 	// Every Lease vanishes at epoch + 1s.
 	members, next = tr.Members("r", 0, nil, epoch.Add(time.Second))
 	g.Expect(members).To(Equal([]Member{
-		{ID: "expired", State: StateVanished},              // held until its t + 2d = epoch + 5s
-		{ID: "ready", State: StateVanished},                // held until epoch + 20s
-		{ID: "released", State: StateDead},  // proven gone: dead, but moves only under the sharder's hold
-		{ID: "uncertain", State: StateDead}, // not renewed for 2d: gone, moves only under the sharder's hold
+		{ID: "expired", State: StateVanished}, // held until its t + 2d = epoch + 5s
+		{ID: "ready", State: StateVanished},   // held until epoch + 20s
+		{ID: "released", State: StateDead},    // proven gone: dead, but moves only under the sharder's hold
+		{ID: "uncertain", State: StateDead},   // not renewed for 2d: gone, moves only under the sharder's hold
 		{ID: "weighted", VirtualNodes: 7, State: StateVanished},
 	}))
 	g.Expect(next).To(Equal(epoch.Add(5 * time.Second)))

@@ -90,8 +90,8 @@ type Controller struct {
 	reader   client.Reader
 	recorder record.EventRecorder
 
-	mu sync.Mutex
-	rings   map[string]*ringState
+	mu    sync.Mutex
+	rings map[string]*ringState
 }
 
 // ringState is what the controller remembers of a ring between reconciles.
