@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/sharder-dev/sharder/internal/fixture"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance"
 	ringpkg "github.com/sharder-dev/sharder/pkg/ring"
@@ -160,4 +161,113 @@ func nameMovingTo(t *testing.T, ns, to string, ids ...string) string {
 			return candidate
 		}
 	}
+}
+
+// ignoring is a reconcile of one object by controller "a" that ignores its
+// context: it runs until the test "ends its process" (kill), as a reconcile
+// blocked in a call that takes no context would.
+type ignoring struct {
+	name    string
+	entered chan struct{}
+	killed  chan struct{}
+	taken   atomic.Bool
+	killAt  atomic.Pointer[time.Time]
+}
+
+func newIgnoring(name string) *ignoring {
+	return &ignoring{name: name, entered: make(chan struct{}), killed: make(chan struct{})}
+}
+
+func (c *ignoring) hook(_ context.Context, controller string, req reconcile.Request) {
+	if controller != "a" || req.Name != c.name || !c.taken.CompareAndSwap(false, true) {
+		return
+	}
+	close(c.entered)
+	select {
+	case <-c.killed:
+	case <-time.After(time.Minute):
+	}
+}
+
+// kill is the instance's OnStopOverdue: the process ends, and with it the
+// reconcile.
+func (c *ignoring) kill(int) {
+	now := time.Now()
+	if c.killAt.CompareAndSwap(nil, &now) {
+		close(c.killed)
+	}
+}
+
+// TestReconcileIgnoringItsContextEndsBeforeTheNextInstanceStarts runs the
+// sharder and forces a move of an object whose reconcile ignores its
+// cancelled context: the instance's bound on stopping ends its process
+// (OnStopOverdue) StopTimeout after the cancellation, and the sharder,
+// which reads that bound on the Lease (sharder.dev/max-stop), assigns the
+// object to the next instance only after it: the two never reconcile the
+// object at once.
+func TestReconcileIgnoringItsContextEndsBeforeTheNextInstanceStarts(t *testing.T) {
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	ring := ns
+	startSharder(t)
+	createRing(t, ns, 2*time.Second)
+	name := nameMovingTo(t, ns, "i2", "i1", "i2")
+
+	rec := newRecorder()
+	c := newIgnoring(name)
+	// Longer than the force grace and the watch lag together (2s each), so
+	// that the sharder's wait for the bound is what keeps i2 off the object.
+	const stop = 5 * time.Second
+	startInstance(t, instanceConfig{ring: ring, namespace: ns, id: "i1", rec: rec, hook: c.hook, stopTimeout: stop, onStopOverdue: c.kill})
+	g.Eventually(fixture.GetLease(env().Client, ns, "i1"), 20*time.Second).Should(
+		HaveField("Annotations", HaveKeyWithValue(v1alpha1.AnnotationMaxStop, stop.String())), "the promise is on the Lease")
+	createConfigMap(t, ns, name, nil)
+	g.Eventually(c.entered, 30*time.Second).Should(BeClosed(), "i1 starts its reconcile")
+
+	startInstance(t, instanceConfig{ring: ring, namespace: ns, id: "i2", rec: rec})
+	g.Eventually(c.killed, 60*time.Second).Should(BeClosed(), "i1's process ends: its reconcile ignored the cancellation past its stop timeout")
+	var first time.Time
+	g.Eventually(func() bool {
+		runs := rec.runsOf(name, "i2")
+		if len(runs) == 0 {
+			return false
+		}
+		first = runs[0].start
+		return true
+	}, 30*time.Second).Should(BeTrue(), "i2 reconciles the object")
+	g.Expect(c.killAt.Load().Before(first)).To(BeTrue(),
+		"i1's process ended at %v, after i2 started at %v", c.killAt.Load().Format(time.StampMicro), first.Format(time.StampMicro))
+	g.Expect(rec.overlaps()).To(BeEmpty())
+}
+
+// TestLostLeaseEndsAReconcileIgnoringItsContext: when the instance loses
+// its Lease while a reconcile that ignores its context runs, the instance
+// ends its process (OnStopOverdue) StopTimeout after the cancellation, not
+// before, and not when its reconciles return in time.
+func TestLostLeaseEndsAReconcileIgnoringItsContext(t *testing.T) {
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	const ring, id = "stop-lost", "i1"
+	const stop = 2 * time.Second
+	c := newIgnoring("stuck")
+	var overdue atomic.Int32
+	startInstance(t, instanceConfig{ring: ring, namespace: ns, id: id, rec: newRecorder(), hook: c.hook, stopTimeout: stop,
+		onStopOverdue: func(running int) {
+			overdue.Add(1)
+			if running != 1 {
+				t.Errorf("%d reconciles overdue, want 1", running)
+			}
+			c.kill(running)
+		},
+		onLost: func() {},
+	})
+	createConfigMap(t, ns, "stuck", map[string]string{v1alpha1.ShardLabel(ring): id})
+	createConfigMap(t, ns, "prompt", map[string]string{v1alpha1.ShardLabel(ring): id})
+	g.Eventually(c.entered, 20*time.Second).Should(BeClosed())
+
+	deleted := time.Now()
+	g.Expect(env().Client.Delete(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: id}})).To(Succeed())
+	g.Eventually(c.killed, 10*time.Second).Should(BeClosed(), "the process ends")
+	g.Expect(c.killAt.Load().Sub(deleted)).To(BeNumerically(">=", stop), "not before the stop timeout")
+	g.Consistently(overdue.Load, time.Second).Should(BeEquivalentTo(1))
 }

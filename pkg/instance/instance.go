@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -47,6 +48,11 @@ var ErrLeaseLost = leaseholder.ErrLeaseLost
 // ErrStaleWatch is the cause of the contexts of reconciles cancelled because
 // the instance's watch fell further behind than Options.MaxWatchLag.
 var ErrStaleWatch = errors.New("the instance's watch fell behind the API server")
+
+// ErrShutdownOverdue is the cause of the cancellation of the reconciles still
+// running when the instance's shutdown timeout ended: the Lease is left to
+// expire, and they must return within Options.StopTimeout.
+var ErrShutdownOverdue = errors.New("the instance's shutdown timeout ended with reconciles in flight")
 
 // moveCheckTimeout bounds the read that tells a moved object from a deleted
 // one when it leaves the cache while a reconcile of it runs.
@@ -176,6 +182,7 @@ func Setup(mgr manager.Manager, opts Options) (*Instance, error) {
 		Release:         opts.Release,
 		BeforeRelease:   i.beforeRelease,
 		MaxWatchLag:     max(opts.MaxWatchLag, 0),
+		MaxStop:         opts.StopTimeout,
 		Clock:           opts.Clock,
 		ShutdownTimeout: opts.ShutdownTimeout,
 	})
@@ -354,7 +361,7 @@ func (i *Instance) checkWatchLag(ctx context.Context) {
 		switch current := i.watchCurrent(); {
 		case !current && !behind:
 			behind = true
-			i.reconciles.CancelAll(ErrStaleWatch)
+			i.bound(ErrStaleWatch, i.reconciles.CancelAll(ErrStaleWatch))
 			i.log.Info("The instance's watch fell behind: no reconciles until it catches up",
 				"lastRenewalSeen", i.holder.WatchedAt(), "maxWatchLag", i.opts.MaxWatchLag)
 		case current && behind:
@@ -461,8 +468,9 @@ func (i *Instance) cancelMoved(gvk schema.GroupVersionKind, key inflight.Key, mo
 		return
 	}
 	cancel := func() {
-		if n := i.reconciles.Cancel(key, ErrMoved); n > 0 {
-			i.log.Info("Cancelled reconciles of an object assigned elsewhere", "kind", gvk.Kind, "object", klog.KRef(key.Namespace, key.Name), "reconciles", n)
+		if cancelled := i.reconciles.Cancel(key, ErrMoved); len(cancelled) > 0 {
+			i.log.Info("Cancelled reconciles of an object assigned elsewhere", "kind", gvk.Kind, "object", klog.KRef(key.Namespace, key.Name), "reconciles", len(cancelled))
+			i.bound(ErrMoved, cancelled)
 		}
 	}
 	if moved {
@@ -490,7 +498,7 @@ func (i *Instance) cancelMoved(gvk schema.GroupVersionKind, key inflight.Key, mo
 // in flight cancelled), then the user's answer.
 func (i *Instance) lost() {
 	i.reconciles.Close()
-	i.reconciles.CancelAll(ErrLeaseLost)
+	i.bound(ErrLeaseLost, i.reconciles.CancelAll(ErrLeaseLost))
 	if i.slots != nil {
 		i.slots.drop()
 	}
@@ -510,7 +518,39 @@ func (i *Instance) beforeRelease(ctx context.Context) error {
 		i.log.Info("Waiting for reconciles in flight before releasing the Lease", "running", running)
 	}
 	if err := i.reconciles.Wait(ctx); err != nil {
+		// The Lease is left to expire: from now on the holder does not
+		// renew it, so the reconciles still running must stop as on a
+		// lost Lease (their contexts ended with the manager's).
+		i.bound(ErrShutdownOverdue, i.reconciles.CancelAll(ErrShutdownOverdue))
 		return fmt.Errorf("%d reconciles still in flight: %w", i.reconciles.Running(), err)
 	}
 	return nil
+}
+
+// bound holds the instance to its bound on stopping (Options.StopTimeout)
+// for the reconciles it just cancelled, with cause, because it may no longer
+// act: when any of them is still running StopTimeout later, it calls
+// Options.OnStopOverdue, whose default ends the process.
+func (i *Instance) bound(cause error, cancelled inflight.Cancelled) {
+	if len(cancelled) == 0 {
+		return
+	}
+	t := i.opts.Clock.NewTimer(i.opts.StopTimeout)
+	go func() {
+		defer t.Stop()
+		if cancelled.Wait(t.C()) {
+			return
+		}
+		running := cancelled.Running()
+		if running == 0 {
+			return
+		}
+		i.log.Error(cause, "Reconciles cancelled because the instance may no longer act did not return within its stop timeout: ending the process, as promised on the Lease",
+			"running", running, "stopTimeout", i.opts.StopTimeout)
+		if i.opts.OnStopOverdue != nil {
+			i.opts.OnStopOverdue(running)
+			return
+		}
+		os.Exit(1)
+	}()
 }

@@ -86,6 +86,36 @@ type Options struct {
 	// Default: leaseholder.DefaultShutdownTimeout (30s).
 	ShutdownTimeout time.Duration
 
+	// StopTimeout is the instance's bound on stopping: a reconcile it
+	// cancels because it may no longer act (ErrLeaseLost: its Lease lost or
+	// its renew deadline passed; ErrMoved: its object assigned elsewhere
+	// without its acknowledgement; ErrStaleWatch: its watch behind; a
+	// shutdown whose ShutdownTimeout ended with reconciles in flight) must
+	// return within StopTimeout of the cancellation. When one has not, the
+	// instance calls OnStopOverdue, whose default ends the process. The
+	// instance promises it on its Lease (sharder.dev/max-stop), and the
+	// sharder counts it in every wait that ends with another instance on
+	// the instance's objects (docs/design.md §3, §5, §11), so that a
+	// reconcile that ignores its context cannot run beside the next
+	// instance's: a longer bound makes fail-overs and forced moves slower,
+	// once it exceeds the defaults' margins. It must be positive and at most
+	// membership.MaxLeaseDuration.
+	// Default: LeaseDuration − RenewDeadline (5s for the default Lease),
+	// the margin the Lease already leaves, so that the default costs no
+	// fail-over any time.
+	StopTimeout time.Duration
+
+	// OnStopOverdue is called, with the number still running, when
+	// reconciles cancelled because the instance may no longer act have not
+	// returned within StopTimeout. The instance's promise on its Lease holds
+	// only if it ends the process (or those reconciles) at once: its
+	// default logs the reconciles and exits the process with status 1, as
+	// most programs do on lost leader election. Set it to flush what the
+	// process must before it exits; tests set it to observe the overdue
+	// stop.
+	// Default: exit the process.
+	OnStopOverdue func(running int)
+
 	// RetryPeriod is how soon a request that arrives before the instance holds
 	// its Lease, or while its watch is behind (MaxWatchLag), is tried again.
 	// Default: 1s.
@@ -171,6 +201,17 @@ func (o *Options) setDefaults() error {
 			o.MaxWatchLag = d * 2 / 3
 		}
 	}
+	if o.StopTimeout == 0 {
+		d := o.LeaseDuration
+		if d == 0 {
+			d = leaseholder.DefaultLeaseDuration
+		}
+		deadline := o.RenewDeadline
+		if deadline == 0 {
+			deadline = d * 2 / 3
+		}
+		o.StopTimeout = d - deadline
+	}
 	if o.SlotCacheLinger == 0 {
 		o.SlotCacheLinger = DefaultSlotCacheLinger
 	}
@@ -196,6 +237,9 @@ func (o *Options) validate() error {
 	}
 	if o.VirtualNodes < 0 {
 		errs = append(errs, fmt.Errorf("virtual nodes %d: must not be negative", o.VirtualNodes))
+	}
+	if o.StopTimeout <= 0 || o.StopTimeout > membership.MaxLeaseDuration {
+		errs = append(errs, fmt.Errorf("stop timeout %s: must be positive and at most %s", o.StopTimeout, membership.MaxLeaseDuration))
 	}
 	if o.RetryPeriod < 0 {
 		errs = append(errs, fmt.Errorf("retry period %s: must not be negative", o.RetryPeriod))

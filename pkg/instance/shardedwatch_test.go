@@ -184,6 +184,7 @@ func startShardedInstance(t *testing.T, f *shardedFixture, id string, rec *recor
 		RenewPeriod:    300 * time.Millisecond,
 		RetryPeriod:    100 * time.Millisecond,
 		OnLost:         func() { t.Errorf("instance %s lost its Lease", id) },
+		OnStopOverdue:  func(int) {}, // the test process must not exit
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -182,6 +182,9 @@ func startSlotInstanceWith(t *testing.T, cfg *rest.Config, ns, id string, hook f
 		LeaseDuration:  3 * time.Second,
 		RenewPeriod:    300 * time.Millisecond,
 		RetryPeriod:    100 * time.Millisecond,
+		// The test process must not exit: reconcilers here may model slow
+		// work by ignoring their cancellation.
+		OnStopOverdue: func(int) {},
 		OnLost: func() {
 			si.lost.Add(1)
 			if !mayLose {

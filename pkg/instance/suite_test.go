@@ -203,6 +203,12 @@ type instanceConfig struct {
 	// absentHandled, when set, is called after a wrapped reconcile of an
 	// object that was not in the instance's cache when the request started.
 	absentHandled func(controller string, req reconcile.Request)
+	// stopTimeout is the instance's StopTimeout (default: the instance's).
+	stopTimeout time.Duration
+	// onStopOverdue is the instance's OnStopOverdue. Default: nothing (the
+	// test process must not exit; the reconcilers here model slow work by
+	// sleeping through their cancellation).
+	onStopOverdue func(running int)
 }
 
 type testInstance struct {
@@ -242,6 +248,9 @@ func startInstance(t *testing.T, cfg instanceConfig) *testInstance {
 	if cfg.renewPeriod == 0 {
 		cfg.renewPeriod = 300 * time.Millisecond
 	}
+	if cfg.onStopOverdue == nil {
+		cfg.onStopOverdue = func(int) {}
+	}
 	expectLoss := cfg.onLost != nil
 	if !expectLoss {
 		cfg.onLost = func() { t.Errorf("instance %s lost its Lease", cfg.id) }
@@ -260,6 +269,8 @@ func startInstance(t *testing.T, cfg instanceConfig) *testInstance {
 		RenewPeriod:    cfg.renewPeriod,
 		RetryPeriod:    100 * time.Millisecond,
 		OnLost:         cfg.onLost,
+		StopTimeout:    cfg.stopTimeout,
+		OnStopOverdue:  cfg.onStopOverdue,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -65,6 +65,60 @@ func MaxWatchLagOf(lease *coordinationv1.Lease) (time.Duration, error) {
 	return d, nil
 }
 
+// ErrInvalidMaxStop is wrapped by MaxStopOf for an annotation that is not a
+// positive Go duration of at most MaxLeaseDuration.
+var ErrInvalidMaxStop = errors.New("invalid " + v1alpha1.AnnotationMaxStop + " annotation")
+
+// MaxStopOf returns the bound on stopping an instance promises with its
+// Lease's sharder.dev/max-stop annotation: 0 and no error when it is absent
+// (no promise beyond the Lease's margin); 0 and an error wrapping
+// ErrInvalidMaxStop when the value is not a positive Go duration of at most
+// MaxLeaseDuration.
+func MaxStopOf(lease *coordinationv1.Lease) (time.Duration, error) {
+	value, ok := lease.Annotations[v1alpha1.AnnotationMaxStop]
+	if !ok {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(value)
+	if err != nil || d <= 0 || d > MaxLeaseDuration {
+		return 0, fmt.Errorf("%w: %q is not a positive duration of at most %v", ErrInvalidMaxStop, value, MaxLeaseDuration)
+	}
+	return d, nil
+}
+
+// maxStop is MaxStopOf with a malformed annotation read as no promise (the
+// lease controller reports it).
+func maxStop(lease *coordinationv1.Lease) time.Duration {
+	s, err := MaxStopOf(lease)
+	if err != nil {
+		return 0
+	}
+	return s
+}
+
+// GoneAfter is how long after the sharder observed an instance's last
+// renewal the instance may still be running a reconcile, with a Lease of
+// duration d and a promised bound on stopping of stop (MaxStopOf): an
+// expired instance becomes uncertain (and a vanished one dead) only then.
+// The instance stops admitting reconciles at its renew deadline, shorter
+// than d, after the start of that renewal, and its cancelled reconciles
+// return within stop; the sharder observed the renewal after it started. So
+// d + stop would do: the second d of 2d, the least, is the margin for the
+// rates of the clocks and the delays of the watch.
+func GoneAfter(d, stop time.Duration) time.Duration {
+	return max(uncertainAfter*d, d+stop)
+}
+
+// FenceWait is how long after its fence of an instance (a takeover of its
+// Lease of duration d, observed landed) the sharder waits before it grants
+// the instance's slots to others: the instance's last renewal began before
+// the takeover, it stops admitting reconciles at its renew deadline, shorter
+// than d, after that start, and its cancelled reconciles return within stop
+// (MaxStopOf).
+func FenceWait(d, stop time.Duration) time.Duration {
+	return d + stop
+}
+
 // StateOf returns the state of an instance Lease at now and the time of its
 // next transition by the passage of time alone (zero when there is none:
 // uncertain and orphaned Leases change only by a write).
@@ -124,7 +178,7 @@ func validStateAt(lease *coordinationv1.Lease, t, now time.Time) (State, time.Ti
 	if now.Before(expired) {
 		return StateReady, expired
 	}
-	uncertain := t.Add(uncertainAfter * d)
+	uncertain := t.Add(GoneAfter(d, maxStop(lease)))
 	if now.Before(uncertain) {
 		return StateExpired, uncertain
 	}
@@ -162,8 +216,9 @@ func VirtualNodesOf(lease *coordinationv1.Lease) (int, error) {
 // MemberOf returns the Lease as a ring member at now. A malformed weight
 // label gives VirtualNodes 0 (the ring's default): the instance keeps its
 // place in the ring with the default weight; a malformed
-// sharder.dev/max-watch-lag annotation gives MaxWatchLag 0 (no promise);
-// the lease controller reports either in an event.
+// sharder.dev/max-watch-lag or sharder.dev/max-stop annotation gives
+// MaxWatchLag or MaxStop 0 (no promise); the lease controller reports each
+// in an event.
 func MemberOf(lease *coordinationv1.Lease, now time.Time) Member {
 	state, _ := StateOf(lease, now)
 	weight, err := VirtualNodesOf(lease)
@@ -174,7 +229,7 @@ func MemberOf(lease *coordinationv1.Lease, now time.Time) Member {
 	if err != nil {
 		lag = 0
 	}
-	return Member{ID: lease.Name, VirtualNodes: weight, State: state, MaxWatchLag: lag}
+	return Member{ID: lease.Name, VirtualNodes: weight, State: state, MaxWatchLag: lag, MaxStop: maxStop(lease)}
 }
 
 // ReferenceTime returns t: renewTime, else acquireTime, else creation time.

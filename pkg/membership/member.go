@@ -78,4 +78,12 @@ type Member struct {
 	// longer before assigning an object it released from the instance by a
 	// forced move (docs/design.md §5).
 	MaxWatchLag time.Duration
+	// MaxStop is the bound on stopping the instance promises with its
+	// Lease's sharder.dev/max-stop annotation: every reconcile it cancels
+	// because it may no longer act returns within this much, or its process
+	// exits. 0: no promise beyond the Lease's margin (the annotation is
+	// absent or malformed). The sharder waits this much longer before
+	// another instance gets an object the instance may still be working on
+	// (docs/design.md §3, §5, §11).
+	MaxStop time.Duration
 }

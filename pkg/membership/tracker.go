@@ -95,6 +95,7 @@ type observation struct {
 	since   time.Time // when the tracker first saw this holder, written and d
 	weight  int
 	lag     time.Duration // the promised max watch lag (MaxWatchLagOf)
+	stop    time.Duration // the promised bound on stopping (MaxStopOf)
 	state   State
 	// heldAt is when the sharder's last write holding the Lease started
 	// (Hold), zero when it does not hold it; movableFor is how long after
@@ -196,6 +197,7 @@ func (r *ringObservations) observe(restartHold time.Duration, lease *coordinatio
 		lag = 0 // no promise; the lease controller reports the annotation
 	}
 	o.lag = lag
+	o.stop = maxStop(lease)
 	var state State
 	var next time.Time
 	switch end := o.since.Add(restartHold); {
@@ -211,7 +213,7 @@ func (r *ringObservations) observe(restartHold time.Duration, lease *coordinatio
 	if movable && !until.IsZero() && (next.IsZero() || until.Before(next)) {
 		next = until
 	}
-	return Member{ID: lease.Name, VirtualNodes: weight, State: state, Movable: movable, MaxWatchLag: lag}, next
+	return Member{ID: lease.Name, VirtualNodes: weight, State: state, Movable: movable, MaxWatchLag: lag, MaxStop: o.stop}, next
 }
 
 // movable reports whether the objects of the instance may move now (see
@@ -277,9 +279,9 @@ func (t *Tracker) Expect(ring, id string, d, hold time.Duration, now time.Time) 
 	if _, ok := r.seen[id]; ok {
 		return
 	}
-	// Members ends the vanished state at since + 2d: since is set back so
-	// that it ends after hold.
-	o := &observation{holder: id, since: now.Add(hold - uncertainAfter*d), d: d, state: StateVanished, absent: true}
+	// Members ends the vanished state at since + GoneAfter(d, 0): since is
+	// set back so that it ends after hold.
+	o := &observation{holder: id, since: now.Add(hold - GoneAfter(d, 0)), d: d, state: StateVanished, absent: true}
 	if InvalidID(id) != nil {
 		// No Lease can have this name, so no process can hold it: not
 		// remembered (Members drops it), its objects move at once.
@@ -379,7 +381,7 @@ func (t *Tracker) Members(ring string, restartHold time.Duration, leases []coord
 			continue
 		}
 		o.absent = true
-		gone, forgotten := o.since.Add(uncertainAfter*o.d), o.since.Add(orphanedAfter*o.d)
+		gone, forgotten := o.since.Add(GoneAfter(o.d, o.stop)), o.since.Add(orphanedAfter*o.d)
 		switch {
 		case o.state == StateInvalid || o.state == StateOrphaned || !now.Before(forgotten):
 			delete(r.seen, id)
@@ -398,7 +400,7 @@ func (t *Tracker) Members(ring string, restartHold time.Duration, leases []coord
 		if movable {
 			next(until)
 		}
-		members = append(members, Member{ID: id, VirtualNodes: o.weight, State: o.state, Movable: movable, MaxWatchLag: o.lag})
+		members = append(members, Member{ID: id, VirtualNodes: o.weight, State: o.state, Movable: movable, MaxWatchLag: o.lag, MaxStop: o.stop})
 	}
 	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
 	return members, earliest

@@ -438,3 +438,50 @@ func TestTrackerForeignHolder(t *testing.T) {
 	m, _ = tr.Observe("r", 0, taken, epoch.Add(time.Hour+time.Second))
 	g.Expect(m).To(Equal(Member{ID: "a", State: StateDead, Movable: true}))
 }
+
+// TestTrackerBoundOnStopping: an instance that promises a bound on
+// stopping (sharder.dev/max-stop) longer than its Lease's duration may run a
+// cancelled reconcile until d + that bound after its last renewal: it stays
+// expired (held, when it vanished) until then, not only until 2d; a shorter
+// bound changes nothing; a malformed one is no promise.
+func TestTrackerBoundOnStopping(t *testing.T) {
+	g := NewWithT(t)
+	promising := func(id, stop string) coordinationv1.Lease {
+		l := *instanceLease(id, id, epoch, 10)
+		if stop != "" {
+			l.Annotations = map[string]string{v1alpha1.AnnotationMaxStop: stop}
+		}
+		return l
+	}
+	long, short, malformed := promising("long", "15s"), promising("short", "5s"), promising("malformed", "soon")
+	var tr Tracker
+	members, _ := tr.Members("r", 0, []coordinationv1.Lease{long, short, malformed}, epoch)
+	g.Expect(members).To(Equal([]Member{
+		{ID: "long", State: StateReady, MaxStop: 15 * time.Second},
+		{ID: "malformed", State: StateReady},
+		{ID: "short", State: StateReady, MaxStop: 5 * time.Second},
+	}))
+
+	at := func(after time.Duration) map[string]State {
+		members, _ := tr.Members("r", 0, []coordinationv1.Lease{long, short, malformed}, epoch.Add(after))
+		states := map[string]State{}
+		for _, m := range members {
+			states[m.ID] = m.State
+		}
+		return states
+	}
+	g.Expect(at(20 * time.Second)).To(Equal(map[string]State{"long": StateExpired, "malformed": StateUncertain, "short": StateUncertain}))
+	g.Expect(at(25*time.Second - time.Millisecond)).To(HaveKeyWithValue("long", StateExpired))
+	g.Expect(at(25 * time.Second)).To(HaveKeyWithValue("long", StateUncertain))
+	_, next := StateOf(&long, epoch.Add(15*time.Second))
+	g.Expect(next).To(Equal(epoch.Add(25*time.Second)), "the next transition is at d + the bound")
+
+	// Vanished, it is held as long.
+	var vanishing Tracker
+	vanishing.Members("r", 0, []coordinationv1.Lease{long}, epoch)
+	members, next = vanishing.Members("r", 0, nil, epoch.Add(21*time.Second))
+	g.Expect(members).To(Equal([]Member{{ID: "long", State: StateVanished, MaxStop: 15 * time.Second}}))
+	g.Expect(next).To(Equal(epoch.Add(25 * time.Second)))
+	members, _ = vanishing.Members("r", 0, nil, epoch.Add(25*time.Second))
+	g.Expect(members).To(Equal([]Member{{ID: "long", State: StateDead, MaxStop: 15 * time.Second}}))
+}

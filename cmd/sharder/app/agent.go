@@ -82,7 +82,11 @@ the pod and garbage collected with it.
 When the agent cannot renew within its renew deadline (the API server is out
 of reach, or the health endpoint fails), it logs that the Lease is lost and
 tries to acquire it again. The controller next to it keeps running: it is up to
-its health endpoint to tell.
+its health endpoint to tell. The agent cannot stop the controller or cancel its
+reconciles, so it promises no bound on stopping (no sharder.dev/max-stop on the
+Lease): a reconcile that runs on after the Lease is lost, beyond the Lease's
+margin, or after a forced move, beyond the sharder's release grace, can meet the
+next instance's. Bound the controller's reconciles with a timeout of its own.
 
 With --health-probe-bind-address the agent answers /readyz with 200 only while
 it holds the Lease (and /healthz while it runs). A readinessProbe on /readyz

@@ -110,6 +110,15 @@ type HolderOptions struct {
 	// part (pkg/instance does). Default: 0, no promise.
 	MaxWatchLag time.Duration
 
+	// MaxStop, when positive, is written on the Lease as its
+	// sharder.dev/max-stop annotation: the instance's promise that every
+	// reconcile it cancels because it may no longer act returns within this
+	// much of the cancellation, or its process exits. The sharder waits that
+	// much longer before another instance gets an object the instance may
+	// still be working on. The holder only writes the promise; keeping it is
+	// the caller's part (pkg/instance does). Default: 0, no promise.
+	MaxStop time.Duration
+
 	// Clock tells the time and runs the timers. Default: the real clock.
 	Clock clock.Clock
 
@@ -183,6 +192,9 @@ func (o *HolderOptions) validate() error {
 	if o.MaxWatchLag != 0 && (o.MaxWatchLag <= o.RenewPeriod || o.MaxWatchLag > membership.MaxLeaseDuration) {
 		errs = append(errs, fmt.Errorf("max watch lag %v: must be longer than the renew period %v (the renewals are what the watch proves itself with) and at most %v, or 0 for no promise",
 			o.MaxWatchLag, o.RenewPeriod, membership.MaxLeaseDuration))
+	}
+	if o.MaxStop < 0 || o.MaxStop > membership.MaxLeaseDuration {
+		errs = append(errs, fmt.Errorf("max stop %v: must be at most %v, or 0 for no promise", o.MaxStop, membership.MaxLeaseDuration))
 	}
 	if o.ShutdownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("shutdown timeout %v: must not be negative", o.ShutdownTimeout))

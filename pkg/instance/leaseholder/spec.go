@@ -18,7 +18,7 @@ import (
 // that tell its own writes from others'.
 
 // heldLease returns base as this holder writes it while holding it: its
-// name, ring and weight labels, its watch-lag promise, its Pod as owner, and a spec naming
+// name, ring and weight labels, its watch-lag and stop promises, its Pod as owner, and a spec naming
 // o.Identity renewed at now. acquire starts a new hold: acquireTime is now,
 // and leaseTransitions counts one more change of holder when base had
 // another one (membership.NextTransition). A renewal keeps acquireTime.
@@ -52,6 +52,14 @@ func (o *HolderOptions) heldLease(base *coordinationv1.Lease, now time.Time, acq
 		l.Annotations[v1alpha1.AnnotationMaxWatchLag] = o.MaxWatchLag.String()
 	} else {
 		delete(l.Annotations, v1alpha1.AnnotationMaxWatchLag)
+	}
+	if o.MaxStop > 0 {
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		l.Annotations[v1alpha1.AnnotationMaxStop] = o.MaxStop.String()
+	} else {
+		delete(l.Annotations, v1alpha1.AnnotationMaxStop)
 	}
 	if o.Pod != nil {
 		l.OwnerReferences = append([]metav1.OwnerReference{*o.Pod}, slices.DeleteFunc(slices.Clone(l.OwnerReferences), isPodRef)...)

@@ -79,7 +79,7 @@ func (r *ringAssigner) situation(view *ringView, cfg *ringConfig, gk schema.Grou
 	}
 	if s.current != "" {
 		s.state, s.movable, s.heldUntil = view.stateOf(s.current, s.now)
-		s.currentLag = view.states[s.current].MaxWatchLag
+		s.currentPromise = promiseOf(view.states[s.current])
 	}
 	if s.draining {
 		s.drainStarted = r.drainStarted(obj, s.now, cfg.drainTimeout)
@@ -88,7 +88,7 @@ func (r *ringAssigner) situation(view *ringView, cfg *ringConfig, gk schema.Grou
 			// Released by a forced move: which instance it left is not on
 			// the object; unless the sharder recorded it, every member's
 			// promise counts.
-			s.releasedAt, s.releaseGrace = r.drains.Released(obj.UID, ForceGrace+view.maxWatchLag)
+			s.releasedAt, s.releaseGrace = r.drains.Released(obj.UID, ForceGrace+view.maxPromise)
 		}
 	}
 	return s, nil
@@ -173,7 +173,7 @@ func (r *ringAssigner) record(obj *metacache.Object, s situation, d decision) {
 	case actionWait, actionRetarget:
 		r.drains.BeginAt(obj.UID, s.drainStartedOrNow())
 	case actionForce:
-		grace := ForceGrace + s.currentLag
+		grace := ForceGrace + s.currentPromise
 		r.drains.Release(obj.UID, grace)
 		r.logger.V(1).Info("Drain not acknowledged in time: released the object from its instance", "object", klog.KObj(obj), "from", s.current, "assignAfter", grace)
 	case actionAssignForced:

@@ -36,7 +36,7 @@ const (
 	actionHold
 	// actionAssignForced: the object was released by a forced move at
 	// least its release grace ago (ForceGrace plus its old instance's
-	// promised watch lag): label it for the target.
+	// promised watch lag and bound on stopping): label it for the target.
 	actionAssignForced
 	// actionRetarget: a drain in flight names an instance that is no longer
 	// the target: make it name the target, so that the acknowledgement
@@ -48,13 +48,15 @@ const (
 // ForceGrace is how long a forced move leaves an object with no instance
 // between releasing it from the instance that did not acknowledge its drain
 // (counted from when the sharder saw its release written) and assigning it
-// to the next one, besides the watch lag the instance promises on its Lease
-// (membership.Member.MaxWatchLag). The released instance sees the object
-// leave its cache within that lag, or has stopped reconciling because its
-// watch fell further behind (pkg/instance), and cancels its reconciles of
-// it meanwhile, so they end before the next instance starts on it. An
-// instance that promises nothing (sharder agent) gets ForceGrace only: its
-// controller's watch must not be further behind than that.
+// to the next one, besides the watch lag and the bound on stopping the
+// instance promises on its Lease (membership.Member.MaxWatchLag and
+// MaxStop). The released instance sees the object leave its cache within
+// that lag, or has stopped reconciling because its watch fell further
+// behind (pkg/instance), and cancels its reconciles of it meanwhile, which
+// return within its bound on stopping or its process exits, so they end
+// before the next instance starts on it. An instance that promises nothing
+// (sharder agent) gets ForceGrace only: its controller's watch must not be
+// further behind than that, nor its reconciles run on longer.
 const ForceGrace = 2 * time.Second
 
 var actionNames = [...]string{"keep", "assign", "relabel-gone", "request-drain", "wait", "force", "withdraw", "hold", "assign-forced", "retarget"}
@@ -73,9 +75,9 @@ type situation struct {
 	// target is the instance the ring maps the object to; empty when no
 	// instance is ready.
 	target string
-	// currentLag is the watch lag current promises
-	// (membership.Member.MaxWatchLag).
-	currentLag time.Duration
+	// currentPromise is the watch lag and the bound on stopping current
+	// promises, summed (promiseOf).
+	currentPromise time.Duration
 	// state is current's state. An instance the sharder does not know is
 	// passed as vanished while the hold for unknown instances lasts
 	// (heldUntil), and as dead after it.

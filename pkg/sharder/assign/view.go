@@ -22,9 +22,18 @@ type ringView struct {
 	empty   bool
 	members []membership.Member // all instances, sorted by ID
 	states  map[string]membership.Member
-	// maxWatchLag is the largest watch lag a member promises
-	// (membership.Member.MaxWatchLag).
-	maxWatchLag time.Duration
+	// maxPromise is the largest sum of the watch lag and the bound on
+	// stopping a member promises (promiseOf).
+	maxPromise time.Duration
+}
+
+// promiseOf is how long after the sharder saw it release an object by a
+// forced move instance m may still be working on it, besides ForceGrace: it
+// sees the object leave within its watch lag (or stops reconciling because
+// its watch is behind) and cancels its reconciles, which return within its
+// bound on stopping or its process exits.
+func promiseOf(m membership.Member) time.Duration {
+	return m.MaxWatchLag + m.MaxStop
 }
 
 // stateOf returns the state of instance id, whether its objects may move
@@ -53,7 +62,7 @@ func buildView(rings *membership.Rings, cfg *ringConfig, members []membership.Me
 	v := &ringView{members: members, states: make(map[string]membership.Member, len(members))}
 	for _, m := range members {
 		v.states[m.ID] = m
-		v.maxWatchLag = max(v.maxWatchLag, m.MaxWatchLag)
+		v.maxPromise = max(v.maxPromise, promiseOf(m))
 	}
 	rg, rebuilt, err := rings.Build(cfg.name, cfg.algorithm, cfg.virtualNodes, members)
 	if err != nil {

@@ -38,17 +38,20 @@ func (c *Controller) expectUnlisted(ring string, leases []coordinationv1.Lease, 
 		return
 	}
 	present := make(map[string]bool, len(leases))
-	d := time.Duration(0)
+	d, stop := time.Duration(0), time.Duration(0)
 	for i := range leases {
 		present[leases[i].Name] = true
 		d = max(d, membership.DurationOf(&leases[i]))
+		if s, err := membership.MaxStopOf(&leases[i]); err == nil {
+			stop = max(stop, s)
+		}
 	}
 	if d == 0 {
 		d = membership.DefaultLeaseDuration
 	}
 	hold := c.opts.UnknownHold
 	if hold == 0 {
-		hold = 2 * d
+		hold = membership.GoneAfter(d, stop)
 	}
 	for _, id := range ids {
 		if !present[id] {

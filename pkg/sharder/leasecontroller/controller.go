@@ -78,6 +78,9 @@ type Controller struct {
 	// reportedLag holds, per Lease, the malformed max-watch-lag value last
 	// reported in an event.
 	reportedLag sync.Map
+	// reportedStop holds, per Lease, the malformed max-stop value last
+	// reported in an event.
+	reportedStop sync.Map
 	// invalid holds the Leases reported as having an invalid instance ID.
 	invalid sync.Map
 
@@ -205,6 +208,7 @@ func (c *Controller) reconcileLease(ctx context.Context, req reconcile.Request) 
 	}
 	c.reportVirtualNodes(ctx, ring, lease)
 	c.reportMaxWatchLag(ctx, ring, lease)
+	c.reportMaxStop(ctx, ring, lease)
 
 	restartHold := ring.Spec.EffectiveRestartHold()
 	now := c.opts.Clock.Now()

@@ -63,7 +63,9 @@ type ControllerOptions struct {
 	// counted its objects, before it is dead and the sharder creates its
 	// Lease to hold it while its objects move. Default: 0, twice the
 	// longest lease duration among the ring's Leases (twice the default
-	// lease duration when it has none).
+	// lease duration when it has none), or that duration plus the longest
+	// bound on stopping they promise (sharder.dev/max-stop) when that is
+	// longer (membership.GoneAfter).
 	UnknownHold time.Duration
 
 	// EventRecorder records the events on Leases and rings. It should write

@@ -100,6 +100,26 @@ func (c *Controller) reportMaxWatchLag(ctx context.Context, ring *v1alpha1.Contr
 		"Instance %s of ring %s promises nothing about its watches: %v", lease.Name, ring.Name, err)
 }
 
+// reportMaxStop reports a malformed sharder.dev/max-stop annotation once per
+// value: the sharder takes it as no promise beyond the Lease's margin.
+func (c *Controller) reportMaxStop(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease) {
+	key := client.ObjectKeyFromObject(lease)
+	_, err := membership.MaxStopOf(lease)
+	if err == nil {
+		c.reportedStop.Delete(key)
+		return
+	}
+	value := lease.Annotations[v1alpha1.AnnotationMaxStop]
+	if last, ok := c.reportedStop.Load(key); ok && last == value {
+		return
+	}
+	c.reportedStop.Store(key, value)
+	ctrl.LoggerFrom(ctx).Info("Ignoring a malformed max-stop annotation: the instance promises no bound on stopping beyond its Lease's margin",
+		"object", klog.KObj(lease), "ring", ring.Name, "error", err.Error())
+	c.recorder.Eventf(lease, corev1.EventTypeWarning, "InvalidMaxStop",
+		"Instance %s of ring %s promises no bound on stopping beyond its Lease's margin: %v", lease.Name, ring.Name, err)
+}
+
 // reportInvalid reports a Lease whose name cannot be an instance ID, once.
 // The instance never receives objects.
 func (c *Controller) reportInvalid(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease) {

@@ -253,12 +253,31 @@ func TestConflict(t *testing.T) {
 // granted to others one lease duration after the takeover, not before.
 func TestFence(t *testing.T) {
 	t.Parallel()
+	testFence(t, 0)
+}
+
+// TestFenceWaitsForTheBoundOnStopping: a fenced instance that promises a
+// bound on stopping (sharder.dev/max-stop) may run a cancelled reconcile
+// that long after it stopped admitting reconciles: its slots are granted one
+// lease duration plus that bound after the takeover.
+func TestFenceWaitsForTheBoundOnStopping(t *testing.T) {
+	t.Parallel()
+	testFence(t, 3*time.Second)
+}
+
+// testFence fences instance b, whose Lease lasts 2s and promises a bound on
+// stopping of stop (none when 0), and checks when its slots are granted.
+func testFence(t *testing.T, stop time.Duration) {
 	g := NewWithT(t)
 	ring, ns := newRing(t, 64, func(r *v1alpha1.ControllerRing) {
 		r.Spec.DrainTimeout = &metav1.Duration{Duration: time.Second}
 	})
 	createLease(t, ring.Name, ns, "a", 60)
-	createLease(t, ring.Name, ns, "b", 2)
+	createLease(t, ring.Name, ns, "b", 2, func(l *coordinationv1.Lease) {
+		if stop > 0 {
+			l.Annotations = map[string]string{v1alpha1.AnnotationMaxStop: stop.String()}
+		}
+	})
 	stopRenewing := renew(t, ns, "b", 400*time.Millisecond)
 	defer stopRenewing()
 	s := startSharder(t, ring.Name, ns, slottable.Options{})
@@ -286,7 +305,7 @@ func TestFence(t *testing.T) {
 	g.Eventually(tableOf(ring)).Should(Satisfy(balanced("a", "c")))
 	for _, w := range s.successful() {
 		if t, err := slots.FromStatus(64, w.table); err == nil && len(holders(t)) == 2 && holders(t)[0] == "a" && holders(t)[1] == "c" {
-			g.Expect(w.at.Sub(taken)).To(BeNumerically(">=", 2*time.Second), "b's slots granted a lease duration after the takeover")
+			g.Expect(w.at.Sub(taken)).To(BeNumerically(">=", 2*time.Second+stop), "b's slots granted a lease duration and its bound on stopping after the takeover")
 			break
 		}
 	}

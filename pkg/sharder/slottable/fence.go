@@ -20,8 +20,9 @@ import (
 
 // fence is the sharder's fence of an instance (docs/design.md §11): its
 // slots are movable only from at + wait, one lease duration of the instance
-// after the sharder saw its takeover land (or first saw the fenced Lease,
-// not knowing when it was taken).
+// and the bound on stopping it promises (membership.FenceWait) after the
+// sharder saw its takeover land (or first saw the fenced Lease, not knowing
+// when it was taken).
 type fence struct {
 	at   time.Time
 	wait time.Duration
@@ -41,7 +42,9 @@ func fencedBy(lease *coordinationv1.Lease) bool {
 func (st *ringState) observeFences(leases map[string]*coordinationv1.Lease, now time.Time) {
 	for id, lease := range leases {
 		if _, ok := st.fenced[id]; !ok && fencedBy(lease) {
-			st.fenced[id] = fence{at: now, wait: membership.DurationOf(lease) / membership.TakeoverFactor}
+			// The takeover doubled the instance's duration; its own bound on
+			// stopping is on the Lease still.
+			st.fenced[id] = fence{at: now, wait: membership.FenceWait(membership.DurationOf(lease)/membership.TakeoverFactor, stopOf(lease))}
 		}
 	}
 	for id, f := range st.fenced {
@@ -57,9 +60,11 @@ func (st *ringState) observeFences(leases map[string]*coordinationv1.Lease, now 
 // duration), annotated sharder.dev/fenced, locked on the resourceVersion
 // read. The instance loses its Lease and stops; the lease controller sees it
 // dead and holds its Lease while it holds slots; its slots are granted to
-// others one lease duration d after the takeover returned (Input.Movable),
-// when it has stopped at the latest (at its renew deadline, 2d/3 after the
-// start of its last successful renewal). It reports whether to decide again
+// others one lease duration d and the instance's bound on stopping S after
+// the takeover returned (Input.Movable): it stops admitting reconciles at
+// its renew deadline, shorter than d, after the start of its last
+// successful renewal, and those it cancelled return within S or its process
+// exits (membership.FenceWait). It reports whether to decide again
 // (a Lease changed meanwhile: it may carry the acknowledgement).
 func (c *Controller) fence(ctx context.Context, ring *v1alpha1.ControllerRing, leases map[string]*coordinationv1.Lease, st *ringState, ids []string) (bool, error) {
 	log := ctrl.LoggerFrom(ctx)
@@ -93,13 +98,24 @@ func (c *Controller) fence(ctx context.Context, ring *v1alpha1.ControllerRing, l
 		}
 		// The wait counts from after the write returned: the takeover
 		// landed before.
-		st.fenced[id] = fence{at: c.opts.Clock.Now(), wait: d}
+		wait := membership.FenceWait(d, stopOf(lease))
+		st.fenced[id] = fence{at: c.opts.Clock.Now(), wait: wait}
 		metrics.SlotFencesTotal.WithLabelValues(ring.Name).Inc()
 		log.Info("Fenced an instance that did not acknowledge a release within the drain timeout: took its Lease",
-			"ring", ring.Name, "instance", id, "drainTimeout", ring.Spec.EffectiveDrainTimeout(), "wait", d)
+			"ring", ring.Name, "instance", id, "drainTimeout", ring.Spec.EffectiveDrainTimeout(), "wait", wait)
 		c.recorder.Eventf(ring, corev1.EventTypeWarning, ReasonFenced,
 			"Instance %s did not acknowledge the release of its slots within %s; the sharder took its Lease and grants its slots to others %s later",
-			id, ring.Spec.EffectiveDrainTimeout(), d)
+			id, ring.Spec.EffectiveDrainTimeout(), wait)
 	}
 	return requeue, nil
+}
+
+// stopOf is the bound on stopping lease's instance promises, 0 for none or a
+// malformed one (the lease controller reports it).
+func stopOf(lease *coordinationv1.Lease) time.Duration {
+	s, err := membership.MaxStopOf(lease)
+	if err != nil {
+		return 0
+	}
+	return s
 }

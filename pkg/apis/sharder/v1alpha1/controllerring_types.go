@@ -28,6 +28,19 @@ const (
 	// grace) after releasing an object the instance did not let go of before
 	// assigning it to another instance. Absent: no promise (sharder agent).
 	AnnotationMaxWatchLag = "sharder.dev/max-watch-lag"
+	// AnnotationMaxStop on a held instance Lease is the instance's promise
+	// about stopping, a Go duration ("5s"): every reconcile it cancels
+	// because it may no longer act (its Lease lost, its renew deadline
+	// passed, its object moved away, its watch behind, its shutdown past
+	// its timeout) has returned within this much of the cancellation, or
+	// the process has exited. The sharder counts it in every wait that
+	// ends with another instance on the objects: an expired Lease is taken
+	// no sooner than d + max-stop after its last renewal (and never before
+	// 2d), a fenced instance's slots are granted d + max-stop after the
+	// fence, and an object released by a forced move is assigned max-stop
+	// later as well. Absent: no promise beyond the Lease's own margin
+	// (sharder agent, instances from before the promise).
+	AnnotationMaxStop = "sharder.dev/max-stop"
 
 	// FinalizerLabels on a ControllerRing keeps it until the sharder removed
 	// the ring's shard and drain labels from every object of its resources,

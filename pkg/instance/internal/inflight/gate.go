@@ -7,6 +7,7 @@ package inflight
 import (
 	"context"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -55,7 +56,14 @@ type entry struct {
 	changed chan struct{}
 	// cancels cancel the running reconciles begun with a cancel function,
 	// by the number BeginCancellable gave them.
-	cancels map[uint64]context.CancelCauseFunc
+	cancels map[uint64]cancellable
+}
+
+// cancellable is a reconcile begun with BeginCancellable: its cancel
+// function, and a channel closed when it ended.
+type cancellable struct {
+	cancel context.CancelCauseFunc
+	done   chan struct{}
 }
 
 // Gate counts running reconciles per object. The zero value is not
@@ -136,44 +144,81 @@ func (t *Gate) BeginCancellable(key Key, cancel context.CancelCauseFunc) (Admiss
 	defer t.mu.Unlock()
 	e := t.objects[key]
 	if e.cancels == nil {
-		e.cancels = map[uint64]context.CancelCauseFunc{}
+		e.cancels = map[uint64]cancellable{}
 	}
 	t.lastCancel++
 	id := t.lastCancel
-	e.cancels[id] = cancel
+	c := cancellable{cancel: cancel, done: make(chan struct{})}
+	e.cancels[id] = c
 	return Admitted, func() {
 		t.mu.Lock()
 		delete(e.cancels, id)
 		t.mu.Unlock()
 		t.End(key)
+		close(c.done)
 	}
 }
 
+// Cancelled is the reconciles one call of Cancel or CancelAll cancelled.
+type Cancelled []<-chan struct{}
+
+// Running returns how many of them have not returned yet.
+func (c Cancelled) Running() int {
+	n := 0
+	for _, done := range c {
+		select {
+		case <-done:
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+// Wait blocks until all of them have returned, and reports true, or until
+// stop is closed, and reports false.
+func (c Cancelled) Wait(stop <-chan time.Time) bool {
+	for _, done := range c {
+		select {
+		case <-done:
+		case <-stop:
+			return false
+		}
+	}
+	return true
+}
+
 // Cancel cancels the running reconciles of key begun with
-// BeginCancellable, with cause, and reports how many it cancelled.
-func (t *Gate) Cancel(key Key, cause error) int {
+// BeginCancellable, with cause, and returns them.
+func (t *Gate) Cancel(key Key, cause error) Cancelled {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.objects[key]
 	if e == nil {
-		return 0
+		return nil
 	}
-	for _, cancel := range e.cancels {
-		cancel(cause)
+	var cancelled Cancelled
+	for _, c := range e.cancels {
+		c.cancel(cause)
+		cancelled = append(cancelled, c.done)
 	}
-	return len(e.cancels)
+	return cancelled
 }
 
 // CancelAll cancels every running reconcile begun with BeginCancellable, with
-// cause. Call Close first so that none is admitted after it.
-func (t *Gate) CancelAll(cause error) {
+// cause, and returns them. Call Close first so that none is admitted after
+// it.
+func (t *Gate) CancelAll(cause error) Cancelled {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	var cancelled Cancelled
 	for _, e := range t.objects {
-		for _, cancel := range e.cancels {
-			cancel(cause)
+		for _, c := range e.cancels {
+			c.cancel(cause)
+			cancelled = append(cancelled, c.done)
 		}
 	}
+	return cancelled
 }
 
 // RunningOf returns the number of reconciles of key in flight.

@@ -160,14 +160,14 @@ func TestCancel(t *testing.T) {
 	b, endB := begin(key("b"))
 	g.Expect(tr.RunningOf(key("a"))).To(Equal(2))
 
-	g.Expect(tr.Cancel(key("a"), errMoved)).To(Equal(2))
+	g.Expect(tr.Cancel(key("a"), errMoved)).To(HaveLen(2))
 	g.Expect(context.Cause(a1)).To(MatchError(errMoved))
 	g.Expect(context.Cause(a2)).To(MatchError(errMoved))
 	g.Expect(b.Err()).NotTo(HaveOccurred(), "other objects run on")
 	endA1()
 	endA2()
 	g.Expect(tr.RunningOf(key("a"))).To(BeZero())
-	g.Expect(tr.Cancel(key("a"), errMoved)).To(BeZero(), "ended reconciles are not cancelled again")
+	g.Expect(tr.Cancel(key("a"), errMoved)).To(BeEmpty(), "ended reconciles are not cancelled again")
 
 	a3, endA3 := begin(key("a"))
 	tr.Close()
