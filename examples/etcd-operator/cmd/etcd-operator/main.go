@@ -66,6 +66,7 @@ type options struct {
 	virtualNodes            int
 	leaseDuration           time.Duration
 	renewPeriod             time.Duration
+	stopTimeout             time.Duration
 	release                 string
 	metricsBindAddress      string
 	healthProbeBindAddress  string
@@ -99,6 +100,7 @@ func parseFlags(args []string, getenv func(string) string) (*options, error) {
 	fs.IntVar(&o.virtualNodes, "virtual-nodes", 0, "Weight of this instance in the ring. Default 0: the ring's spec.virtualNodes.")
 	fs.DurationVar(&o.leaseDuration, "lease-duration", 15*time.Second, "Duration of the instance Lease (whole seconds).")
 	fs.DurationVar(&o.renewPeriod, "renew-period", 0, "Time between Lease renewals. Default: a third of --lease-duration.")
+	fs.DurationVar(&o.stopTimeout, "stop-timeout", 0, "Bound on stopping: a reconcile cancelled because the instance may no longer act (its Lease lost, its cluster moved away) must return within it, or the process exits. Default: --lease-duration less the renew deadline (a third of --lease-duration).")
 	fs.StringVar(&o.release, "release", string(leaseholder.ReleaseStop), "How the instance hands its Lease back on a graceful stop: Restart (it comes back with the same ID, as a StatefulSet's pod: the sharder keeps its objects for the ring's restartHold) or Stop (its objects move at once).")
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", ":8080", `Address of the metrics endpoint; "0" turns it off.`)
 	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", ":8081", `Address of /healthz and /readyz; "0" turns it off.`)
@@ -298,6 +300,7 @@ func run(ctx context.Context, o *options) error {
 		VirtualNodes:   o.virtualNodes,
 		LeaseDuration:  o.leaseDuration,
 		RenewPeriod:    o.renewPeriod,
+		StopTimeout:    o.stopTimeout,
 		Release:        leaseholder.Release(o.release),
 		Pod:            ownerPod(os.Getenv),
 		Clock:          skewedClock{offset: o.clockOffset},
