@@ -41,9 +41,10 @@ const (
 // runReal runs the demo on the real cluster of kubeconfig (make cluster):
 // helm install of the chart, the example operator as a StatefulSet of 3
 // pods, clusters EtcdClusters (each running an etcd pod), the membership
-// and the assignment, then a scale to 4 pods that shows the drains. It
-// leaves everything running and prints what to look at.
-func runReal(ctx context.Context, kubeconfig, helm string, clusters int) error {
+// and the assignment, then a scale to 4 pods that shows the drains (in slot
+// mode, the slots' releases and grants). It leaves everything running and
+// prints what to look at.
+func runReal(ctx context.Context, kubeconfig, helm string, clusters int, unit string) error {
 	if helm == "" {
 		return fmt.Errorf("--helm is required with --cluster-kubeconfig")
 	}
@@ -74,8 +75,12 @@ func runReal(ctx context.Context, kubeconfig, helm string, clusters int) error {
 	}
 	k.run(ctx, "get", "pods", "--namespace", sharderNamespace)
 
-	step("The example etcd operator, 3 instances in a StatefulSet: kubectl apply -k %s", operatorKustomize)
-	if err := k.must(ctx, "apply", "--server-side", "-k", filepath.Join(root, operatorKustomize)); err != nil {
+	kustomization := operatorKustomize
+	if unit == unitSlots {
+		kustomization = slotsKustomization
+	}
+	step("The example etcd operator, 3 instances in a StatefulSet: kubectl apply -k %s", kustomization)
+	if err := k.must(ctx, "apply", "--server-side", "-k", filepath.Join(root, kustomization)); err != nil {
 		return err
 	}
 	if err := k.must(ctx, "rollout", "status", "statefulset", operatorName, "--namespace", operatorNamespace, "--timeout", "3m"); err != nil {
@@ -83,12 +88,23 @@ func runReal(ctx context.Context, kubeconfig, helm string, clusters int) error {
 	}
 	k.run(ctx, "get", "pods", "--namespace", operatorNamespace)
 
-	tracker, err := localrun.NewLabelWatch(cfg, etcdv1alpha1.GroupVersion.WithResource("etcdclusters"), demoNamespace, operatorRing)
-	if err != nil {
-		return err
-	}
-	if err := tracker.Start(ctx); err != nil {
-		return err
+	var tracker *localrun.LabelWatch
+	var view *slotView
+	if unit == unitSlots {
+		ring := &sharderv1alpha1.ControllerRing{}
+		if err := c.Get(ctx, client.ObjectKey{Name: operatorRing}, ring); err != nil {
+			return err
+		}
+		if view, err = newSlotView(cfg, scheme, ring); err != nil {
+			return err
+		}
+	} else {
+		if tracker, err = localrun.NewLabelWatch(cfg, etcdv1alpha1.GroupVersion.WithResource("etcdclusters"), demoNamespace, operatorRing); err != nil {
+			return err
+		}
+		if err := tracker.Start(ctx); err != nil {
+			return err
+		}
 	}
 	step("Creating %d EtcdClusters of one member each in namespace %s", clusters, demoNamespace)
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: demoNamespace}}); err != nil {
@@ -108,6 +124,13 @@ func runReal(ctx context.Context, kubeconfig, helm string, clusters int) error {
 			return fmt.Errorf("creating EtcdCluster %s: %w", obj.Name, err)
 		}
 	}
+	if unit == unitSlots {
+		if err := realSlotJoin(ctx, k, view, clusters); err != nil {
+			return err
+		}
+		realSlotInstructions(kubeconfig, k.kubectl)
+		return nil
+	}
 	if err := waitSettled(ctx, tracker, clusters, operatorPods(3)); err != nil {
 		return err
 	}
@@ -121,15 +144,43 @@ func runReal(ctx context.Context, kubeconfig, helm string, clusters int) error {
 	if err := k.must(ctx, "scale", "statefulset", operatorName, "--namespace", operatorNamespace, "--replicas=4"); err != nil {
 		return err
 	}
-	fmt.Println("    the sharder asks the old instance to drain each cluster that moves, then labels it for the new one:")
+	fmt.Fprintln(out, "    the sharder asks the old instance to drain each cluster that moves, then labels it for the new one:")
 	if err := showMoves(ctx, tracker, clusters, operatorPods(4)); err != nil {
 		return err
 	}
 	after := tracker.Assignment()
 	showState(ctx, k, after)
-	fmt.Printf("\n    %d of %d clusters moved (ideal: a quarter, %d), each drained by its old instance first\n",
+	fmt.Fprintf(out, "\n    %d of %d clusters moved (ideal: a quarter, %d), each drained by its old instance first\n",
 		localrun.Moved(before, after), len(after), len(after)/4)
 	realInstructions(kubeconfig, k.kubectl)
+	return nil
+}
+
+// realSlotJoin shows the slot table on 3 pods, then scales the operator to
+// 4 and shows the slots' releases, acknowledgements and grants, and that no
+// EtcdCluster's labels were written (the operator writes the status of
+// each as its etcd pod starts: its own business, reported apart).
+func realSlotJoin(ctx context.Context, k kube, view *slotView, clusters int) error {
+	before, err := view.waitSettled(ctx, clusters, operatorPods(3))
+	if err != nil {
+		return err
+	}
+	view.show(ctx, k, before)
+	label := sharderv1alpha1.SlotLabel(operatorRing)
+	step("Slot labels: kubectl get etcdclusters -n %s -L %s", demoNamespace, label)
+	k.run(ctx, "get", "etcdclusters", "--namespace", demoNamespace, "-L", label)
+
+	step("Scaling the operator to 4 pods: kubectl scale statefulset %s --replicas=4", operatorName)
+	if err := k.must(ctx, "scale", "statefulset", operatorName, "--namespace", operatorNamespace, "--replicas=4"); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "    each old holder is asked to release slots and acknowledges on its Lease, then the sharder grants them:")
+	after, _, err := view.follow(ctx, before, operatorPods(4), clusters)
+	if err != nil {
+		return err
+	}
+	view.show(ctx, k, after)
+	reportJoin(before, after)
 	return nil
 }
 
@@ -177,11 +228,11 @@ func showMoves(ctx context.Context, tracker *localrun.LabelWatch, n int, ids []s
 	report := func(objs []localrun.Watched) error {
 		for _, o := range objs {
 			if o.Draining && !draining[o.Key] {
-				fmt.Printf("    %s: drain requested on %s\n", o.Key, o.Instance)
+				fmt.Fprintf(out, "    %s: drain requested on %s\n", o.Key, o.Instance)
 			}
 			draining[o.Key] = o.Draining
 			if prev := last[o.Key]; prev != o.Instance && o.Instance != "" {
-				fmt.Printf("    %s: %s -> %s\n", o.Key, prev, o.Instance)
+				fmt.Fprintf(out, "    %s: %s -> %s\n", o.Key, prev, o.Instance)
 			}
 			if o.Instance != "" {
 				last[o.Key] = o.Instance
@@ -222,7 +273,7 @@ func tool(ctx context.Context, name string, args ...string) error {
 func realInstructions(kubeconfig, kubectl string) {
 	shard := sharderv1alpha1.ShardLabel(operatorRing)
 	step("The cluster keeps running. In another shell:")
-	fmt.Printf(`
+	fmt.Fprintf(out, `
     export KUBECONFIG=%s PATH=%s:$PATH
 
     kubectl get pods -A                                    # the sharder, the operator's instances, the etcd pods
@@ -245,4 +296,33 @@ func realInstructions(kubeconfig, kubectl string) {
 Tear it down (as root) with: make cluster-down
 `, kubeconfig, filepath.Dir(kubectl), demoNamespace, shard, demoNamespace, shard, sharderNamespace,
 		demoNamespace, shard, operatorNamespace, operatorName, operatorNamespace, operatorName)
+}
+
+func realSlotInstructions(kubeconfig, kubectl string) {
+	label := sharderv1alpha1.SlotLabel(operatorRing)
+	step("The cluster keeps running. In another shell:")
+	fmt.Fprintf(out, `
+    export KUBECONFIG=%s PATH=%s:$PATH
+
+    kubectl get pods -A                                    # the sharder, the operator's instances, the etcd pods
+    kubectl get etcdclusters -n %s -L %s
+    kubectl get statefulsets,services,pods -n %s -L %s   # children carry their cluster's slot
+    kubectl get leases -A -l sharder.dev/ring -L sharder.dev/ring,sharder.dev/state
+    kubectl get controllerring %s -o yaml                 # status.slots: the slot table
+    kubectl get events -A --field-selector involvedObject.kind=ControllerRing
+    kubectl logs -n %s -l app.kubernetes.io/name=sharder --prefix --tail=20
+
+    # A slot label never changes: this is denied by the policy slot-label.sharder.dev.
+    kubectl label etcdcluster -n %s etcd-00 %s=0 --overwrite
+
+    # Delete an instance's pod: it releases its Lease as restarting, and its
+    # slots wait for the new pod, which has the same name (up to the ring's
+    # restartHold, 30 s): no slot moves.
+    kubectl delete pod -n %s %s-1
+    # Scale back to 3: the fourth instance's slots are handed back.
+    kubectl scale statefulset -n %s %s --replicas=3
+
+Tear it down (as root) with: make cluster-down
+`, kubeconfig, filepath.Dir(kubectl), demoNamespace, label, demoNamespace, label, operatorRing, sharderNamespace,
+		demoNamespace, label, operatorNamespace, operatorName, operatorNamespace, operatorName)
 }
