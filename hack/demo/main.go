@@ -31,12 +31,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
@@ -78,6 +80,11 @@ func main() {
 		fmt.Fprintf(os.Stderr, "demo: --unit %q: want %s or %s\n", *unit, unitLabels, unitSlots)
 		os.Exit(2)
 	}
+
+	// The control plane's start logs through controller-runtime, which
+	// otherwise prints a warning with a stack trace when the build before
+	// it took more than 30 s (a fresh clone).
+	ctrllog.SetLogger(logr.Discard())
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	var err error

@@ -110,6 +110,12 @@ type slotView struct {
 	// reconcileLog returns the reconcile log of an instance (the example
 	// operator's --reconcile-log); nil when the instances keep none (pods).
 	reconcileLog func(id string) string
+	// quiet is how long no EtcdCluster may have been written for the ring
+	// to count as settled: the operator writes a new cluster's status in
+	// its first reconciles, which a join should not be mistaken for. 0 on
+	// the real cluster, where the status follows the etcd pods as they
+	// start.
+	quiet time.Duration
 }
 
 func newSlotView(cfg *rest.Config, scheme *runtime.Scheme, ring *sharderv1alpha1.ControllerRing) (*slotView, error) {
@@ -295,12 +301,23 @@ func (v *slotView) reconciledByHolders(s *slotState, names []string) error {
 func (v *slotView) waitSettled(ctx context.Context, n int, ids []string) (*slotState, error) {
 	start := time.Now()
 	var s *slotState
+	var versions map[string]string
+	var writtenAt time.Time
 	err := localrun.Poll(ctx, 3*time.Minute, 200*time.Millisecond, func() error {
 		var err error
 		if s, err = v.read(ctx); err != nil {
 			return err
 		}
-		return v.settled(s, n, ids)
+		if now := s.versions(); !maps.Equal(now, versions) {
+			versions, writtenAt = now, time.Now()
+		}
+		if err := v.settled(s, n, ids); err != nil {
+			return err
+		}
+		if since := time.Since(writtenAt); since < v.quiet {
+			return fmt.Errorf("an EtcdCluster was written %s ago", since.Round(time.Millisecond))
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("waiting for the slot table: %w", err)
@@ -309,9 +326,21 @@ func (v *slotView) waitSettled(ctx context.Context, n int, ids []string) (*slotS
 	if v.reconcileLog != nil {
 		what += " and were reconciled by their slot's instance"
 	}
+	if v.quiet > 0 {
+		what += fmt.Sprintf(", none written in the last %s", v.quiet)
+	}
 	fmt.Fprintf(out, "    all %d slots granted to their instances (table revision %d); all %d EtcdClusters %s (%s)\n",
 		v.count, s.table.Revision, n, what, time.Since(start).Round(time.Millisecond))
 	return s, nil
+}
+
+// versions returns the resourceVersion of each EtcdCluster.
+func (s *slotState) versions() map[string]string {
+	m := make(map[string]string, len(s.clusters))
+	for name, c := range s.clusters {
+		m[name] = c.resourceVersion
+	}
+	return m
 }
 
 // show prints the membership, the ring and its slot table with the
@@ -567,7 +596,7 @@ func reportJoin(before, after *slotState) {
 // slotStory shows the slot table, then a fourth instance joining, to which
 // a quarter of the slots moves with no EtcdCluster written.
 func (d *demo) slotStory(ctx context.Context, clusters int, h hooks) error {
-	d.slots.reconcileLog = d.reconcileLog
+	d.slots.reconcileLog, d.slots.quiet = d.reconcileLog, 3*time.Second
 	before, err := d.slots.waitSettled(ctx, clusters, d.liveInstances())
 	if err != nil {
 		return err
