@@ -175,7 +175,10 @@ func realSlotJoin(ctx context.Context, k kube, view *slotView, clusters int) err
 		return err
 	}
 	fmt.Fprintln(out, "    each old holder is asked to release slots and acknowledges on its Lease, then the sharder grants them:")
-	after, _, err := view.follow(ctx, before, operatorPods(4), clusters)
+	if _, err := view.follow(ctx, before, operatorPods(4)); err != nil {
+		return err
+	}
+	after, err := view.waitSettled(ctx, clusters, operatorPods(4))
 	if err != nil {
 		return err
 	}

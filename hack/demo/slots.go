@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -300,6 +302,26 @@ func (v *slotView) reconciledByHolders(s *slotState, names []string) error {
 // instance), and returns what it read then.
 func (v *slotView) waitSettled(ctx context.Context, n int, ids []string) (*slotState, error) {
 	start := time.Now()
+	s, err := v.poll(ctx, n, ids, v.quiet)
+	if err != nil {
+		return nil, err
+	}
+	what := "carry their slot label"
+	if v.reconcileLog != nil {
+		what += " and were reconciled by their slot's instance"
+	}
+	if v.quiet > 0 {
+		what += fmt.Sprintf(", none written in the last %s", v.quiet)
+	}
+	fmt.Fprintf(out, "    all %d slots granted to their instances (table revision %d); all %d EtcdClusters %s (%s)\n",
+		v.count, s.table.Revision, n, what, time.Since(start).Round(time.Millisecond))
+	return s, nil
+}
+
+// poll waits until the table is settled on ids, every one of the n
+// EtcdClusters carries its slot label (and was reconciled by its slot's
+// instance), and none was written for quiet.
+func (v *slotView) poll(ctx context.Context, n int, ids []string, quiet time.Duration) (*slotState, error) {
 	var s *slotState
 	var versions map[string]string
 	var writtenAt time.Time
@@ -314,7 +336,7 @@ func (v *slotView) waitSettled(ctx context.Context, n int, ids []string) (*slotS
 		if err := v.settled(s, n, ids); err != nil {
 			return err
 		}
-		if since := time.Since(writtenAt); since < v.quiet {
+		if since := time.Since(writtenAt); since < quiet {
 			return fmt.Errorf("an EtcdCluster was written %s ago", since.Round(time.Millisecond))
 		}
 		return nil
@@ -322,15 +344,6 @@ func (v *slotView) waitSettled(ctx context.Context, n int, ids []string) (*slotS
 	if err != nil {
 		return nil, fmt.Errorf("waiting for the slot table: %w", err)
 	}
-	what := "carry their slot label"
-	if v.reconcileLog != nil {
-		what += " and were reconciled by their slot's instance"
-	}
-	if v.quiet > 0 {
-		what += fmt.Sprintf(", none written in the last %s", v.quiet)
-	}
-	fmt.Fprintf(out, "    all %d slots granted to their instances (table revision %d); all %d EtcdClusters %s (%s)\n",
-		v.count, s.table.Revision, n, what, time.Since(start).Round(time.Millisecond))
 	return s, nil
 }
 
@@ -400,11 +413,12 @@ func orNone(s string) string {
 	return s
 }
 
-// follow prints each change of the slot table and each acknowledgement on
-// a Lease after before, until the table is settled on ids, then waits until
-// the n EtcdClusters are settled too and returns the state then, with the
-// time the table settled.
-func (v *slotView) follow(ctx context.Context, before *slotState, ids []string, n int) (*slotState, time.Time, error) {
+// follow waits until the table is settled on ids after before, then
+// prints each change of the table and each acknowledgement on a Lease in
+// the order they were written (by resourceVersion, once the Leases' watch
+// has passed the table's last write), and returns the time the table
+// settled.
+func (v *slotView) follow(ctx context.Context, before *slotState, ids []string) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	rings, err := v.c.Watch(ctx, &sharderv1alpha1.ControllerRingList{}, &client.ListOptions{
@@ -412,72 +426,98 @@ func (v *slotView) follow(ctx context.Context, before *slotState, ids []string, 
 		Raw:           &metav1.ListOptions{ResourceVersion: before.ring.ResourceVersion},
 	})
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("watching ring %s: %w", v.ring, err)
+		return time.Time{}, fmt.Errorf("watching ring %s: %w", v.ring, err)
 	}
 	defer rings.Stop()
 	leases, err := v.c.Watch(ctx, &coordinationv1.LeaseList{}, client.InNamespace(v.leaseNamespace),
 		client.MatchingLabels{sharderv1alpha1.LabelRing: v.ring}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: before.leasesVersion}})
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("watching the Leases of ring %s: %w", v.ring, err)
+		return time.Time{}, fmt.Errorf("watching the Leases of ring %s: %w", v.ring, err)
 	}
 	defer leases.Stop()
 
+	var events []joinEvent
 	table, acknowledged := before.table, maps.Clone(before.acknowledged)
-	lease := func(ev watch.Event) error {
-		l, ok := ev.Object.(*coordinationv1.Lease)
+	var leasesAt, settledRV uint64 // the resourceVersion the Leases' watch reached; the table's settling write
+	lease := func(ev watch.Event, ok bool) error {
 		if !ok {
+			return errors.New("the watch of the Leases ended")
+		}
+		l, isLease := ev.Object.(*coordinationv1.Lease)
+		if !isLease {
 			return watchError("Leases", ev)
 		}
+		rv := resourceVersion(l)
+		leasesAt = max(leasesAt, rv)
 		if rev := slots.ParseAcknowledgement(l.Annotations[sharderv1alpha1.AnnotationSlotsAcknowledged], before.ring.UID); rev > acknowledged[l.Name] {
 			acknowledged[l.Name] = rev
-			fmt.Fprintf(out, "    %s acknowledges on its Lease: it let go of the slots released up to revision %d\n", l.Name, rev)
+			events = append(events, joinEvent{rv: rv,
+				line: fmt.Sprintf("%s acknowledges on its Lease: it let go of the slots released up to revision %d", l.Name, rev)})
 		}
 		return nil
 	}
 	for tableSettled(table, ids) != nil {
 		select {
 		case ev, ok := <-leases.ResultChan():
-			if !ok {
-				return nil, time.Time{}, errors.New("the watch of the Leases ended")
-			}
-			if err := lease(ev); err != nil {
-				return nil, time.Time{}, err
+			if err := lease(ev, ok); err != nil {
+				return time.Time{}, err
 			}
 		case ev, ok := <-rings.ResultChan():
 			if !ok {
-				return nil, time.Time{}, fmt.Errorf("the watch of ring %s ended: %w", v.ring, errors.Join(ctx.Err(), tableSettled(table, ids)))
+				return time.Time{}, fmt.Errorf("the watch of ring %s ended: %w", v.ring, tableSettled(table, ids))
 			}
 			r, isRing := ev.Object.(*sharderv1alpha1.ControllerRing)
 			if !isRing {
-				return nil, time.Time{}, watchError("the ring", ev)
+				return time.Time{}, watchError("the ring", ev)
 			}
 			next, err := slots.FromStatus(v.count, r.Status.Slots)
 			if err != nil || next.Revision <= table.Revision {
 				continue // another status write, or a table the sharder reports itself
 			}
-			// The acknowledgements that led to this table come first.
-			for drained := false; !drained; {
-				select {
-				case ev, ok := <-leases.ResultChan():
-					if ok {
-						if err := lease(ev); err != nil {
-							return nil, time.Time{}, err
-						}
-					}
-					drained = !ok
-				default:
-					drained = true
-				}
-			}
-			fmt.Fprintf(out, "    revision %d: %s\n", next.Revision, strings.Join(describeChange(table, next), "; "))
+			settledRV = resourceVersion(r)
+			events = append(events, joinEvent{rv: settledRV,
+				line: fmt.Sprintf("revision %d: %s", next.Revision, strings.Join(describeChange(table, next), "; "))})
 			table = next
 		case <-ctx.Done():
-			return nil, time.Time{}, fmt.Errorf("waiting for the slot table: %w: %w", ctx.Err(), tableSettled(table, ids))
+			return time.Time{}, fmt.Errorf("waiting for the slot table: %w: %w", ctx.Err(), tableSettled(table, ids))
 		}
 	}
 	settledAt := time.Now()
-	after, err := v.waitSettled(ctx, n, ids)
-	return after, settledAt, err
+	// An acknowledgement written before the last table may reach this
+	// watch after it: wait until the Leases' watch passed the table's write
+	// (a renewal comes every few seconds), for the order below.
+	for wait := time.After(30 * time.Second); leasesAt < settledRV; {
+		select {
+		case ev, ok := <-leases.ResultChan():
+			if err := lease(ev, ok); err != nil {
+				return time.Time{}, err
+			}
+		case <-wait:
+			leasesAt = settledRV
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		}
+	}
+	slices.SortStableFunc(events, func(a, b joinEvent) int { return cmp.Compare(a.rv, b.rv) })
+	for _, e := range events {
+		fmt.Fprintf(out, "    %s\n", e.line)
+	}
+	return settledAt, nil
+}
+
+// joinEvent is a line follow prints, at the resourceVersion of the write
+// it tells of.
+type joinEvent struct {
+	rv   uint64
+	line string
+}
+
+// resourceVersion returns an object's resourceVersion as a number (etcd's
+// revision of its last write, which orders writes across objects); 0 when
+// it is not a number.
+func resourceVersion(obj metav1.Object) uint64 {
+	rv, _ := strconv.ParseUint(obj.GetResourceVersion(), 10, 64)
+	return rv
 }
 
 func watchError(what string, ev watch.Event) error {
@@ -618,12 +658,26 @@ func (d *demo) slotStory(ctx context.Context, clusters int, h hooks) error {
 		return err
 	}
 	fmt.Fprintln(out, "    each old holder is asked to release slots and acknowledges on its Lease, then the sharder grants them:")
-	after, settledAt, err := d.slots.follow(ctx, before, d.liveInstances(), clusters)
+	settledAt, err := d.slots.follow(ctx, before, d.liveInstances())
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "    %s reconciled each EtcdCluster of its slots within %s of the table settling\n",
-		d.instances[3].Name, time.Since(settledAt).Round(time.Millisecond))
+	reconciled, err := d.slots.poll(ctx, clusters, d.liveInstances(), 0)
+	if err != nil {
+		return err
+	}
+	newID, inSlots := d.instances[3].Name, 0
+	for name := range reconciled.clusters {
+		if reconciled.holderOf(name) == newID {
+			inSlots++
+		}
+	}
+	fmt.Fprintf(out, "    %s reconciled each of the %d EtcdClusters of its slots (by its reconcile log) within %s of the table's last grant\n",
+		newID, inSlots, time.Since(settledAt).Round(100*time.Millisecond))
+	after, err := d.slots.waitSettled(ctx, clusters, d.liveInstances())
+	if err != nil {
+		return err
+	}
 	if err := call(h.joined); err != nil {
 		return err
 	}
@@ -663,8 +717,7 @@ func (d *demo) slotInstructions() {
     kubectl get statefulsets,services,configmaps -n %s -L %s   # children carry their cluster's slot
     kubectl get leases -A -l sharder.dev/ring -L sharder.dev/ring,sharder.dev/state
     kubectl get controllerring %s -o yaml        # status.slots: the slot table
-    %s status %s
-    %s status %s --recount                     # objects per instance, counted from their slot labels
+    %s status %s                 # slots per instance
 
     # A slot label never changes: this is denied by the policy slot-label.sharder.dev.
     kubectl label etcdcluster -n %s %s %s=%d --overwrite
@@ -678,6 +731,6 @@ func (d *demo) slotInstructions() {
 Logs of every process: %s
 Press Ctrl-C to stop the demo and clean up.
 `, d.kube.kubeconfig, filepath.Dir(d.kube.kubectl), demoNamespace, label, demoNamespace, label, d.ring.Name,
-		d.cl.Binaries.Sharder, d.ring.Name, d.cl.Binaries.Sharder, d.ring.Name,
+		d.cl.Binaries.Sharder, d.ring.Name,
 		demoNamespace, clusterName(0), label, other, d.leaseDuration, d.instances[1].Pid(), d.instances[2].Pid(), d.cl.LogDir)
 }
