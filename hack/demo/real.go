@@ -86,6 +86,11 @@ func runReal(ctx context.Context, kubeconfig, helm string, clusters int, unit st
 	if err := k.must(ctx, "rollout", "status", "statefulset", operatorName, "--namespace", operatorNamespace, "--timeout", "3m"); err != nil {
 		return err
 	}
+	if unit == unitSlots {
+		if err := slotModeOperators(ctx, k); err != nil {
+			return err
+		}
+	}
 	k.run(ctx, "get", "pods", "--namespace", operatorNamespace)
 
 	var tracker *localrun.LabelWatch
@@ -256,6 +261,48 @@ func operatorPods(n int) []string {
 		ids[i] = fmt.Sprintf("%s-%d", operatorName, i)
 	}
 	return ids
+}
+
+// objectModeLine is what the example operator logs at start when it found
+// no ring to read, and so runs in object mode.
+const objectModeLine = "Cannot read the ring: running in object mode"
+
+// slotModeOperators makes sure the operator's pods run in slot mode: the
+// operator reads its ring's unit once, at start, and kubectl apply creates
+// the StatefulSet before the ring (kustomize orders kinds it does not know
+// last), so a pod quick to start may have found no ring. Such pods are
+// restarted, once the ring is there.
+func slotModeOperators(ctx context.Context, k kube) error {
+	var early []string
+	for _, pod := range operatorPods(3) {
+		logs, err := k.output(ctx, "logs", "--namespace", operatorNamespace, pod)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(logs, objectModeLine) {
+			early = append(early, pod)
+		}
+	}
+	if len(early) == 0 {
+		return nil
+	}
+	step("Restarting the operator: %s started before its ring existed and runs in object mode", strings.Join(early, ", "))
+	if err := k.must(ctx, "rollout", "restart", "statefulset", operatorName, "--namespace", operatorNamespace); err != nil {
+		return err
+	}
+	return k.must(ctx, "rollout", "status", "statefulset", operatorName, "--namespace", operatorNamespace, "--timeout", "3m")
+}
+
+// output runs kubectl and returns its output.
+func (k kube) output(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, k.kubectl, append([]string{"--kubeconfig", k.kubeconfig}, args...)...) //nolint:gosec // the repository's kubectl with the demo's own arguments
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	data, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(data), nil
 }
 
 // must runs kubectl with its output on the demo's and returns its error.

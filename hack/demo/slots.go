@@ -260,23 +260,18 @@ func (v *slotView) settled(s *slotState, n int, ids []string) error {
 			return fmt.Errorf("EtcdCluster %s has no slot label yet", name)
 		}
 	}
-	return v.reconciledByHolders(s, nil)
+	return v.reconciledByHolders(s)
 }
 
-// reconciledByHolders returns nil when each EtcdCluster (of names, all when
-// nil) has been reconciled to its end by the instance its slot is granted
-// to, by the instances' reconcile logs; nil at once without them.
-func (v *slotView) reconciledByHolders(s *slotState, names []string) error {
+// reconciledByHolders returns nil when each EtcdCluster has been reconciled
+// to its end by the instance its slot is granted to, by the instances'
+// reconcile logs; nil at once without them.
+func (v *slotView) reconciledByHolders(s *slotState) error {
 	if v.reconcileLog == nil {
 		return nil
 	}
-	if names == nil {
-		for name := range s.clusters {
-			names = append(names, name)
-		}
-	}
 	done := map[string]map[string]bool{} // instance → namespace/name → reconciled
-	for _, name := range names {
+	for name := range s.clusters {
 		id := s.holderOf(name)
 		if done[id] == nil {
 			entries, err := reconcilelog.Read(v.reconcileLog(id))
