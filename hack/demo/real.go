@@ -95,8 +95,8 @@ func runReal(ctx context.Context, kubeconfig, helm string, clusters int, unit st
 
 	var tracker *localrun.LabelWatch
 	var view *slotView
+	ring := &sharderv1alpha1.ControllerRing{}
 	if unit == unitSlots {
-		ring := &sharderv1alpha1.ControllerRing{}
 		if err := c.Get(ctx, client.ObjectKey{Name: operatorRing}, ring); err != nil {
 			return err
 		}
@@ -120,7 +120,7 @@ func runReal(ctx context.Context, kubeconfig, helm string, clusters int, unit st
 	}
 	for i := range clusters {
 		obj := &etcdv1alpha1.EtcdCluster{
-			ObjectMeta: metav1.ObjectMeta{Namespace: demoNamespace, Name: fmt.Sprintf("etcd-%02d", i)},
+			ObjectMeta: metav1.ObjectMeta{Namespace: demoNamespace, Name: realClusterName(i)},
 			Spec: etcdv1alpha1.EtcdClusterSpec{Size: 1, Storage: etcdv1alpha1.EtcdStorageSpec{
 				StorageClassName: ptr.To(storageClass), Size: ptr.To(volumeSize),
 			}},
@@ -133,7 +133,7 @@ func runReal(ctx context.Context, kubeconfig, helm string, clusters int, unit st
 		if err := realSlotJoin(ctx, k, view, clusters); err != nil {
 			return err
 		}
-		realSlotInstructions(kubeconfig, k.kubectl)
+		realSlotInstructions(kubeconfig, k.kubectl, ring)
 		return nil
 	}
 	if err := waitSettled(ctx, tracker, clusters, operatorPods(3)); err != nil {
@@ -348,8 +348,9 @@ Tear it down (as root) with: make cluster-down
 		demoNamespace, shard, operatorNamespace, operatorName, operatorNamespace, operatorName)
 }
 
-func realSlotInstructions(kubeconfig, kubectl string) {
+func realSlotInstructions(kubeconfig, kubectl string, ring *sharderv1alpha1.ControllerRing) {
 	label := sharderv1alpha1.SlotLabel(operatorRing)
+	other := (slotOf(ring, realClusterName(0)) + 1) % ring.Spec.EffectiveSlotCount()
 	step("The cluster keeps running. In another shell:")
 	fmt.Fprintf(out, `
     export KUBECONFIG=%s PATH=%s:$PATH
@@ -363,16 +364,20 @@ func realSlotInstructions(kubeconfig, kubectl string) {
     kubectl logs -n %s -l app.kubernetes.io/name=sharder --prefix --tail=20
 
     # A slot label never changes: this is denied by the policy slot-label.sharder.dev.
-    kubectl label etcdcluster -n %s etcd-00 %s=0 --overwrite
+    kubectl label etcdcluster -n %s %s %s=%d --overwrite
 
     # Delete an instance's pod: it releases its Lease as restarting, and its
     # slots wait for the new pod, which has the same name (up to the ring's
     # restartHold, 30 s): no slot moves.
     kubectl delete pod -n %s %s-1
-    # Scale back to 3: the fourth instance's slots are handed back.
+    # Scale back to 3: the fourth instance's slots go to the others once the
+    # restartHold has passed (its pod, too, released its Lease as restarting).
     kubectl scale statefulset -n %s %s --replicas=3
 
 Tear it down (as root) with: make cluster-down
 `, kubeconfig, filepath.Dir(kubectl), demoNamespace, label, demoNamespace, label, operatorRing, sharderNamespace,
-		demoNamespace, label, operatorNamespace, operatorName, operatorNamespace, operatorName)
+		demoNamespace, realClusterName(0), label, other, operatorNamespace, operatorName, operatorNamespace, operatorName)
 }
+
+// realClusterName is the name of the i-th EtcdCluster on the real cluster.
+func realClusterName(i int) string { return fmt.Sprintf("etcd-%02d", i) }
