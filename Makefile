@@ -343,14 +343,23 @@ bench-slots: control-plane ## Measure one ring of unit Slots on a local control 
 # make demo runs on a local control plane; make demo CLUSTER=real on the real
 # one-node cluster, which it starts (make cluster) and leaves running.
 CLUSTER ?= local
+# make demo runs the ring in label mode (unit Objects: each object's instance
+# in its shard label); make demo UNIT=slots in slot mode (unit Slots, the
+# example's config-slots: slots move, objects are not written).
+UNIT ?= labels
+ifneq ($(filter demo,$(MAKECMDGOALS)),)
+ifeq ($(filter labels slots,$(UNIT)),)
+$(error UNIT=$(UNIT): want labels (the default: a ring of unit Objects) or slots (a ring of unit Slots))
+endif
+endif
 
 .PHONY: demo
-demo: control-plane $(if $(filter real,$(CLUSTER)),node images $(HELM)) ## Run the sharder, three example operator instances and 100 EtcdClusters on a local control plane; CLUSTER=real: on the real cluster (as root), left running.
+demo: control-plane $(if $(filter real,$(CLUSTER)),node images $(HELM)) ## Run the sharder, three example operator instances and 100 EtcdClusters on a local control plane; CLUSTER=real: on the real cluster (as root), left running; UNIT=slots: the ring in slot mode.
 ifeq ($(CLUSTER),real)
 	$(MAKE) --no-print-directory cluster
-	hack/demo.sh --cluster-kubeconfig $(CLUSTER_DIR)/kubeconfig --helm $(HELM)
+	hack/demo.sh --cluster-kubeconfig $(CLUSTER_DIR)/kubeconfig --helm $(HELM) --unit $(UNIT)
 else ifeq ($(CLUSTER),local)
-	hack/demo.sh
+	hack/demo.sh --unit $(UNIT)
 else
 	@echo "CLUSTER=$(CLUSTER): want local (a bare control plane) or real (make cluster)" >&2; exit 1
 endif
