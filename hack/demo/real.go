@@ -337,8 +337,10 @@ func realInstructions(kubeconfig, kubectl string) {
     # Only the sharder may change the labels: this is denied by its webhook.
     kubectl label etcdcluster -n %s etcd-00 %s=someone-else --overwrite
 
-    # Delete an instance's pod: it releases its Lease on the way out, its
-    # clusters move to the others at once and come back with the new pod.
+    # Delete an instance's pod: it hands its Lease back restarting on the
+    # way out (--release=Restart), its clusters stay where they are, written
+    # by nobody, until the new pod of the same name holds the Lease again
+    # (within the ring's restartHold, 30s; past it they would move).
     kubectl delete pod -n %s %s-1
     # Scale back to 3: the fourth instance's clusters are handed back.
     kubectl scale statefulset -n %s %s --replicas=3
