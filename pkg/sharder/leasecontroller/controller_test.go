@@ -188,6 +188,12 @@ func TestMalformedLeases(t *testing.T) {
 	createLease(t, ring, ns, "weighted", now, 60, func(l *coordinationv1.Lease) { l.Labels[v1alpha1.LabelVirtualNodes] = "300" })
 	createLease(t, ring, ns, "not-a-number", now, 60, func(l *coordinationv1.Lease) { l.Labels[v1alpha1.LabelVirtualNodes] = "many" })
 	createLease(t, ring, ns, "zero", now, 60, func(l *coordinationv1.Lease) { l.Labels[v1alpha1.LabelVirtualNodes] = "0" })
+	createLease(t, ring, ns, "stop-soon", now, 60, func(l *coordinationv1.Lease) {
+		l.Annotations = map[string]string{v1alpha1.AnnotationMaxStop: "soon"}
+	})
+	createLease(t, ring, ns, "stop-5s", now, 60, func(l *coordinationv1.Lease) {
+		l.Annotations = map[string]string{v1alpha1.AnnotationMaxStop: "5s"}
+	})
 	createLease(t, ring, ns, "no-holder", now, 60, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = nil })
 	createLease(t, ring, ns, "no-duration", now, 60, func(l *coordinationv1.Lease) { l.Spec.LeaseDurationSeconds = nil })
 	createLease(t, ring, ns, "no-times", now, 60, func(l *coordinationv1.Lease) {
@@ -200,12 +206,16 @@ func TestMalformedLeases(t *testing.T) {
 		{ID: "no-holder", State: membership.StateDead},
 		{ID: "no-times", State: membership.StateReady}, // renewed at creation
 		{ID: "not-a-number", VirtualNodes: 0, State: membership.StateReady},
+		{ID: "stop-5s", State: membership.StateReady, MaxStop: 5 * time.Second},
+		{ID: "stop-soon", State: membership.StateReady}, // a malformed bound is no promise
 		{ID: "weighted", VirtualNodes: 300, State: membership.StateReady},
 		{ID: "zero", VirtualNodes: 0, State: membership.StateReady},
 	}))
 	g.Eventually(eventReasons(ns, "not-a-number")).Should(ContainElement("InvalidVirtualNodes"))
 	g.Eventually(eventReasons(ns, "zero")).Should(ContainElement("InvalidVirtualNodes"))
 	g.Consistently(eventReasons(ns, "weighted"), time.Second).ShouldNot(ContainElement("InvalidVirtualNodes"))
+	g.Eventually(eventReasons(ns, "stop-soon")).Should(ContainElement("InvalidMaxStop"))
+	g.Consistently(eventReasons(ns, "stop-5s"), time.Second).ShouldNot(ContainElement("InvalidMaxStop"))
 
 	// Fixing the label gives the weight.
 	fixed, err := getLease(ns, "not-a-number")()

@@ -3,6 +3,7 @@ package leasecontroller
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -59,65 +60,82 @@ func (c *Controller) patchState(ctx context.Context, lease *coordinationv1.Lease
 	return patched, nil
 }
 
+// malformed is a Lease field the instance writes and the sharder parses:
+// what it is read by, and what is reported when it is malformed.
+type malformed struct {
+	reported *sync.Map // per Lease, the malformed value last reported
+	value    func(*coordinationv1.Lease) string
+	check    func(*coordinationv1.Lease) error
+	log      string // the log message
+	reason   string // the event's reason
+	event    string // the event's message, given the Lease, the ring and the error
+}
+
+// report reports lease's value of f once per malformed value, in the log
+// and an event on the Lease, and forgets it once the value is well-formed.
+func (c *Controller) report(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease, f malformed) {
+	key := client.ObjectKeyFromObject(lease)
+	err := f.check(lease)
+	if err == nil {
+		f.reported.Delete(key)
+		return
+	}
+	value := f.value(lease)
+	if last, ok := f.reported.Load(key); ok && last == value {
+		return
+	}
+	f.reported.Store(key, value)
+	ctrl.LoggerFrom(ctx).Info(f.log, "object", klog.KObj(lease), "ring", ring.Name, "error", err.Error())
+	c.recorder.Eventf(lease, corev1.EventTypeWarning, f.reason, f.event, lease.Name, ring.Name, err)
+}
+
 // reportVirtualNodes reports a malformed sharder.dev/virtual-nodes label
 // once per value: the instance keeps the ring's default weight.
 func (c *Controller) reportVirtualNodes(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease) {
-	key := client.ObjectKeyFromObject(lease)
-	_, err := membership.VirtualNodesOf(lease)
-	if err == nil {
-		c.reported.Delete(key)
-		return
-	}
-	value := lease.Labels[v1alpha1.LabelVirtualNodes]
-	if last, ok := c.reported.Load(key); ok && last == value {
-		return
-	}
-	c.reported.Store(key, value)
-	ctrl.LoggerFrom(ctx).Info("Ignoring a malformed weight label: the instance keeps the ring's default weight",
-		"object", klog.KObj(lease), "ring", ring.Name, "error", err.Error())
-	c.recorder.Eventf(lease, corev1.EventTypeWarning, "InvalidVirtualNodes",
-		"Instance %s keeps ring %s's default weight: %v", lease.Name, ring.Name, err)
+	c.report(ctx, ring, lease, malformed{
+		reported: &c.reported,
+		value:    func(l *coordinationv1.Lease) string { return l.Labels[v1alpha1.LabelVirtualNodes] },
+		check: func(l *coordinationv1.Lease) error {
+			_, err := membership.VirtualNodesOf(l)
+			return err
+		},
+		log:    "Ignoring a malformed weight label: the instance keeps the ring's default weight",
+		reason: "InvalidVirtualNodes",
+		event:  "Instance %s keeps ring %s's default weight: %v",
+	})
 }
 
 // reportMaxWatchLag reports a malformed sharder.dev/max-watch-lag annotation
 // once per value: the sharder takes it as no promise, so objects released
 // from the instance by a forced move get the force grace only.
 func (c *Controller) reportMaxWatchLag(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease) {
-	key := client.ObjectKeyFromObject(lease)
-	_, err := membership.MaxWatchLagOf(lease)
-	if err == nil {
-		c.reportedLag.Delete(key)
-		return
-	}
-	value := lease.Annotations[v1alpha1.AnnotationMaxWatchLag]
-	if last, ok := c.reportedLag.Load(key); ok && last == value {
-		return
-	}
-	c.reportedLag.Store(key, value)
-	ctrl.LoggerFrom(ctx).Info("Ignoring a malformed max-watch-lag annotation: the instance promises nothing about its watches",
-		"object", klog.KObj(lease), "ring", ring.Name, "error", err.Error())
-	c.recorder.Eventf(lease, corev1.EventTypeWarning, "InvalidMaxWatchLag",
-		"Instance %s of ring %s promises nothing about its watches: %v", lease.Name, ring.Name, err)
+	c.report(ctx, ring, lease, malformed{
+		reported: &c.reportedLag,
+		value:    func(l *coordinationv1.Lease) string { return l.Annotations[v1alpha1.AnnotationMaxWatchLag] },
+		check: func(l *coordinationv1.Lease) error {
+			_, err := membership.MaxWatchLagOf(l)
+			return err
+		},
+		log:    "Ignoring a malformed max-watch-lag annotation: the instance promises nothing about its watches",
+		reason: "InvalidMaxWatchLag",
+		event:  "Instance %s of ring %s promises nothing about its watches: %v",
+	})
 }
 
 // reportMaxStop reports a malformed sharder.dev/max-stop annotation once per
 // value: the sharder takes it as no promise beyond the Lease's margin.
 func (c *Controller) reportMaxStop(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease) {
-	key := client.ObjectKeyFromObject(lease)
-	_, err := membership.MaxStopOf(lease)
-	if err == nil {
-		c.reportedStop.Delete(key)
-		return
-	}
-	value := lease.Annotations[v1alpha1.AnnotationMaxStop]
-	if last, ok := c.reportedStop.Load(key); ok && last == value {
-		return
-	}
-	c.reportedStop.Store(key, value)
-	ctrl.LoggerFrom(ctx).Info("Ignoring a malformed max-stop annotation: the instance promises no bound on stopping beyond its Lease's margin",
-		"object", klog.KObj(lease), "ring", ring.Name, "error", err.Error())
-	c.recorder.Eventf(lease, corev1.EventTypeWarning, "InvalidMaxStop",
-		"Instance %s of ring %s promises no bound on stopping beyond its Lease's margin: %v", lease.Name, ring.Name, err)
+	c.report(ctx, ring, lease, malformed{
+		reported: &c.reportedStop,
+		value:    func(l *coordinationv1.Lease) string { return l.Annotations[v1alpha1.AnnotationMaxStop] },
+		check: func(l *coordinationv1.Lease) error {
+			_, err := membership.MaxStopOf(l)
+			return err
+		},
+		log:    "Ignoring a malformed max-stop annotation: the instance promises no bound on stopping beyond its Lease's margin",
+		reason: "InvalidMaxStop",
+		event:  "Instance %s of ring %s promises no bound on stopping beyond its Lease's margin: %v",
+	})
 }
 
 // reportInvalid reports a Lease whose name cannot be an instance ID, once.
