@@ -129,18 +129,25 @@ func TestForcedMoveCancelsBeforeTheNextInstanceStarts(t *testing.T) {
 	g.Eventually(c.done, 30*time.Second).Should(BeClosed(), "i1's reconcile ends")
 	g.Expect(c.at.Load()).NotTo(BeNil(), "ended by the cancellation")
 	g.Expect(errors.Is(*c.cause.Load(), instance.ErrMoved)).To(BeTrue(), "cause: %v", *c.cause.Load())
+	first := firstRun(g, rec, name, "i2")
+	g.Expect(c.at.Load().Before(first)).To(BeTrue(),
+		"i1's reconcile was cancelled at %v, after i2 started at %v", c.at.Load().Format(time.StampMicro), first.Format(time.StampMicro))
+	g.Expect(rec.overlaps()).To(BeEmpty())
+}
+
+// firstRun waits until instance id has reconciled object name and returns
+// when its first reconcile of it started.
+func firstRun(g Gomega, rec *recorder, name, id string) time.Time {
 	var first time.Time
 	g.Eventually(func() bool {
-		runs := rec.runsOf(name, "i2")
+		runs := rec.runsOf(name, id)
 		if len(runs) == 0 {
 			return false
 		}
 		first = runs[0].start
 		return true
-	}, 30*time.Second).Should(BeTrue(), "i2 reconciles the object")
-	g.Expect(c.at.Load().Before(first)).To(BeTrue(),
-		"i1's reconcile was cancelled at %v, after i2 started at %v", c.at.Load().Format(time.StampMicro), first.Format(time.StampMicro))
-	g.Expect(rec.overlaps()).To(BeEmpty())
+	}, 30*time.Second).Should(BeTrue(), "%s reconciles the object", id)
+	return first
 }
 
 // nameMovingTo returns the name of a ConfigMap of ns that a ring of ids (the
@@ -226,15 +233,7 @@ func TestReconcileIgnoringItsContextEndsBeforeTheNextInstanceStarts(t *testing.T
 
 	startInstance(t, instanceConfig{ring: ring, namespace: ns, id: "i2", rec: rec})
 	g.Eventually(c.killed, 60*time.Second).Should(BeClosed(), "i1's process ends: its reconcile ignored the cancellation past its stop timeout")
-	var first time.Time
-	g.Eventually(func() bool {
-		runs := rec.runsOf(name, "i2")
-		if len(runs) == 0 {
-			return false
-		}
-		first = runs[0].start
-		return true
-	}, 30*time.Second).Should(BeTrue(), "i2 reconciles the object")
+	first := firstRun(g, rec, name, "i2")
 	g.Expect(c.killAt.Load().Before(first)).To(BeTrue(),
 		"i1's process ended at %v, after i2 started at %v", c.killAt.Load().Format(time.StampMicro), first.Format(time.StampMicro))
 	g.Expect(rec.overlaps()).To(BeEmpty())
