@@ -214,6 +214,14 @@ func TestStepSafety(t *testing.T) {
 				g.Expect(acknowledged || holder.State.Gone() && holder.Movable).To(BeTrue(),
 					"run %d step %d: slot %d passed from %s (%+v, %+v) to %s", run, step, s, prev.Holder, prev, holder, next.Holder)
 			}
+			// What the webhook checks a table write by (Leaving) allows
+			// every write Step makes: a holder losing slots acknowledged
+			// their releases, or is gone and movable.
+			for id, need := range Leaving(table, r.Table) {
+				holder := instances[id]
+				g.Expect(need != Unacknowledged && holder.Acknowledged >= need || holder.State.Gone() && holder.Movable).To(BeTrue(),
+					"run %d step %d: %s loses slots needing %d (%+v)", run, step, id, need, holder)
+			}
 			for _, id := range r.Fence {
 				g.Expect(instances[id].State.Ready()).To(BeTrue())
 				late := false

@@ -142,3 +142,37 @@ func (t Table) Status() *v1alpha1.SlotTable {
 	}
 	return out
 }
+
+// Unacknowledged is a need of Leaving: a holder lost a slot granted to it,
+// which no acknowledgement allows.
+const Unacknowledged int64 = -1
+
+// Leaving returns, for every instance that holds a slot in old and not in
+// next, what lets that slot go without two instances on it: the revision
+// the instance must have acknowledged, the highest Since of its releasing
+// slots that leave, or Unacknowledged when a slot granted to it leaves.
+// Such a change is safe while the instance holds its Lease only when its
+// acknowledgement reaches that revision; otherwise only while it does not
+// hold its Lease (it is gone, and the sharder holds the Lease or nobody
+// does). Instances that lose nothing are not in the map.
+func Leaving(old, next Table) map[string]int64 {
+	var out map[string]int64
+	for i, s := range old.Slots {
+		if s.Holder == "" || (i < len(next.Slots) && next.Slots[i].Holder == s.Holder) {
+			continue
+		}
+		if out == nil {
+			out = map[string]int64{}
+		}
+		need, seen := out[s.Holder]
+		switch {
+		case !s.Releasing:
+			out[s.Holder] = Unacknowledged
+		case !seen:
+			out[s.Holder] = s.Since
+		case need != Unacknowledged && s.Since > need:
+			out[s.Holder] = s.Since
+		}
+	}
+	return out
+}

@@ -90,3 +90,29 @@ func TestStatusSize(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(len(data)).To(BeNumerically("<=", 130_000))
 }
+
+// TestLeaving: what each holder that loses slots must have acknowledged
+// for the change to be safe while it runs.
+func TestLeaving(t *testing.T) {
+	g := NewWithT(t)
+	old := NewTable(6)
+	old.Revision = 9
+	old.Slots[0] = Slot{Holder: "a"}
+	old.Slots[1] = Slot{Holder: "a", Releasing: true, Since: 4}
+	old.Slots[2] = Slot{Holder: "b", Releasing: true, Since: 7}
+	old.Slots[3] = Slot{Holder: "b", Releasing: true, Since: 5}
+	old.Slots[4] = Slot{Holder: "c"}
+	old.Slots[5] = Slot{Holder: "c", Releasing: true, Since: 8}
+
+	g.Expect(Leaving(old, old.Clone())).To(BeEmpty(), "nothing leaves")
+
+	next := old.Clone()
+	next.Revision = 10
+	next.Slots[0] = Slot{Holder: "a", Releasing: true, Since: 10} // asked to release: still a's
+	next.Slots[1] = Slot{Holder: "c"}                             // a's release of revision 4 passes on
+	next.Slots[2] = Slot{}                                        // b's releases of revisions 7 and 5 end
+	next.Slots[3] = Slot{Holder: "a"}
+	next.Slots[4] = Slot{Holder: "a"} // c's granted slot: no acknowledgement allows it
+	next.Slots[5] = Slot{}
+	g.Expect(Leaving(old, next)).To(Equal(map[string]int64{"a": 4, "b": 7, "c": Unacknowledged}))
+}

@@ -336,6 +336,12 @@ func (c *Controller) decide(ctx context.Context, ring *v1alpha1.ControllerRing, 
 			return reconcile.Result{Requeue: true}, nil //nolint:staticcheck // a rate-limited retry
 		case apierrors.IsNotFound(err):
 			return reconcile.Result{}, nil
+		case apierrors.IsForbidden(err) && len(permits) > 0:
+			// The webhook denies a grant away from an instance that holds
+			// its Lease again (it came back since the decision): decide
+			// again once the members show it.
+			log.Info("The slot table write was denied; deciding again", "ring", ring.Name, "reason", err.Error())
+			return reconcile.Result{Requeue: true}, nil //nolint:staticcheck // a rate-limited retry
 		}
 		// Whatever the error, the write has landed or never will (the
 		// API server enforced its deadline): the permits may end.

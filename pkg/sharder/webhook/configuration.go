@@ -53,8 +53,9 @@ type configParams struct {
 // request reaches both. Objects without the ring's labels never reach the
 // webhook, nor do writes that leave both labels as they are (status
 // updates, spec changes): the API server filters them out itself. A ring of
-// unit Slots gets no validating webhook: its slot label is guarded by the
-// slot label policy (docs/design.md §11).
+// unit Slots gets no label webhook (its slot label is guarded by the slot
+// label policy, docs/design.md §11) but one for the sharder's writes of its
+// slot table (tableWebhook).
 //
 // Every field the API server would default is set, so that a configuration
 // read back compares equal to the one built.
@@ -73,7 +74,10 @@ func buildConfiguration(rings []v1alpha1.ControllerRing, p configParams) *admiss
 	for i := range rings {
 		ring := &rings[i]
 		if ring.Spec.AssignsSlots() {
-			continue // no shard label to protect: the slot label policy guards its slot label (docs/design.md §11)
+			// No shard label to protect: the slot label policy guards its
+			// slot label (docs/design.md §11). Its table is checked instead.
+			cfg.Webhooks = append(cfg.Webhooks, tableWebhook(ring, p))
+			continue
 		}
 		rules := ringRules(&ring.Spec)
 		if len(rules) == 0 {
@@ -118,6 +122,48 @@ func buildConfiguration(rings []v1alpha1.ControllerRing, p configParams) *admiss
 		cfg.Webhooks = append(cfg.Webhooks, onShard, onDrain)
 	}
 	return cfg
+}
+
+// tableWebhook is "<ring>.slot-table.sharder.dev": the sharder's updates
+// of the slot ring's status that change its table, checked against the
+// Leases of the instances that lose slots (tableHandler).
+func tableWebhook(ring *v1alpha1.ControllerRing, p configParams) admissionregistrationv1.ValidatingWebhook {
+	conditions := []admissionregistrationv1.MatchCondition{
+		{Name: "this-ring", Expression: "object.metadata.name == " + strconv.Quote(ring.Name)},
+		{Name: "slot-table-changed", Expression: celTable("object") + " != " + celTable("oldObject")},
+	}
+	if p.identity != "" {
+		conditions = append(conditions, admissionregistrationv1.MatchCondition{
+			Name: "the-sharder", Expression: "request.userInfo.username == " + strconv.Quote(p.identity),
+		})
+	}
+	return admissionregistrationv1.ValidatingWebhook{
+		Name:         TableWebhookName(ring.Name),
+		ClientConfig: clientConfig(p, TablePathPrefix+ring.Name),
+		Rules: []admissionregistrationv1.RuleWithOperations{{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+			Rule: admissionregistrationv1.Rule{
+				APIGroups:   []string{v1alpha1.GroupVersion.Group},
+				APIVersions: []string{"*"},
+				Resources:   []string{"controllerrings/status"},
+				Scope:       ptr.To(admissionregistrationv1.ClusterScope),
+			},
+		}},
+		FailurePolicy:           ptr.To(failurePolicy(&ring.Spec)),
+		MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+		NamespaceSelector:       &metav1.LabelSelector{},
+		ObjectSelector:          &metav1.LabelSelector{},
+		SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+		TimeoutSeconds:          ptr.To(p.timeout),
+		AdmissionReviewVersions: []string{"v1"},
+		MatchConditions:         conditions,
+	}
+}
+
+// celTable is a CEL expression giving a ring's slot table as a list: empty
+// when the status or its table is absent.
+func celTable(obj string) string {
+	return fmt.Sprintf("(has(%[1]s.status) && has(%[1]s.status.slots) ? [%[1]s.status.slots] : [])", obj)
 }
 
 // metadataSubresources are the subresources, besides status, through which

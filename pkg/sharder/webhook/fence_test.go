@@ -18,6 +18,7 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/sharder/webhook"
+	"github.com/sharder-dev/sharder/pkg/slots"
 )
 
 // TestOnlyTheLeaderMovesObjects: every sharder replica writes as the same
@@ -215,4 +216,105 @@ func TestLateMoveOffABackInstanceIsDenied(t *testing.T) {
 
 	g.Expect(sh.Get(ctx, client.ObjectKeyFromObject(cm), cm)).To(Succeed())
 	g.Expect(cm.Labels).To(HaveKeyWithValue(shard, "b"), "the dry runs changed nothing")
+}
+
+// TestLateGrantOffABackInstanceIsDenied is TestLateMoveOffABackInstanceIsDenied
+// for a ring of unit Slots: the sharder grants away a slot of an instance
+// without its acknowledgement only while the instance is gone, under its
+// hold of the instance's Lease. A table write decided so and sent after the
+// instance acquired its Lease again (a sharder paused between decision and
+// write, however long) is denied: the webhook reads the Lease of every
+// instance that loses a slot from the API server at admission. A slot whose
+// release the instance acknowledged passes on while it runs; an instance
+// whose Lease the sharder holds, that released it or has none loses its
+// slots; writes of the status that leave the table as it is never reach
+// the webhook, nor do tables written by someone else.
+func TestLateGrantOffABackInstanceIsDenied(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := env().Namespace(t)
+	r := createRing(t, ns, func(r *v1alpha1.ControllerRing) {
+		r.Spec.Assignment = &v1alpha1.RingAssignment{Unit: v1alpha1.AssignmentUnitSlots, Slots: &v1alpha1.RingSlots{Count: 4}}
+	})
+	g.Expect(setupUsers()).To(Succeed())
+	startSharder(t, webhook.Options{})
+	sh := clientAs(t, sharderUser)
+
+	// Revision 2: b holds slots 0 and 1, asked at revision 2 to release
+	// slot 1; a holds 2 and 3. Written by someone else: not checked.
+	table := func(revision int64, set func(*slots.Table)) slots.Table {
+		tb := slots.NewTable(4)
+		tb.Revision = revision
+		tb.Slots[0], tb.Slots[1] = slots.Slot{Holder: "b"}, slots.Slot{Holder: "b", Releasing: true, Since: 2}
+		tb.Slots[2], tb.Slots[3] = slots.Slot{Holder: "a"}, slots.Slot{Holder: "a"}
+		if set != nil {
+			set(&tb)
+		}
+		return tb
+	}
+	g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(r), r)).To(Succeed())
+	r.Status.Slots = table(2, nil).Status()
+	g.Expect(env().Client.Status().Update(ctx, r)).To(Succeed())
+	write := func(next slots.Table) error {
+		updated := r.DeepCopy()
+		updated.Status.Slots = next.Status()
+		return sh.Status().Patch(ctx, updated, client.MergeFromWithOptions(r, client.MergeFromWithOptimisticLock{}), client.DryRunAll)
+	}
+	grantGranted := table(3, func(tb *slots.Table) { tb.Slots[0] = slots.Slot{Holder: "a"} })
+	grantReleased := table(3, func(tb *slots.Table) { tb.Slots[1] = slots.Slot{Holder: "a"} })
+	lease := &coordinationv1.Lease{}
+	leaseKey := types.NamespacedName{Namespace: ns, Name: "b"}
+	set := func(change func(*coordinationv1.Lease)) {
+		g.Expect(env().Client.Get(ctx, leaseKey, lease)).To(Succeed())
+		change(lease)
+		g.Expect(env().Client.Update(ctx, lease)).To(Succeed())
+	}
+
+	// b is back: it holds its Lease. A grant of its slot decided before is
+	// denied once the configuration applies, whatever the sharder's caches
+	// say, and so is the end of a release it did not acknowledge.
+	createLease(t, env().Client, ns, r.Name, "b", time.Now(), time.Minute)
+	g.Eventually(func(g Gomega) {
+		expectDenied(g, write(grantGranted), `instance "b"`, "a slot granted to it", "holds its Lease again")
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	expectDenied(g, write(grantReleased), `instance "b"`, "release at revision 2", "acknowledged revision 0")
+
+	// b acknowledges revision 2: its released slot passes on, its granted
+	// one stays.
+	set(func(l *coordinationv1.Lease) {
+		l.Annotations = map[string]string{v1alpha1.AnnotationSlotsAcknowledged: string(r.UID) + "/2"}
+	})
+	g.Expect(write(grantReleased)).To(Succeed())
+	expectDenied(g, write(grantGranted), `instance "b"`, "a slot granted to it")
+
+	// An acknowledgement of another ring (another UID) counts for nothing.
+	set(func(l *coordinationv1.Lease) { l.Annotations[v1alpha1.AnnotationSlotsAcknowledged] = "other-uid/9" })
+	expectDenied(g, write(grantReleased), `instance "b"`)
+
+	// The sharder holds b's Lease, b released it, b has none: b is gone,
+	// the grants decided under the hold land.
+	set(func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("sharder:replica-a") })
+	g.Expect(write(grantGranted)).To(Succeed())
+	set(func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("") })
+	g.Expect(write(grantGranted)).To(Succeed())
+	g.Expect(env().Client.Delete(ctx, lease)).To(Succeed())
+	g.Expect(write(grantGranted)).To(Succeed())
+
+	// With b holding its Lease again, a status write that leaves the table
+	// as it is, and a table written by another user, are not sent to the
+	// webhook.
+	createLease(t, env().Client, ns, r.Name, "b", time.Now(), time.Minute)
+	expectDenied(g, write(grantGranted), `instance "b"`)
+	before := webhookCalls(r.Name)
+	updated := r.DeepCopy()
+	updated.Status.Conditions = append(updated.Status.Conditions, metav1.Condition{Type: "Probe", Status: metav1.ConditionTrue,
+		Reason: "Probe", LastTransitionTime: metav1.Now()})
+	g.Expect(sh.Status().Patch(ctx, updated, client.MergeFrom(r), client.DryRunAll)).To(Succeed())
+	other := r.DeepCopy()
+	other.Status.Slots = grantGranted.Status()
+	g.Expect(clientAs(t, userAlice).Status().Patch(ctx, other, client.MergeFrom(r), client.DryRunAll)).To(Succeed())
+	g.Expect(webhookCalls(r.Name)).To(Equal(before), "requests that were not the sharder's table writes reached the webhook")
+
+	g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(r), r)).To(Succeed())
+	g.Expect(r.Status.Slots).To(Equal(table(2, nil).Status()), "the dry runs changed the table")
 }

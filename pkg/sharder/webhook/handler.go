@@ -126,7 +126,7 @@ func (h *labelHandler) handle(ctx context.Context, req admission.Request, ringNa
 	}
 	lr.fieldManager = fieldManagerOf(req.Options.Raw)
 	if !lr.shardChanged() && !lr.drainChanged() {
-		return h.answer(ringName, verdict{allowed: true, reason: reasonUnchanged})
+		return answer(ringName, verdict{allowed: true, reason: reasonUnchanged})
 	}
 
 	fault := func(reason string, err error) admission.Response {
@@ -176,7 +176,7 @@ func (h *labelHandler) handle(ctx context.Context, req admission.Request, ringNa
 	if !v.allowed {
 		log.V(1).Info("Denied a change to ring labels", "reason", v.reason)
 	}
-	return h.answer(ringName, v)
+	return answer(ringName, v)
 }
 
 // leaseHolder reads the Lease of instance id of rg from the API server,
@@ -200,7 +200,8 @@ func (h *labelHandler) leaseHolder(ctx context.Context, rg *v1alpha1.ControllerR
 	return ptr.Deref(lease.Spec.HolderIdentity, ""), true, nil
 }
 
-func (h *labelHandler) answer(ringName string, v verdict) admission.Response {
+// answer is the response to a verdict, counted by ring and reason.
+func answer(ringName string, v verdict) admission.Response {
 	if v.allowed {
 		metrics.WebhookDecisionsTotal.WithLabelValues(ringName, metrics.WebhookAllowed, v.reason).Inc()
 		return admission.Allowed(v.reason)

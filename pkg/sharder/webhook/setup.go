@@ -35,6 +35,9 @@ import (
 //   - in self-managed certificate mode, the certificate manager (every
 //     replica), which makes the webhook server serve the certificate kept in
 //     the Secret and adds the readiness check "webhook-certificate";
+//   - the slot table handler, served under TablePathPrefix on every
+//     replica, which checks the sharder's writes of the tables of rings of
+//     unit Slots against the Leases of the instances that lose slots;
 //   - the assigning handler, served under AssignPathPrefix on every
 //     replica, which labels the new objects of rings in admission mode;
 //   - the configuration writer (leader only), which writes the
@@ -160,6 +163,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		WithContextFunc: withPath,
 		LogConstructor: func(_ logr.Logger, req *admission.Request) logr.Logger {
 			return admission.DefaultLogConstructor(log, req)
+		},
+	})
+
+	srv.Register(TablePathPrefix, &admission.Webhook{
+		Handler:         &tableHandler{apiReader: mgr.GetAPIReader(), identity: id},
+		WithContextFunc: withPath,
+		LogConstructor: func(_ logr.Logger, req *admission.Request) logr.Logger {
+			return admission.DefaultLogConstructor(log.WithName("slot-table"), req)
 		},
 	})
 
