@@ -99,6 +99,14 @@ func (s *sharder) failed() int {
 	return n
 }
 
+// interfereOnce sets the interference that runs before the controller's
+// next status write.
+func (s *sharder) interfereOnce(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.interfere = f
+}
+
 // startSharder starts a lease controller and a slot table controller for
 // ring, whose Leases are in namespace, until the test ends. interfere, if
 // given, runs once before the controller's first status write.
