@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -139,9 +138,8 @@ func (c *Cache) batchOptions(key informerKey, slotSelector labels.Selector) (*cl
 	opts := &client.ListOptions{
 		LabelSelector: and(byObject.Label, c.base.DefaultLabelSelector, slotSelector),
 		FieldSelector: byObject.Field,
-		// As an informer's first list: from the watch cache, whatever
-		// its resourceVersion.
-		Raw: &metav1.ListOptions{ResourceVersion: "0"},
+		// No resourceVersion: a consistent read, as a group informer's
+		// first list (listThenWatch.ListWithContext).
 	}
 	if opts.FieldSelector == nil {
 		opts.FieldSelector = c.base.DefaultFieldSelector

@@ -52,11 +52,22 @@ type listThenWatch struct {
 	asked atomic.Bool
 }
 
+// ListWithContext lists as a consistent read where the reflector would
+// read the watch cache at any age (resourceVersion "0", its first list):
+// the objects of a slot just granted were written by their old holder
+// before it acknowledged the release, and a list older than those writes
+// would start the new holder on states the old one already moved past.
+// Since Kubernetes 1.34 the API server serves a consistent LIST from its
+// watch cache once that cache caught up with etcd, so it costs the same
+// pass over the cache.
 func (l *listThenWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	if l.first != nil && l.asked.CompareAndSwap(false, true) {
 		if list, ok := l.first(ctx); ok {
 			return list, nil
 		}
+	}
+	if opts.ResourceVersion == "0" {
+		opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
 	}
 	return l.ctx.ListWithContext(ctx, opts)
 }

@@ -238,3 +238,51 @@ func TestGroupsStartingTogetherListOnce(t *testing.T) {
 	g.Expect(selectors(false)).To(Equal([]string{label + " in (0,1,5,9)", label + " in (0,1,5,9)", label + " in (13)", label + " in (13)"}))
 	g.Expect(names(ctx, c, ns)).To(Equal([]string{"s0", "s1", "s13", "s5", "s5b", "s9"}))
 }
+
+// TestGrantedSlotsListConsistently: the first LIST of a newly granted slot,
+// in a batch or alone, is a consistent read (no resourceVersion), never a
+// read of the API server's watch cache at any age (resourceVersion "0"): the
+// old holder of the slot wrote its objects before it acknowledged the
+// release, and a list older than those writes would start the new holder on
+// states the old one already moved past.
+func TestGrantedSlotsListConsistently(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		namespaces int
+	}{{"in a batch", 1}, {"alone", 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			namespaces := map[string]cache.Config{}
+			var ns string
+			for range tc.namespaces {
+				ns = env().Namespace(t)
+				namespaces[ns] = cache.Config{}
+			}
+			createConfigMap(t, ns, "s0", 0)
+			createConfigMap(t, ns, "s5", 5)
+			var log requestLog
+			cfg := rest.CopyConfig(env().Config)
+			cfg.Wrap(log.wrap)
+			c, err := slotcache.New(cfg, slotcache.Options{
+				Ring:    ring,
+				Count:   count,
+				Objects: []client.Object{&corev1.ConfigMap{}},
+				Cache:   cache.Options{Scheme: env().Scheme, DefaultNamespaces: namespaces},
+			})
+			g.Expect(err).NotTo(HaveOccurred())
+			ctx := start(t, c)
+			g.Expect(c.SetSlots(ctx, []int{0, 5})).To(Succeed())
+			g.Expect(names(ctx, c, ns)).To(Equal([]string{"s0", "s5"}))
+			lists := 0
+			for _, u := range log.all() {
+				parsed, err := url.Parse(u)
+				g.Expect(err).NotTo(HaveOccurred())
+				if q := parsed.Query(); q.Get("watch") != "true" {
+					lists++
+					g.Expect(q.Has("resourceVersion")).To(BeFalse(), "a LIST of granted slots from the watch cache at any age: %s", u)
+				}
+			}
+			g.Expect(lists).To(BeNumerically(">=", 1))
+		})
+	}
+}
