@@ -444,11 +444,15 @@ func (i *Instance) notify(call func(Notifier)) {
 // (moved), or gone from the instance's label-selected cache, moved or
 // deleted.
 func (i *Instance) left(gvk schema.GroupVersionKind, obj client.Object, moved bool) {
-	if i.slots != nil { // deleted: nothing to cancel, no drain in slot mode
+	key := inflight.Key{GroupKind: gvk.GroupKind(), NamespacedName: client.ObjectKeyFromObject(obj)}
+	if i.slots != nil {
+		// No drain in slot mode: the object was deleted, or its slot label
+		// was changed past the slot label policy (not bound yet, or
+		// bypassed), which moves it to the holder of its new slot.
+		i.cancelMoved(gvk, key, moved)
 		i.notify(func(n Notifier) { n.OnLost(obj) })
 		return
 	}
-	key := inflight.Key{GroupKind: gvk.GroupKind(), NamespacedName: client.ObjectKeyFromObject(obj)}
 	if _, drained := i.acked.LoadAndDelete(key); drained {
 		i.notify(func(n Notifier) { n.OnDrained(obj) })
 		return

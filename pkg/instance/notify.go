@@ -11,7 +11,8 @@ import (
 // may start again if the object is assigned back later.
 //
 // In slot mode, OnGained reports an object of a slot the instance holds
-// arriving in its cache, OnLost its deletion; OnDrained is never called, and
+// arriving in its cache, OnLost its deletion (or a change of its slot label
+// past the slot label policy); OnDrained is never called, and
 // the objects of a slot the instance lets go of leave silently (they were
 // not deleted).
 //
@@ -88,8 +89,12 @@ func (h eventHandler) OnUpdate(oldObj, newObj any) {
 		return
 	}
 	if h.inst.slots != nil {
-		// An object's slot label never changes; objects of a slot let go
-		// of leave the slot cache silently.
+		// Objects of a slot let go of leave the slot cache silently. An
+		// object's slot label does not change but past the slot label
+		// policy; one that leaves the instance's slots so is moved.
+		if h.inst.assigned(h.gvk.GroupKind(), o) && !h.inst.assigned(h.gvk.GroupKind(), n) {
+			h.inst.left(h.gvk, n, true)
+		}
 		return
 	}
 	// With the instance's selector on the cache, objects leave through

@@ -669,3 +669,55 @@ func TestSlotModeLeaseLossAndRestart(t *testing.T) {
 	g.Expect(second.record()).To(Equal(slots.Record{Revision: 3, Slots: []int{1}}))
 	g.Consistently(second.rec.runsOf("cm-0"), 500*time.Millisecond).Should(BeZero())
 }
+
+// TestSlotModeObjectLeavingItsSlotCancels: the slot label policy forbids
+// changing an object's slot, but it is not there from the first moment (its
+// binding is written with the ring's first table) and a cluster
+// administrator can bypass it. An object whose slot label is changed to a
+// slot the instance does not hold leaves its view, and its reconciles in
+// flight are cancelled (cause ErrMoved) rather than left running beside the
+// new slot's holder; the reconcile of a deleted object runs on (it may be
+// finishing the deletion).
+func TestSlotModeObjectLeavingItsSlotCancels(t *testing.T) {
+	t.Parallel()
+	g := NewWithT(t)
+	ns := env().Namespace(t)
+	createSlotRing(t, ns)
+	const id = "i-0"
+	moved := createSlotConfigMap(t, ns, ns, "moved", 0)
+	deleted := createSlotConfigMap(t, ns, ns, "deleted", 0)
+
+	started := make(chan string, 16)
+	causes := make(chan error, 2)
+	letGo := make(chan struct{})
+	hook := func(ctx context.Context, req reconcile.Request) {
+		started <- req.Name
+		select {
+		case <-ctx.Done():
+			causes <- fmt.Errorf("%s: %w", req.Name, context.Cause(ctx))
+		case <-letGo:
+		}
+	}
+	writeTable(g, ns, table(1, map[int]slots.Slot{0: granted(id), 1: granted("other")}))
+	startSlotInstance(t, ns, id, hook)
+	t.Cleanup(func() { close(letGo) }) // before the instance stops
+	running := map[string]bool{}
+	for len(running) < 2 {
+		var name string
+		g.Eventually(started, 20*time.Second).Should(Receive(&name))
+		running[name] = true
+	}
+
+	// Slot 1 is another instance's: the moved object leaves the view and
+	// its reconcile is cancelled.
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:"1"}}}`, v1alpha1.SlotLabel(ns))
+	g.Expect(env().Client.Patch(context.Background(), moved.DeepCopy(), client.RawPatch(types.MergePatchType, patch))).To(Succeed())
+	var cause error
+	g.Eventually(causes, 10*time.Second).Should(Receive(&cause))
+	g.Expect(cause.Error()).To(HavePrefix("moved: "))
+	g.Expect(errors.Is(cause, instance.ErrMoved)).To(BeTrue(), "cause %v", cause)
+
+	// A deleted object's reconcile is not cancelled.
+	g.Expect(env().Client.Delete(context.Background(), deleted.DeepCopy())).To(Succeed())
+	g.Consistently(causes, 2*time.Second).ShouldNot(Receive(), "the reconcile of a deleted object was cancelled")
+}

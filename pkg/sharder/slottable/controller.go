@@ -249,9 +249,15 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	st := c.state(ring)
+	// The slot label policy is bound before the table is decided: by the
+	// time a first table grants a slot, changes of slot labels are refused.
+	var berr error
+	if !c.opts.SkipBinding {
+		berr = c.writeBinding(ctx, ring, st)
+	}
 	res, err := c.decide(ctx, ring, st)
 	if !c.opts.SkipBinding {
-		if berr := c.writeBinding(ctx, ring, st); berr != nil {
+		if berr != nil {
 			// Retried on its own schedule: as an error it would replace the
 			// table's requeue (a drain deadline, a fence's wait) by a
 			// growing backoff.
