@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/url"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/sharder-dev/sharder/internal/localrun"
 	"github.com/sharder-dev/sharder/internal/reconcilelog"
+	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
 
 // ChaosInput configures ChaosSpec.
@@ -42,6 +44,13 @@ type ChaosInput struct {
 	Outage [2]time.Duration
 	// Interval between two object operations while a fault lasts.
 	Interval time.Duration
+	// Slots, when positive, makes the ring one of unit Slots with that many
+	// slots: an object's instance is the holder of its slot in the ring's
+	// table. Default: 0, a ring of unit Objects.
+	Slots int
+	// Faults, when set, are the names of the faults to inject; the others
+	// are left out. Default: every fault.
+	Faults []string
 }
 
 // chaosFault is one kind of infrastructure fault: inject starts it and
@@ -75,6 +84,36 @@ type chaos struct {
 	// extra counts the instances started by rebalances, next names the
 	// next one; skewed counts those started with a skewed clock.
 	extra, next, skewed int
+	// slots follows the ring's table and the objects' slots in a ring of
+	// unit Slots; nil in a ring of unit Objects.
+	slots *slotWatch
+}
+
+// owners returns the instance each tracked object is assigned to: its
+// shard label's, or in a ring of unit Slots the holder of its slot in the
+// latest table ("" when none).
+func (c *chaos) owners() map[string]string {
+	out := map[string]string{}
+	if c.slots != nil {
+		for _, o := range c.slots.objects() {
+			out[o.key] = o.holder
+		}
+		return out
+	}
+	for _, o := range c.e.tracker.Snapshot() {
+		out[o.Key] = o.Instance
+	}
+	return out
+}
+
+// waitSettled waits until the n objects are assigned as the ring wants
+// them over the live instances.
+func (c *chaos) waitSettled(n int, timeout time.Duration) {
+	if c.slots != nil {
+		c.slots.waitSettled(n, timeout, c.e.liveInstances()...)
+		return
+	}
+	c.e.waitSettled(n, timeout, c.e.liveInstances()...)
 }
 
 // ChaosSpec runs the churn of ChurnSpec while a seeded schedule injects
@@ -88,9 +127,12 @@ type chaos struct {
 // the fault ended) and objects lost (created and not deleted, yet missing
 // or never reconciled), and fails unless all are zero.
 func ChaosSpec(t *testing.T, in ChaosInput) map[string]*chaosRow {
-	e := newRingEnv(t, ringOptions{})
+	e := newRingEnv(t, ringOptions{Slots: in.Slots})
 	c := &chaos{e: e, in: in, rng: rand.New(rand.NewPCG(in.Seed, in.Seed^0x5eed)), proxies: map[string]*localrun.FaultProxy{},
 		alive: map[string]bool{}, next: in.Instances}
+	if in.Slots > 0 {
+		c.slots = newSlotWatch(e, in.Slots)
+	}
 	t.Cleanup(func() {
 		for _, p := range c.proxies {
 			_ = p.Close()
@@ -111,9 +153,17 @@ func ChaosSpec(t *testing.T, in ChaosInput) map[string]*chaosRow {
 		c.alive[k[len(e.namespace)+1:]] = true
 	}
 	c.created = in.Objects
-	e.waitSettled(in.Objects, 2*time.Minute)
+	c.waitSettled(in.Objects, 2*time.Minute)
 
-	faults := c.faults()
+	var faults []chaosFault
+	for _, f := range c.faults() {
+		if len(in.Faults) == 0 || slices.Contains(in.Faults, f.name) {
+			faults = append(faults, f)
+		}
+	}
+	if len(faults) == 0 {
+		t.Fatalf("no fault named %v", in.Faults)
+	}
 	rows := map[string]*chaosRow{}
 	var schedule []chaosFault
 	for range in.Rounds {
@@ -143,7 +193,7 @@ func ChaosSpec(t *testing.T, in ChaosInput) map[string]*chaosRow {
 			}
 		}
 		row.worst = max(row.worst, took)
-		e.waitSettled(len(c.alive), 2*time.Minute, e.liveInstances()...)
+		c.waitSettled(len(c.alive), 2*time.Minute)
 		if lost := c.lost(); len(lost) > 0 {
 			row.lost += len(lost)
 			t.Errorf("round %d (%s): objects lost: %v", i+1, f.name, lost)
@@ -159,7 +209,14 @@ func ChaosSpec(t *testing.T, in ChaosInput) map[string]*chaosRow {
 		t.Logf("chaos round %d/%d: %s: every object on a live instance %v after the fault ended, settled %v after",
 			i+1, len(schedule), f.name, took.Round(time.Millisecond), time.Since(ended).Round(time.Millisecond))
 	}
-	e.expectReconciledByOwner(2 * time.Minute)
+	if c.slots != nil {
+		c.slots.expectReconciledByHolder(2 * time.Minute)
+		if bad := c.slots.violations(); len(bad) > 0 {
+			t.Errorf("slot tables the sharder must never write: %v", bad)
+		}
+	} else {
+		e.expectReconciledByOwner(2 * time.Minute)
+	}
 	names := make([]string, 0, len(rows))
 	for name := range rows {
 		names = append(names, name)
@@ -173,7 +230,17 @@ func ChaosSpec(t *testing.T, in ChaosInput) map[string]*chaosRow {
 	}
 	t.Logf("chaos (seed %d, %d objects created, instances now %v, restarted %v):\n%s", in.Seed, c.created, e.liveInstances(), e.restartCounts(), report.String())
 	if path := os.Getenv("SHARDER_CHAOS_REPORT"); path != "" {
-		if err := os.WriteFile(path, []byte(report.String()), 0o600); err != nil {
+		// Each unit's table in turn, appended: `make chaos` runs both.
+		unit := sharderv1alpha1.AssignmentUnitObjects
+		if in.Slots > 0 {
+			unit = sharderv1alpha1.AssignmentUnitSlots
+		}
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err == nil {
+			_, err = fmt.Fprintf(f, "Unit %s (seed %d, %d rounds of each fault):\n\n%s\n", unit, in.Seed, in.Rounds, report.String())
+			err = errors.Join(err, f.Close())
+		}
+		if err != nil {
 			t.Errorf("writing the report: %v", err)
 		}
 	}
@@ -370,8 +437,8 @@ func (c *chaos) waitOwned(timeout time.Duration) (time.Duration, int) {
 			}
 		}
 		missing = 0
-		for _, o := range e.tracker.Snapshot() {
-			if !live[o.Instance] {
+		for _, owner := range c.owners() {
+			if !live[owner] {
 				missing++
 			}
 		}
@@ -386,8 +453,8 @@ func (c *chaos) waitOwned(timeout time.Duration) (time.Duration, int) {
 // those present that were deleted.
 func (c *chaos) lost() []string {
 	present := map[string]bool{}
-	for _, o := range c.e.tracker.Snapshot() {
-		present[o.Key[len(c.e.namespace)+1:]] = true
+	for key := range c.owners() {
+		present[key[len(c.e.namespace)+1:]] = true
 	}
 	var out []string
 	for name := range c.alive {
@@ -469,6 +536,27 @@ func TestChaos(t *testing.T) {
 		in.Rounds = envInt("SHARDER_CHAOS_ROUNDS", 3)
 		in.Seed = uint64(envInt("SHARDER_CHAOS_SEED", 1))
 		in.Outage = [2]time.Duration{30 * time.Second, 90 * time.Second}
+	}
+	ChaosSpec(t, in)
+}
+
+// TestChaosSlots is the fault-injection suite on a ring of unit Slots. Its
+// short form injects the faults that reach slot mode's own paths (a Lease
+// deleted with its process and back while its slots move, the leader
+// frozen while slots move, every instance killed at once); `make chaos`
+// runs every fault, as for TestChaos.
+func TestChaosSlots(t *testing.T) {
+	in := ChaosInput{Seed: 2, Rounds: 1, Instances: 3, Objects: 40, Outage: [2]time.Duration{5 * time.Second, 8 * time.Second},
+		Interval: 100 * time.Millisecond, Slots: 64, Faults: []string{
+			"Lease deleted with its process, back while the objects move",
+			"leader frozen during a rebalance",
+			"every instance killed",
+		}}
+	if os.Getenv("SHARDER_CHAOS_LONG") != "" {
+		in.Rounds = envInt("SHARDER_CHAOS_ROUNDS", 3)
+		in.Seed = uint64(envInt("SHARDER_CHAOS_SEED", 1)) + 1
+		in.Outage = [2]time.Duration{30 * time.Second, 90 * time.Second}
+		in.Faults = nil
 	}
 	ChaosSpec(t, in)
 }
