@@ -1,8 +1,8 @@
 // Package drain implements the drain protocol that moves an object from one
 // ready instance of a ring to another without two instances working on it at
 // the same time, as long as the old instance acknowledges within the ring's
-// drainTimeout; after that the sharder forces the move (docs/design.md,
-// section 5).
+// drainTimeout; after that the sharder forces the move
+// (docs/design.md §5).
 //
 // The protocol:
 //

@@ -27,7 +27,7 @@ type simInstance struct {
 // once. The sharder's table writes land a while after it decided them, as
 // over a real API server.
 //
-// What the model takes from section 3 and section 11: an instance that
+// What the model takes from §3 and §11: an instance that
 // stops or loses its Lease empties its record before the sharder sees it
 // gone; an instance that comes back reads the current table; a dead
 // instance's Lease is held by the sharder (it cannot come back) from when

@@ -24,7 +24,7 @@ import (
 // replica knows its own identity in the election: its label writes carry
 // it as their field manager, and every replica's webhook admits the
 // sharder's label writes only from the Lease's current holder
-// (docs/design.md, section 6). A nil *leaderLock is leader election off:
+// (docs/design.md §6). A nil *leaderLock is leader election off:
 // no lock, no identity, no fencing.
 type leaderLock struct {
 	identity string

@@ -1,6 +1,6 @@
 // Package assign is the sharder's assignment controller: for every
 // ControllerRing it keeps metadata-only caches of the ring's resources and
-// writes each object's instance into its shard label (docs/design.md, section 5).
+// writes each object's instance into its shard label (docs/design.md §5).
 //
 // Most callers need two calls:
 //

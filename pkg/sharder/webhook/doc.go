@@ -1,5 +1,5 @@
 // Package webhook protects the shard and drain labels of every ring's
-// objects with a validating admission webhook (docs/design.md, section 6).
+// objects with a validating admission webhook (docs/design.md §6).
 //
 // Setup is the one entry point: it registers the admission handler on the
 // manager's webhook server, keeps the ValidatingWebhookConfiguration in line
