@@ -184,8 +184,8 @@ func (e *ringEnv) launchAgent(id string, controller *localrun.Process, health st
 	})
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
 	e.procs.Add(agent)
+	e.setInstance(id, controller)
 	e.mu.Lock()
-	e.instances[id] = controller
 	e.agents[id] = agent
 	e.mu.Unlock()
 	return agent

@@ -500,9 +500,7 @@ func (c *chaos) launchInstance(id string, extraArgs ...string) {
 	})
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
 	e.procs.Add(p)
-	e.mu.Lock()
-	e.instances[id] = p
-	e.mu.Unlock()
+	e.setInstance(id, p)
 }
 
 // startSharder starts a sharder replica that reaches the API server

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -117,6 +118,11 @@ type ringEnv struct {
 	// instances are the instance processes (the plain controller's beside
 	// an agent), by instance ID.
 	instances map[string]*localrun.Process
+	// earlier are the instance processes an ID had before its current one
+	// (a process started again under the same ID after the first was
+	// stopped or killed for good), whose runs' exits still end the
+	// reconciles they left open.
+	earlier map[string][]*localrun.Process
 	// agents are the `sharder agent` sidecars, by instance ID.
 	agents map[string]*localrun.Process
 	procs  localrun.Processes
@@ -163,6 +169,7 @@ func newRingEnv(t *testing.T, opts ringOptions) *ringEnv {
 		ring: name, namespace: name, leaseNamespace: name + "-instances", sharderNamespace: name + "-sharder",
 		reconcileLogs: filepath.Join(cluster.Dir, name, "reconciles"),
 		instances:     map[string]*localrun.Process{},
+		earlier:       map[string][]*localrun.Process{},
 		agents:        map[string]*localrun.Process{},
 	}
 	t.Cleanup(func() {
@@ -356,10 +363,19 @@ func (e *ringEnv) launchInstance(id string, leaseDuration time.Duration) *localr
 	})
 	e.g.Expect(err).NotTo(gomega.HaveOccurred())
 	e.procs.Add(p)
-	e.mu.Lock()
-	e.instances[id] = p
-	e.mu.Unlock()
+	e.setInstance(id, p)
 	return p
+}
+
+// setInstance makes p instance id's process, keeping the one it replaces
+// among the ID's earlier processes.
+func (e *ringEnv) setInstance(id string, p *localrun.Process) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if prev := e.instances[id]; prev != nil && prev != p {
+		e.earlier[id] = append(e.earlier[id], prev)
+	}
+	e.instances[id] = p
 }
 
 // waitHeld waits until instance id holds its Lease; the processes holding
@@ -565,8 +581,10 @@ func (e *ringEnv) intervals() []reconcilelog.Interval {
 	exits := map[string][]time.Time{}
 	e.mu.Lock()
 	for id, p := range e.instances {
-		for _, x := range p.Exits() {
-			exits[id] = append(exits[id], x.Time)
+		for _, q := range append(slices.Clone(e.earlier[id]), p) {
+			for _, x := range q.Exits() {
+				exits[id] = append(exits[id], x.Time)
+			}
 		}
 	}
 	e.mu.Unlock()

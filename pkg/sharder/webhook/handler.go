@@ -26,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
-	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/ring"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 )
@@ -184,18 +183,9 @@ func (h *labelHandler) handle(ctx context.Context, req admission.Request, ringNa
 // is admitted. It returns its holder, and false when there is no such Lease
 // in the ring (absent, or not labelled for the ring) or id cannot name one.
 func (h *labelHandler) leaseHolder(ctx context.Context, rg *v1alpha1.ControllerRing, id string) (string, bool, error) {
-	if membership.InvalidID(id) != nil {
-		return "", false, nil
-	}
-	lease := &coordinationv1.Lease{}
-	if err := h.apiReader.Get(ctx, types.NamespacedName{Namespace: rg.Spec.LeaseNamespace, Name: id}, lease); err != nil {
-		if apierrors.IsNotFound(err) {
-			return "", false, nil
-		}
-		return "", false, fmt.Errorf("reading the Lease of instance %q: %w", id, err)
-	}
-	if lease.Labels[v1alpha1.LabelRing] != rg.Name {
-		return "", false, nil
+	lease, err := liveLease(ctx, h.apiReader, rg, id)
+	if err != nil || lease == nil {
+		return "", false, err
 	}
 	return ptr.Deref(lease.Spec.HolderIdentity, ""), true, nil
 }

@@ -120,7 +120,7 @@ func (h *tableHandler) handle(ctx context.Context, req admission.Request, ringNa
 		return answer(ringName, verdict{allowed: true, reason: reasonTableUnchanged})
 	}
 	for _, holder := range slices.Sorted(maps.Keys(leaving)) {
-		lease, err := h.lease(ctx, &newRing, holder)
+		lease, err := liveLease(ctx, h.apiReader, &newRing, holder)
 		if err != nil {
 			return fault(err)
 		}
@@ -155,15 +155,15 @@ func tableHeldByInstance(ring *v1alpha1.ControllerRing, id string, need int64, l
 			"the sharder decides again", what, id, ring.Name)}
 }
 
-// lease reads the Lease of instance id of ring from the API server, not
-// the cache; nil when there is none in the ring (absent, not labelled for
+// liveLease reads the Lease of instance id of ring from the API server,
+// not a cache; nil when there is none in the ring (absent, not labelled for
 // the ring) or id cannot name one.
-func (h *tableHandler) lease(ctx context.Context, ring *v1alpha1.ControllerRing, id string) (*coordinationv1.Lease, error) {
+func liveLease(ctx context.Context, reader client.Reader, ring *v1alpha1.ControllerRing, id string) (*coordinationv1.Lease, error) {
 	if membership.InvalidID(id) != nil {
 		return nil, nil
 	}
 	lease := &coordinationv1.Lease{}
-	if err := h.apiReader.Get(ctx, types.NamespacedName{Namespace: ring.Spec.LeaseNamespace, Name: id}, lease); err != nil {
+	if err := reader.Get(ctx, types.NamespacedName{Namespace: ring.Spec.LeaseNamespace, Name: id}, lease); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
