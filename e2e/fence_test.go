@@ -62,26 +62,10 @@ func LeaderFrozenSpec(t *testing.T, in LeaderFrozenInput) {
 	// objects at once, each one's controlled objects first. The leader
 	// freezes as soon as the first controlled object (a ConfigMap) has
 	// moved, with the rest of the moves in its hands.
-	children, err := localrun.NewLabelWatch(cluster.ControlPlane.Config, configMaps, e.namespace, e.ring)
-	e.g.Expect(err).NotTo(gomega.HaveOccurred())
-	e.g.Expect(children.Start(e.ctx)).To(gomega.Succeed())
-	var theirChildren []string
-	for _, c := range children.Snapshot() {
-		if c.Instance == victim {
-			theirChildren = append(theirChildren, c.Key)
-		}
-	}
-	e.g.Expect(theirChildren).NotTo(gomega.BeEmpty())
+	firstChildMoved := e.firstChildMoved(victim)
 	stopped := make(chan error, 1)
 	go func() { stopped <- e.instance(victim).Stop(30 * time.Second) }()
-	e.g.Eventually(func() error {
-		for _, k := range theirChildren {
-			if c, _ := children.Get(k); c.Instance != victim {
-				return nil
-			}
-		}
-		return fmt.Errorf("none of %s's objects moved yet", victim)
-	}).WithTimeout(in.Timeout).WithPolling(time.Millisecond).Should(gomega.Succeed())
+	firstChildMoved(in.Timeout)
 	e.g.Expect(old.Signal(syscall.SIGSTOP)).To(gomega.Succeed())
 	frozenAt := time.Now()
 	resumed := false
@@ -132,6 +116,34 @@ func TestLeaderFrozen(t *testing.T) {
 }
 
 var configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+
+// firstChildMoved watches the ConfigMaps the EtcdClusters of instance
+// victim control, and returns a wait, up to timeout, until the first of
+// them has moved to another instance.
+func (e *ringEnv) firstChildMoved(victim string) func(timeout time.Duration) {
+	e.t.Helper()
+	children, err := localrun.NewLabelWatch(cluster.ControlPlane.Config, configMaps, e.namespace, e.ring)
+	e.g.Expect(err).NotTo(gomega.HaveOccurred())
+	e.g.Expect(children.Start(e.ctx)).To(gomega.Succeed())
+	var theirs []string
+	for _, c := range children.Snapshot() {
+		if c.Instance == victim {
+			theirs = append(theirs, c.Key)
+		}
+	}
+	e.g.Expect(theirs).NotTo(gomega.BeEmpty())
+	return func(timeout time.Duration) {
+		e.t.Helper()
+		e.g.Eventually(func() error {
+			for _, k := range theirs {
+				if c, _ := children.Get(k); c.Instance != victim {
+					return nil
+				}
+			}
+			return fmt.Errorf("none of %s's objects moved yet", victim)
+		}).WithTimeout(timeout).WithPolling(time.Millisecond).Should(gomega.Succeed())
+	}
+}
 
 // controlledKinds are the kinds the example operator creates for an
 // EtcdCluster, which the ring's controlledResources cover.

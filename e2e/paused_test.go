@@ -85,16 +85,7 @@ func LeaderPausedSpec(t *testing.T, in LeaderPausedInput) {
 		}
 	}
 	e.g.Expect(theirs).NotTo(gomega.BeEmpty())
-	children, err := localrun.NewLabelWatch(cluster.ControlPlane.Config, configMaps, e.namespace, e.ring)
-	e.g.Expect(err).NotTo(gomega.HaveOccurred())
-	e.g.Expect(children.Start(e.ctx)).To(gomega.Succeed())
-	var theirChildren []string
-	for _, c := range children.Snapshot() {
-		if c.Instance == victim {
-			theirChildren = append(theirChildren, c.Key)
-		}
-	}
-	e.g.Expect(theirChildren).NotTo(gomega.BeEmpty())
+	firstChildMoved := e.firstChildMoved(victim)
 	deniedBefore := deniedMoves(e)
 
 	// The victim stops and releases its Lease; the leader holds it and
@@ -102,14 +93,7 @@ func LeaderPausedSpec(t *testing.T, in LeaderPausedInput) {
 	// object has moved, with the rest of the moves in its hands.
 	proxies[leader].Set(localrun.Delay, in.WriteDelay)
 	e.g.Expect(e.instance(victim).Stop(30 * time.Second)).To(gomega.Succeed())
-	e.g.Eventually(func() error {
-		for _, k := range theirChildren {
-			if c, _ := children.Get(k); c.Instance != victim {
-				return nil
-			}
-		}
-		return fmt.Errorf("none of %s's objects moved yet", victim)
-	}).WithTimeout(in.Timeout).WithPolling(time.Millisecond).Should(gomega.Succeed())
+	firstChildMoved(in.Timeout)
 	e.g.Expect(leader.Signal(syscall.SIGSTOP)).To(gomega.Succeed())
 	pausedAt := time.Now()
 	resumed := false

@@ -45,9 +45,10 @@ type assignHandler struct {
 	labels *labelHandler
 }
 
-// ringFromAssignPath returns the ring a request's path names.
-func ringFromAssignPath(path string) (string, bool) {
-	name, ok := strings.CutPrefix(path, AssignPathPrefix)
+// ringAfter returns the ring a request's path names: the one path
+// element after prefix.
+func ringAfter(prefix, path string) (string, bool) {
+	name, ok := strings.CutPrefix(path, prefix)
 	if !ok || name == "" || strings.Contains(name, "/") {
 		return "", false
 	}
@@ -58,7 +59,7 @@ func ringFromAssignPath(path string) (string, bool) {
 func (h *assignHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	start := time.Now()
 	path, _ := ctx.Value(pathKey{}).(string)
-	ringName, ok := ringFromAssignPath(path)
+	ringName, ok := ringAfter(AssignPathPrefix, path)
 	if !ok {
 		return admission.Errored(http.StatusNotFound, fmt.Errorf("path %q names no ring", path))
 	}

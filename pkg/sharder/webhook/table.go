@@ -7,7 +7,6 @@ import (
 	"maps"
 	"net/http"
 	"slices"
-	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -55,20 +54,11 @@ type tableHandler struct {
 	identity  *identity
 }
 
-// ringFromTablePath returns the ring a request's path names.
-func ringFromTablePath(path string) (string, bool) {
-	name, ok := strings.CutPrefix(path, TablePathPrefix)
-	if !ok || name == "" || strings.Contains(name, "/") {
-		return "", false
-	}
-	return name, true
-}
-
 // Handle implements admission.Handler.
 func (h *tableHandler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	start := time.Now()
 	path, _ := ctx.Value(pathKey{}).(string)
-	ringName, ok := ringFromTablePath(path)
+	ringName, ok := ringAfter(TablePathPrefix, path)
 	if !ok {
 		return admission.Errored(http.StatusNotFound, fmt.Errorf("path %q names no ring", path))
 	}
