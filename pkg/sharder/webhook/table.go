@@ -150,13 +150,14 @@ func tableHeldByInstance(ring *v1alpha1.ControllerRing, id string, need int64, l
 // the ring) or id cannot name one.
 func liveLease(ctx context.Context, reader client.Reader, ring *v1alpha1.ControllerRing, id string) (*coordinationv1.Lease, error) {
 	if membership.InvalidID(id) != nil {
-		return nil, nil
+		return nil, nil //nolint:nilerr // a label value that names no instance names no Lease
 	}
 	lease := &coordinationv1.Lease{}
-	if err := reader.Get(ctx, types.NamespacedName{Namespace: ring.Spec.LeaseNamespace, Name: id}, lease); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
+	err := reader.Get(ctx, types.NamespacedName{Namespace: ring.Spec.LeaseNamespace, Name: id}, lease)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
 		return nil, fmt.Errorf("reading the Lease of instance %q: %w", id, err)
 	}
 	if lease.Labels[v1alpha1.LabelRing] != ring.Name {
