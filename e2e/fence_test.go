@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -66,20 +67,9 @@ func LeaderFrozenSpec(t *testing.T, in LeaderFrozenInput) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- e.instance(victim).Stop(30 * time.Second) }()
 	firstChildMoved(in.Timeout)
-	e.g.Expect(old.Signal(syscall.SIGSTOP)).To(gomega.Succeed())
+	resume := e.pause(old)
 	frozenAt := time.Now()
-	resumed := false
-	defer func() {
-		if !resumed {
-			_ = old.Signal(syscall.SIGCONT)
-		}
-	}()
-	var moved int
-	for _, k := range theirs {
-		if o, _ := e.tracker.Get(k); o.Instance != victim {
-			moved++
-		}
-	}
+	moved := e.movedAway(theirs, victim)
 
 	// The victim comes back under its ID while the leader is frozen, and
 	// the other replica takes over.
@@ -96,8 +86,7 @@ func LeaderFrozenSpec(t *testing.T, in LeaderFrozenInput) {
 	if wait := time.Until(frozenAt.Add(in.LeaderLeaseDuration + 5*time.Second)); wait > 0 {
 		time.Sleep(wait) // the freeze itself: nothing to synchronise with
 	}
-	e.g.Expect(old.Signal(syscall.SIGCONT)).To(gomega.Succeed())
-	resumed = true
+	resume()
 
 	resumedAt := time.Now()
 
@@ -143,6 +132,30 @@ func (e *ringEnv) firstChildMoved(victim string) func(timeout time.Duration) {
 			return fmt.Errorf("none of %s's objects moved yet", victim)
 		}).WithTimeout(timeout).WithPolling(time.Millisecond).Should(gomega.Succeed())
 	}
+}
+
+// pause stops sharder replica s (SIGSTOP) and returns what resumes it
+// (SIGCONT), once; it is resumed when the test ends at the latest.
+func (e *ringEnv) pause(s *localrun.Sharder) (resume func()) {
+	e.t.Helper()
+	e.g.Expect(s.Signal(syscall.SIGSTOP)).To(gomega.Succeed())
+	var once sync.Once
+	resume = func() {
+		once.Do(func() { e.g.Expect(s.Signal(syscall.SIGCONT)).To(gomega.Succeed()) })
+	}
+	e.t.Cleanup(func() { once.Do(func() { _ = s.Signal(syscall.SIGCONT) }) })
+	return resume
+}
+
+// movedAway counts the tracked objects among keys no longer on victim.
+func (e *ringEnv) movedAway(keys []string, victim string) int {
+	n := 0
+	for _, k := range keys {
+		if o, _ := e.tracker.Get(k); o.Instance != victim {
+			n++
+		}
+	}
+	return n
 }
 
 // controlledKinds are the kinds the example operator creates for an

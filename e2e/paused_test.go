@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -94,27 +93,15 @@ func LeaderPausedSpec(t *testing.T, in LeaderPausedInput) {
 	proxies[leader].Set(localrun.Delay, in.WriteDelay)
 	e.g.Expect(e.instance(victim).Stop(30 * time.Second)).To(gomega.Succeed())
 	firstChildMoved(in.Timeout)
-	e.g.Expect(leader.Signal(syscall.SIGSTOP)).To(gomega.Succeed())
+	resume := e.pause(leader)
 	pausedAt := time.Now()
-	resumed := false
-	defer func() {
-		if !resumed {
-			_ = leader.Signal(syscall.SIGCONT)
-		}
-	}()
-	var moved int
-	for _, k := range theirs {
-		if o, _ := e.tracker.Get(k); o.Instance != victim {
-			moved++
-		}
-	}
+	moved := e.movedAway(theirs, victim)
 
 	// The victim comes back under its ID and acquires its Lease while the
 	// leader is paused; the leader resumes at once, within its lease.
 	e.launchInstance(victim, e.opts.LeaseDuration)
 	e.waitHeld(victim, e.instance(victim))
-	e.g.Expect(leader.Signal(syscall.SIGCONT)).To(gomega.Succeed())
-	resumed = true
+	resume()
 	paused := time.Since(pausedAt)
 	proxies[leader].Set(localrun.Pass, 0)
 	e.g.Expect(paused).To(gomega.BeNumerically("<", in.LeaderLeaseDuration*3/4), "the pause outlasted the leader's renew deadline")
