@@ -47,18 +47,19 @@ func runInstance(args []string) error {
 		return err
 	}
 	cfg.QPS, cfg.Burst = 500, 1000
+	instOpts := instance.Options{
+		Ring: *ringName, LeaseNamespace: *leaseNamespace, Identity: *id,
+		LeaseDuration: *leaseDuration, RenewPeriod: *leaseDuration / 5,
+	}
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
-		Cache:                  instance.CacheOptions(*ringName, *id, &corev1.ConfigMap{}),
+		NewCache:               instance.NewCache(instOpts, &corev1.ConfigMap{}),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	})
 	if err != nil {
 		return err
 	}
-	inst, err := instance.Setup(mgr, instance.Options{
-		Ring: *ringName, LeaseNamespace: *leaseNamespace, Identity: *id,
-		LeaseDuration: *leaseDuration, RenewPeriod: *leaseDuration / 5,
-	})
+	inst, err := instance.Setup(mgr, instOpts)
 	if err != nil {
 		return err
 	}

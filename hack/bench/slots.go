@@ -527,8 +527,12 @@ func (s *slotsRun) ringSeen(oldObj, newObj any) {
 func (s *slotsRun) startInstance(ctx context.Context, id string, release leaseholder.Release) error {
 	cfg := rest.CopyConfig(s.instUser.Config)
 	cfg.QPS, cfg.Burst = 500, 1000
+	instOpts := instance.Options{
+		Ring: ringName, LeaseNamespace: leaseNamespace, Identity: id,
+		LeaseDuration: s.p.leaseDuration, RenewPeriod: s.p.leaseDuration / 5, Release: release,
+	}
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
-		NewCache:               instance.SlotCache(ringName, &corev1.ConfigMap{}),
+		NewCache:               instance.NewCache(instOpts, &corev1.ConfigMap{}),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
@@ -536,10 +540,7 @@ func (s *slotsRun) startInstance(ctx context.Context, id string, release leaseho
 	if err != nil {
 		return fmt.Errorf("instance %s: %w", id, err)
 	}
-	inst, err := instance.Setup(mgr, instance.Options{
-		Ring: ringName, LeaseNamespace: leaseNamespace, Identity: id,
-		LeaseDuration: s.p.leaseDuration, RenewPeriod: s.p.leaseDuration / 5, Release: release,
-	})
+	inst, err := instance.Setup(mgr, instOpts)
 	if err != nil {
 		return fmt.Errorf("instance %s: %w", id, err)
 	}

@@ -72,7 +72,7 @@ counts do not depend on the load.
   build it (CGO_ENABLED=0, -trimpath, -ldflags '-s -w'; internal/localrun),
   so that its RSS counts the pages of the binary users run.
 - **Instances**: %[5]d full instances of pkg/instance in slot mode, each a
-  controller-runtime manager in this process with instance.SlotCache over
+  controller-runtime manager in this process with instance.NewCache over
   ConfigMaps, authenticated as the ring's instance service account, lease
   duration %[6]s, renew period a fifth of it. The first instances release
   their Lease as restarting on a graceful stop (Options.Release =

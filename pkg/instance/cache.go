@@ -4,8 +4,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
@@ -16,30 +14,6 @@ import (
 // until the instance acknowledges).
 func Selector(ring, identity string) labels.Selector {
 	return labels.SelectorFromSet(labels.Set{v1alpha1.ShardLabel(ring): identity})
-}
-
-// CacheByObject returns controller-runtime cache entries that restrict the
-// cache to the objects assigned to identity in ring, one entry per object
-// kind given (pass one empty object of each of the ring's main and controlled
-// resources that the instance watches, e.g. &corev1.ConfigMap{}). Merge them
-// into cache.Options.ByObject of the manager's options before the manager is
-// created: a cache's selectors cannot change afterwards.
-//
-// Objects of a kind not listed here are cached without the selector, which
-// is right for everything the instance reads but does not own.
-func CacheByObject(ring, identity string, objects ...client.Object) map[client.Object]cache.ByObject {
-	byObject := make(map[client.Object]cache.ByObject, len(objects))
-	for _, obj := range objects {
-		byObject[obj] = cache.ByObject{Label: Selector(ring, identity)}
-	}
-	return byObject
-}
-
-// CacheOptions returns cache.Options whose ByObject holds CacheByObject's
-// entries. Use it as manager.Options.Cache when the instance needs no other
-// cache settings; otherwise merge CacheByObject into the options you have.
-func CacheOptions(ring, identity string, objects ...client.Object) cache.Options {
-	return cache.Options{ByObject: CacheByObject(ring, identity, objects...)}
 }
 
 // TweakListOptions returns a function that adds the instance's selector to

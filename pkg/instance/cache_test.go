@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -29,15 +31,26 @@ func TestSelector(t *testing.T) {
 	}
 }
 
-func TestCacheByObject(t *testing.T) {
+func TestSelectByShard(t *testing.T) {
 	g := NewWithT(t)
 	cm, secret := &corev1.ConfigMap{}, &corev1.Secret{}
-	byObject := CacheByObject("web", "web-0", cm, secret)
+	byObject, err := selectByShard(cache.Options{}, "web", "web-0", []client.Object{cm, secret})
+	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(byObject).To(HaveLen(2))
 	for _, obj := range []client.Object{cm, secret} {
 		g.Expect(byObject[obj].Label.String()).To(Equal("shard.sharder.dev/web=web-0"))
 	}
-	g.Expect(CacheOptions("web", "web-0", cm).ByObject).To(HaveKey(cm))
+
+	// An entry of the manager's options for a ring kind keeps its settings,
+	// its selector ANDed with the instance's.
+	own := &corev1.ConfigMap{}
+	byObject, err = selectByShard(cache.Options{ByObject: map[client.Object]cache.ByObject{
+		own: {Label: labels.SelectorFromSet(labels.Set{"team": "a"}), UnsafeDisableDeepCopy: ptr.To(true)},
+	}}, "web", "web-0", []client.Object{cm})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(byObject).To(HaveLen(1))
+	g.Expect(byObject[own].Label.String()).To(Equal("shard.sharder.dev/web=web-0,team=a"))
+	g.Expect(byObject[own].UnsafeDisableDeepCopy).To(HaveValue(BeTrue()))
 }
 
 func TestTweakListOptions(t *testing.T) {

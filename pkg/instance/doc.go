@@ -4,10 +4,12 @@
 //
 // Three things make a controller an instance, and this package provides each:
 //
-//   - The cache selects the instance's objects: CacheByObject (or
-//     CacheOptions) adds the selector shard.sharder.dev/<ring>=<identity> for
-//     the ring's resources to the manager's cache options. Plain client-go
-//     informers use WithTweakListOptions or TweakListOptions.
+//   - The cache selects the instance's objects: NewCache reads the ring when
+//     the manager is created and makes the cache its assignment unit needs,
+//     the selector shard.sharder.dev/<ring>=<identity> on the ring's
+//     resources for a ring of unit Objects, the instance's slots for a ring
+//     of unit Slots. Plain client-go informers use WithTweakListOptions or
+//     TweakListOptions (unit Objects).
 //   - The instance holds its Lease: Setup adds the Lease holder to the
 //     manager. Reconciles are admitted only while the Lease is held; on
 //     shutdown the Lease is released after the reconciles in flight ended, so
@@ -24,13 +26,13 @@
 // child its owner's shard label. Controllers on plain client-go acknowledge
 // drains with drain.Acknowledge or drain.AcknowledgePatch.
 //
-// A typical main:
+// A typical main, the same for a ring of either unit:
 //
-//	id, _ := instance.DefaultIdentity()
+//	opts := instance.Options{Ring: "my-ring", LeaseNamespace: "my-system"}
 //	mgr, _ := ctrl.NewManager(cfg, ctrl.Options{
-//		Cache: instance.CacheOptions("my-ring", id, &corev1.ConfigMap{}),
+//		NewCache: instance.NewCache(opts, &corev1.ConfigMap{}),
 //	})
-//	inst, _ := instance.Setup(mgr, instance.Options{Ring: "my-ring", LeaseNamespace: "my-system", Identity: id})
+//	inst, _ := instance.Setup(mgr, opts)
 //	r, _ := inst.Wrap(&corev1.ConfigMap{}, &MyReconciler{Client: mgr.GetClient()})
 //	_ = ctrl.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{}).Complete(r)
 //	_ = mgr.Start(ctx)
@@ -40,25 +42,18 @@
 // A ring of unit Slots (spec.assignment.unit: Slots, docs/design.md §11)
 // assigns slots, not objects: every object carries a slot label
 // slot.sharder.dev/<ring> written once, and the sharder hands the ring's
-// slots to its instances in a table in the ring's status. The one change to
-// the main above is the manager's cache: NewCache: SlotCache(ring, objects...)
-// in place of Cache: CacheOptions(ring, id, objects...). SlotCache reads the
-// ring when the manager is created and returns a slotcache.Cache of the
-// ring's slot count (slotcache.NewCacheFunc with the count does the same
-// without that read); Setup finds it and runs the instance in slot mode:
-//
-//	mgr, _ := ctrl.NewManager(cfg, ctrl.Options{
-//		NewCache: instance.SlotCache("my-ring", &corev1.ConfigMap{}),
-//	})
-//	inst, _ := instance.Setup(mgr, instance.Options{Ring: "my-ring", LeaseNamespace: "my-system", Identity: id})
+// slots to its instances in a table in the ring's status. The main above
+// serves it unchanged: NewCache finds the ring's unit and makes a cache of
+// the instance's slots, and Setup finds that cache and runs the instance in
+// slot mode (Instance.Unit tells which).
 //
 // A cache that does not fit the ring is refused with an error wrapping
-// ErrModeMismatch: a ring of unit Slots with any other cache (Setup), a slot
-// cache for a ring of unit Objects (SlotCache, Setup) or of another slot
-// count (Setup, or the start when Setup could not read the ring). Setup
-// reads the ring to check this when it can; in object mode the instance
-// needs no permission on ControllerRings (a ring it cannot read, or not
-// created yet, is not checked).
+// ErrModeMismatch: a cache NewCache made for another ring (Setup), a cache
+// NewCache did not make for a ring of unit Slots (Setup, which reads the
+// ring then, when it can), or a ring deleted and created again with another
+// unit or slot count before the instance started (the start). In object
+// mode the instance needs no permission on ControllerRings (a ring it
+// cannot read, or not created yet, gives the cache of unit Objects).
 //
 // In slot mode the instance keeps a record of the slots it holds
 // (slots.Record). Once it holds its Lease it reads the ring from the API
@@ -78,9 +73,9 @@
 // The instance's service account needs get, list and watch on the ring
 // (ControllerRings are cluster-scoped) besides the Lease permissions.
 //
-// On a ring whose slots are keyed by namespace, SlotCacheWith with
-// SlotOptions.ShardedListAndWatch selects the slots with the API server's
-// shard selector on the namespace (Kubernetes 1.36 with the
-// ShardedListAndWatch gate) instead of the slot label, so that the instance
-// reconciles an object before the sharder labelled it; see SlotOptions.
+// On a ring whose slots are keyed by namespace, Options.ShardedListAndWatch
+// selects the slots with the API server's shard selector on the namespace
+// (Kubernetes 1.36 with the ShardedListAndWatch gate) instead of the slot
+// label, so that the instance reconciles an object before the sharder
+// labelled it.
 package instance

@@ -41,18 +41,17 @@ func (r *ConfigMapReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 }
 
 // Example makes a controller of ConfigMaps (owning Secrets) an instance of
-// the ring "configmaps", whose Leases live in the namespace "example-system".
+// the ring "configmaps", whose Leases live in the namespace
+// "example-system". The same main serves a ring of either assignment unit:
+// NewCache reads the ring and makes the cache its unit needs.
 func Example() {
-	const ring = "configmaps"
-	id, err := instance.DefaultIdentity()
-	if err != nil {
-		fmt.Println(err)
-		os.Exit(1)
-	}
+	opts := instance.Options{Ring: "configmaps", LeaseNamespace: "example-system"}
 
-	// 1. The cache holds only this instance's ConfigMaps and Secrets.
+	// 1. The cache holds only this instance's ConfigMaps and Secrets: those
+	// carrying its shard label (unit Objects), or those of the slots it
+	// holds, changing as the sharder moves slots (unit Slots).
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		Cache: instance.CacheOptions(ring, id, &corev1.ConfigMap{}, &corev1.Secret{}),
+		NewCache: instance.NewCache(opts, &corev1.ConfigMap{}, &corev1.Secret{}),
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -60,7 +59,7 @@ func Example() {
 	}
 
 	// 2. The instance holds its Lease in the ring's Lease namespace.
-	inst, err := instance.Setup(mgr, instance.Options{Ring: ring, LeaseNamespace: "example-system", Identity: id})
+	inst, err := instance.Setup(mgr, opts)
 	if err != nil {
 		fmt.Println(err)
 		os.Exit(1)
@@ -69,46 +68,8 @@ func Example() {
 		DrainedFunc: func(obj client.Object) { fmt.Println("handed over", obj.GetName()) },
 	})
 
-	// 3. The reconciler acknowledges drains and skips objects of others.
-	r, err := inst.Wrap(&corev1.ConfigMap{}, &ConfigMapReconciler{Client: mgr.GetClient(), Instance: inst})
-	if err != nil {
-		fmt.Println(err)
-		os.Exit(1)
-	}
-	if err := ctrl.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{}).Owns(&corev1.Secret{}).Complete(r); err != nil {
-		fmt.Println(err)
-		os.Exit(1)
-	}
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
-		fmt.Println(err)
-		os.Exit(1)
-	}
-}
-
-// Example_slotMode makes the same controller an instance of the ring
-// "configmap-slots" of unit Slots: only the manager's cache differs.
-func Example_slotMode() {
-	const ring = "configmap-slots"
-	// 1. The cache watches the ConfigMaps and Secrets of this instance's
-	// slots, and changes them as the sharder moves slots.
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		NewCache: instance.SlotCache(ring, &corev1.ConfigMap{}, &corev1.Secret{}),
-	})
-	if err != nil {
-		fmt.Println(err) // also when the ring is not of unit Slots
-		os.Exit(1)
-	}
-
-	// 2. Setup finds the slot cache: the instance admits reconciles by the
-	// slots it holds, and acknowledges releases on its Lease.
-	inst, err := instance.Setup(mgr, instance.Options{Ring: ring, LeaseNamespace: "example-system"})
-	if err != nil {
-		fmt.Println(err)
-		os.Exit(1)
-	}
-
-	// 3. The reconciler runs only for objects of the instance's slots;
-	// LabelChild gives each Secret its ConfigMap's slot label.
+	// 3. The reconciler acknowledges drains (unit Objects), skips objects of
+	// others, and LabelChild gives each Secret its ConfigMap's label.
 	r, err := inst.Wrap(&corev1.ConfigMap{}, &ConfigMapReconciler{Client: mgr.GetClient(), Instance: inst})
 	if err != nil {
 		fmt.Println(err)

@@ -5,16 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
@@ -25,8 +22,8 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance/internal/inflight"
+	"github.com/sharder-dev/sharder/pkg/instance/internal/slotcache"
 	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
-	"github.com/sharder-dev/sharder/pkg/instance/slotcache"
 	"github.com/sharder-dev/sharder/pkg/slots"
 )
 
@@ -71,8 +68,9 @@ type Instance struct {
 	log        logr.Logger
 	reconciles *inflight.Gate
 	holder     *leaseholder.Holder
-	// slots is the instance's state in slot mode, nil in object mode.
-	slots *slotMode
+	// unit admits work in the ring's assignment unit: objectUnit or
+	// *slotUnit, chosen once by Setup.
+	unit unit
 
 	// acked holds the objects whose drain this instance is acknowledging or
 	// has acknowledged, until they leave the cache.
@@ -102,22 +100,21 @@ var (
 // returns one on lost leader election. Exit non-zero then, so that the
 // process is restarted (its pod's container) and the instance rejoins.
 //
-// The manager's cache must already select the instance's objects (see
-// CacheByObject with the same ring and identity): cache selectors are fixed
-// when the manager is created. Wrap each reconciler of the ring's main
-// resources with the returned Instance.
+// The manager's cache must be the one NewCache makes with the same
+// Options: cache selectors are fixed when the manager is created. Wrap each
+// reconciler of the ring's main resources with the returned Instance.
 //
-// When the manager's cache is a slot cache (SlotCache, or
-// slotcache.NewCacheFunc) of opts.Ring, the instance runs in slot mode (see
-// the package documentation): it admits reconciles by its record of the
+// The instance runs in the unit of the ring NewCache read: in object mode
+// for a ring of unit Objects, in slot mode (see the package documentation)
+// for a ring of unit Slots, where it admits reconciles by its record of the
 // slots it holds, read from the ring after it acquired its Lease. Setup
-// reads the ring, when it can, and returns an error wrapping ErrModeMismatch
-// when the cache does not fit it (a ring of unit Slots with another cache,
-// a slot cache for a ring of unit Objects or another slot count, or a slot
-// cache of another ring), and an error wrapping ErrShardedListAndWatch when
-// the slot cache selects by shard (SlotOptions.ShardedListAndWatch) on a ring
-// whose slots are not keyed by namespace. An instance in slot mode checks
-// the ring again when it starts: the manager then stops with such an error.
+// returns an error wrapping ErrModeMismatch when the cache does not fit the
+// ring (a cache NewCache made for another ring, or, for a manager whose
+// cache NewCache did not make, a ring of unit Slots, which Setup reads
+// then), and an error wrapping ErrShardedListAndWatch for
+// Options.ShardedListAndWatch without a slot cache. An instance in slot
+// mode checks the ring again when it starts: the manager then stops with
+// such an error if the ring no longer fits.
 //
 // The instance runs on every replica (NeedLeaderElection is false); run the
 // manager without leader election, since each instance reconciles only its
@@ -154,20 +151,8 @@ func Setup(mgr manager.Manager, opts Options) (*Instance, error) {
 		reconciles: inflight.New(),
 		kinds:      map[schema.GroupVersionKind]client.Object{},
 	}
-	// Slot mode is the manager's cache's choice: a slot cache of the ring.
-	sc, _ := mgr.GetCache().(*slotcache.Cache)
-	if sc != nil && sc.Ring() != opts.Ring {
-		return nil, fmt.Errorf("%w: the manager's slot cache is of ring %q, the instance of ring %q", ErrModeMismatch, sc.Ring(), opts.Ring)
-	}
-	ringClient, err := newRingClient(mgr.GetConfig(), mgr.GetHTTPClient())
-	if err != nil {
+	if err := i.chooseUnit(); err != nil {
 		return nil, err
-	}
-	if err := i.checkRingAtSetup(ringClient, sc); err != nil {
-		return nil, err
-	}
-	if sc != nil {
-		i.slots = newSlotMode(i, sc, ringClient)
 	}
 	i.holder, err = leaseholder.NewHolder(direct, leaseholder.HolderOptions{
 		Ring:            opts.Ring,
@@ -204,6 +189,31 @@ func Setup(mgr manager.Manager, opts Options) (*Instance, error) {
 // Ring returns the ring's name.
 func (i *Instance) Ring() string { return i.opts.Ring }
 
+// Unit returns the assignment unit the instance runs in:
+// v1alpha1.AssignmentUnitObjects or v1alpha1.AssignmentUnitSlots.
+func (i *Instance) Unit() string {
+	if _, ok := i.unit.slotRecord(); ok {
+		return v1alpha1.AssignmentUnitSlots
+	}
+	return v1alpha1.AssignmentUnitObjects
+}
+
+// ShardStats counts the objects a slot cache selecting by shard received
+// (Options.ShardedListAndWatch).
+type ShardStats = slotcache.ShardStats
+
+// ShardStats returns, in slot mode, the counts of the objects the cache's
+// watches by shard received and of those outside the instance's slots
+// (many when the API server ignores the shard selector); ok is false in
+// object mode.
+func (i *Instance) ShardStats() (stats ShardStats, ok bool) {
+	s, ok := i.unit.(*slotUnit)
+	if !ok {
+		return ShardStats{}, false
+	}
+	return s.cache.ShardStats(), true
+}
+
 // Identity returns the instance ID.
 func (i *Instance) Identity() string { return i.opts.Identity }
 
@@ -224,39 +234,12 @@ func (i *Instance) AddNotifier(n Notifier) {
 // need not write it at all). Call it before creating child (next to setting
 // its controller reference). It reports false, leaving child alone, when
 // owner carries neither label. In slot mode with
-// SlotOptions.ShardedListAndWatch, an owner of a kind selected by shard that
+// Options.ShardedListAndWatch, an owner of a kind selected by shard that
 // is not labelled yet (the instance saw it before the sharder labelled it)
 // gives child the slot of its namespace, the slot the sharder will write on
 // both.
 func (i *Instance) LabelChild(owner, child metav1.Object) bool {
-	copied := LabelChild(i.opts.Ring, owner, child)
-	if i.slots == nil || hasLabel(owner, v1alpha1.SlotLabel(i.opts.Ring)) {
-		return copied
-	}
-	ro, ok := owner.(runtime.Object)
-	if !ok {
-		return copied
-	}
-	gvk, err := apiutil.GVKForObject(ro, i.mgr.GetScheme())
-	if err != nil {
-		return copied
-	}
-	slot, ok := i.slots.slotOf(gvk.GroupKind(), owner)
-	if !ok {
-		return copied
-	}
-	labels := child.GetLabels()
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[v1alpha1.SlotLabel(i.opts.Ring)] = strconv.Itoa(slot)
-	child.SetLabels(labels)
-	return true
-}
-
-func hasLabel(obj metav1.Object, key string) bool {
-	_, ok := obj.GetLabels()[key]
-	return ok
+	return i.unit.labelChild(owner, child)
 }
 
 // LabelChild is Instance.LabelChild for a given ring: it copies whichever of
@@ -284,10 +267,7 @@ func LabelChild(ring string, owner, child metav1.Object) bool {
 // slots it holds (the revision of the last slot table it acted on and its
 // slots); ok is false in object mode.
 func (i *Instance) SlotRecord() (record slots.Record, ok bool) {
-	if i.slots == nil {
-		return slots.Record{}, false
-	}
-	return i.slots.Record(), true
+	return i.unit.slotRecord()
 }
 
 // NeedLeaderElection returns false: every instance runs.
@@ -319,63 +299,7 @@ func (i *Instance) Start(ctx context.Context) error {
 	if err != nil {
 		return nil //nolint:nilerr // ctx ended before the Lease was held: a normal shutdown
 	}
-	if i.slots != nil {
-		go i.checkWatchLag(ctx)
-		return i.slots.start(ctx, func() {
-			i.reconciles.Open()
-			i.log.Info("Instance holds its Lease and read its slots, reconciling", "slots", slots.FormatList(i.slots.Record().Slots),
-				"selectedByShard", i.slots.cache.Sharded())
-		})
-	}
-	i.reconciles.Open()
-	i.log.Info("Instance holds its Lease, reconciling")
-	i.checkWatchLag(ctx)
-	<-ctx.Done()
-	return nil
-}
-
-// checksWatchLag reports whether the instance keeps its promise on the lag
-// of its watches (Options.MaxWatchLag).
-func (i *Instance) checksWatchLag() bool {
-	return i.opts.MaxWatchLag > 0 && i.holder.Watching()
-}
-
-// watchCurrent reports whether the instance's watch is proven no further
-// behind than Options.MaxWatchLag (always true when it makes no promise).
-func (i *Instance) watchCurrent() bool {
-	return !i.checksWatchLag() || i.opts.Clock.Since(i.holder.WatchedAt()) <= i.opts.MaxWatchLag
-}
-
-// checkWatchLag cancels the reconciles in flight whenever the watch falls
-// further behind than Options.MaxWatchLag, until ctx ends. New reconciles
-// ask watchCurrent themselves; this catches those that started before. It
-// looks every eighth of the lag (at most every 250ms), which the sharder's
-// force grace covers.
-func (i *Instance) checkWatchLag(ctx context.Context) {
-	if !i.checksWatchLag() {
-		return
-	}
-	every := min(max(i.opts.MaxWatchLag/8, 10*time.Millisecond), 250*time.Millisecond)
-	behind := false
-	for {
-		switch current := i.watchCurrent(); {
-		case !current && !behind:
-			behind = true
-			i.bound(ErrStaleWatch, i.reconciles.CancelAll(ErrStaleWatch))
-			i.log.Info("The instance's watch fell behind: no reconciles until it catches up",
-				"lastRenewalSeen", i.holder.WatchedAt(), "maxWatchLag", i.opts.MaxWatchLag)
-		case current && behind:
-			behind = false
-			i.log.Info("The instance's watch caught up: reconciling again")
-		}
-		t := i.opts.Clock.NewTimer(every)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C():
-		}
-	}
+	return i.unit.run(ctx)
 }
 
 func (i *Instance) readyz(_ *http.Request) error {
@@ -418,17 +342,11 @@ func (i *Instance) register(gvk schema.GroupVersionKind, proto client.Object) {
 	}
 }
 
-// assigned reports whether obj, of kind gk, carries this instance's shard
-// label (in slot mode: has a slot of the record, slotMode.slotOf).
+// assigned reports whether obj, of kind gk, is this instance's now (the
+// unit's owns).
 func (i *Instance) assigned(gk schema.GroupKind, obj metav1.Object) bool {
-	if i.slots != nil {
-		slot, ok := i.slots.slotOf(gk, obj)
-		return ok && i.slots.holds(slot)
-	}
-	return obj.GetLabels()[v1alpha1.ShardLabel(i.opts.Ring)] == i.opts.Identity
+	return i.unit.owns(gk, obj)
 }
-
-func (i *Instance) shardLabel() string { return v1alpha1.ShardLabel(i.opts.Ring) }
 
 // notify calls every notifier.
 func (i *Instance) notify(call func(Notifier)) {
@@ -438,27 +356,6 @@ func (i *Instance) notify(call func(Notifier)) {
 	for _, n := range notifiers {
 		call(n)
 	}
-}
-
-// left reports that obj is no longer this instance's: assigned elsewhere
-// (moved), or gone from the instance's label-selected cache, moved or
-// deleted.
-func (i *Instance) left(gvk schema.GroupVersionKind, obj client.Object, moved bool) {
-	key := inflight.Key{GroupKind: gvk.GroupKind(), NamespacedName: client.ObjectKeyFromObject(obj)}
-	if i.slots != nil {
-		// No drain in slot mode: the object was deleted, or its slot label
-		// was changed past the slot label policy (not bound yet, or
-		// bypassed), which moves it to the holder of its new slot.
-		i.cancelMoved(gvk, key, moved)
-		i.notify(func(n Notifier) { n.OnLost(obj) })
-		return
-	}
-	if _, drained := i.acked.LoadAndDelete(key); drained {
-		i.notify(func(n Notifier) { n.OnDrained(obj) })
-		return
-	}
-	i.cancelMoved(gvk, key, moved)
-	i.notify(func(n Notifier) { n.OnLost(obj) })
 }
 
 // cancelMoved cancels the reconciles in flight of an object that left
@@ -503,9 +400,7 @@ func (i *Instance) cancelMoved(gvk schema.GroupVersionKind, key inflight.Key, mo
 func (i *Instance) lost() {
 	i.reconciles.Close()
 	i.bound(ErrLeaseLost, i.reconciles.CancelAll(ErrLeaseLost))
-	if i.slots != nil {
-		i.slots.drop()
-	}
+	i.unit.lost()
 	i.log.Info("Instance lost its Lease, no longer reconciling")
 	if i.opts.OnLost != nil {
 		i.opts.OnLost()
@@ -529,32 +424,4 @@ func (i *Instance) beforeRelease(ctx context.Context) error {
 		return fmt.Errorf("%d reconciles still in flight: %w", i.reconciles.Running(), err)
 	}
 	return nil
-}
-
-// bound holds the instance to its bound on stopping (Options.StopTimeout)
-// for the reconciles it just cancelled, with cause, because it may no longer
-// act: when any of them is still running StopTimeout later, it calls
-// Options.OnStopOverdue, whose default ends the process.
-func (i *Instance) bound(cause error, cancelled inflight.Cancelled) {
-	if len(cancelled) == 0 {
-		return
-	}
-	t := i.opts.Clock.NewTimer(i.opts.StopTimeout)
-	go func() {
-		defer t.Stop()
-		if cancelled.Wait(t.C()) {
-			return
-		}
-		running := cancelled.Running()
-		if running == 0 {
-			return
-		}
-		i.log.Error(cause, "Reconciles cancelled because the instance may no longer act did not return within its stop timeout: ending the process, as promised on the Lease",
-			"running", running, "stopTimeout", i.opts.StopTimeout)
-		if i.opts.OnStopOverdue != nil {
-			i.opts.OnStopOverdue(running)
-			return
-		}
-		os.Exit(1)
-	}()
 }

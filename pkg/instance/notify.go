@@ -88,25 +88,7 @@ func (h eventHandler) OnUpdate(oldObj, newObj any) {
 	if !okOld || !okNew {
 		return
 	}
-	if h.inst.slots != nil {
-		// Objects of a slot let go of leave the slot cache silently. An
-		// object's slot label does not change but past the slot label
-		// policy; one that leaves the instance's slots so is moved.
-		if h.inst.assigned(h.gvk.GroupKind(), o) && !h.inst.assigned(h.gvk.GroupKind(), n) {
-			h.inst.left(h.gvk, n, true)
-		}
-		return
-	}
-	// With the instance's selector on the cache, objects leave through
-	// OnDelete; updates that change the shard label only show up in caches
-	// without the selector.
-	was, is := h.inst.assigned(h.gvk.GroupKind(), o), h.inst.assigned(h.gvk.GroupKind(), n)
-	switch {
-	case !was && is:
-		h.inst.notify(func(nt Notifier) { nt.OnGained(n) })
-	case was && !is:
-		h.inst.left(h.gvk, n, true)
-	}
+	h.inst.unit.updated(h.gvk, o, n)
 }
 
 func (h eventHandler) OnDelete(obj any) {
@@ -114,6 +96,6 @@ func (h eventHandler) OnDelete(obj any) {
 		obj = tombstone.Obj
 	}
 	if o, ok := obj.(client.Object); ok && h.inst.assigned(h.gvk.GroupKind(), o) {
-		h.inst.left(h.gvk, o, false)
+		h.inst.unit.left(h.gvk, o, false)
 	}
 }

@@ -26,7 +26,7 @@ type Options struct {
 
 	// Identity is the instance ID: the name of its Lease and the value of the
 	// shard label on its objects. It must be the identity given to
-	// CacheByObject, and stable across restarts of the same instance (a new
+	// NewCache, and stable across restarts of the same instance (a new
 	// identity moves every object).
 	// Default: DefaultIdentity() (the POD_NAME variable, else the hostname).
 	Identity string
@@ -152,6 +152,53 @@ type Options struct {
 	// any slot is dropped at once, which costs no list.
 	// Default: DefaultSlotCacheLinger (30s); negative: at once.
 	SlotCacheLinger time.Duration
+
+	// ShardedListAndWatch makes an instance of a ring of unit Slots watch
+	// its slots with the API server's shard selector on the namespace
+	// instead of the slot label (docs/design.md §11, "Sharded list and
+	// watch"): each watch group's watch of a resource carries shardSelector
+	// = shardRange(object.metadata.namespace, start, end) || ..., one range
+	// per run of consecutive slots. The instance then receives, and
+	// reconciles, an object of its slots as soon as it is created, before
+	// the sharder wrote its slot label (a main object of a ring of key
+	// Namespace has the slot of its namespace, whether labelled yet or not).
+	// NewCache reads it; pass the same Options to NewCache and Setup.
+	//
+	// It needs a ring of unit Slots whose slots are keyed by namespace
+	// (spec.assignment.slots.key: Namespace): creating the manager fails
+	// otherwise (ErrShardedListAndWatch). It applies to the ring's main
+	// resources among NewCache's objects, and to its controlled resources
+	// when every main resource is namespaced (the children of a namespaced
+	// object are in its namespace); the controlled resources of a ring with
+	// a cluster-scoped main resource, and objects of resources that are not
+	// the ring's, keep the slot label selector. Note that a controlled
+	// resource selected by shard brings every object of that resource in
+	// the instance's namespaces into its cache, those that no object of the
+	// ring controls too (they cause no reconcile).
+	//
+	// The shard selector is filtered by Kubernetes 1.36 and later with the
+	// ShardedListAndWatch feature gate (kube-apiserver
+	// --feature-gates=ShardedListAndWatch=true). A server without the gate
+	// ignores it silently and returns every object: the instance still
+	// holds and reconciles only its slots' objects, since it checks every
+	// object's slot itself (its slot label, else its namespace's), but each
+	// of its watch groups (up to 64 per resource) receives all objects of
+	// the resources, far more than with the label selector; it logs that
+	// once. Turn it on only where the API server has the gate. The same
+	// holds for a 1.36 server's watches served without its watch cache
+	// (--watch-cache=false), which it does not filter.
+	//
+	// An object whose slot label contradicts its namespace (set wrongly at
+	// creation: the ring's policy cannot compute the hash) has the slot its
+	// label names, as for an instance without this option, so that
+	// instances with and without it never disagree on an object's slot;
+	// but a watch by shard receives it by its namespace's slot and keeps it
+	// only if its label's slot is among the watch's, so an instance
+	// selecting by shard may never see it. The sharder reports such
+	// objects.
+	//
+	// Default: false, the slot label selects every resource.
+	ShardedListAndWatch bool
 
 	// Clock tells the time: the Lease holder's renewals and deadlines, and
 	// how long the instance remembers the objects it handed over. Tests pass

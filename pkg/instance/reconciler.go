@@ -7,15 +7,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/sharder-dev/sharder/pkg/drain"
 	"github.com/sharder-dev/sharder/pkg/instance/internal/inflight"
-	"github.com/sharder-dev/sharder/pkg/slots"
 )
 
 // acknowledgeAttempts bounds how often a drain acknowledgement is retried
@@ -63,7 +60,7 @@ const acknowledgeAttempts = 3
 // In slot mode (a ring of unit Slots) there are no drains and no shard
 // label: next runs only for an object whose slot label names a slot of the
 // instance's record of the slots it holds, never by whether the cache still
-// holds the object (with SlotOptions.ShardedListAndWatch, an object not
+// holds the object (with Options.ShardedListAndWatch, an object not
 // labelled yet has its namespace's slot); other requests are dropped, not
 // requeued. An object
 // absent from the cache and gone from the API server is handed to next
@@ -118,111 +115,7 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		log.V(1).Info("Request deferred: the instance's watch is behind the API server")
 		return reconcile.Result{RequeueAfter: r.inst.opts.RetryPeriod}, nil
 	}
-	if r.inst.slots != nil {
-		return r.reconcileSlot(ctx, req, cancel)
-	}
-
-	obj, ok := r.proto.DeepCopyObject().(client.Object)
-	if !ok {
-		return reconcile.Result{}, reconcile.TerminalError(fmt.Errorf("%T is not a client.Object", r.proto))
-	}
-	if err := r.inst.client.Get(ctx, req.NamespacedName, obj); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return reconcile.Result{}, fmt.Errorf("reading %s %s: %w", r.gvk.Kind, req.NamespacedName, err)
-		}
-		return r.absent(ctx, req)
-	}
-	if !r.inst.assigned(r.gvk.GroupKind(), obj) {
-		log.V(1).Info("Request dropped: object not assigned to this instance",
-			"assignedTo", obj.GetLabels()[r.inst.shardLabel()])
-		return reconcile.Result{}, nil
-	}
-	if drain.Requested(obj, r.inst.opts.Ring) {
-		return r.acknowledge(ctx, key, obj)
-	}
-	r.inst.handedOver.forget(key) // assigned here again: its departure is news again
-	return r.next.Reconcile(ctx, req)
-}
-
-// absent handles a request for an object the cache does not hold: deleted, or
-// no longer assigned here.
-func (r *reconciler) absent(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	key := inflight.Key{GroupKind: r.gvk.GroupKind(), NamespacedName: req.NamespacedName}
-	if r.inst.handedOver.recent(key, r.inst.opts.Clock.Now()) {
-		// This instance handed it over itself: it moved away, and its
-		// deletion, if any, is no longer this instance's to reconcile.
-		logf.FromContext(ctx).V(1).Info("Request dropped: object handed over by this instance")
-		return reconcile.Result{}, nil
-	}
-	live, err := r.readLive(ctx, req)
-	if apierrors.IsNotFound(err) {
-		return r.next.Reconcile(ctx, req)
-	}
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	// It exists: moved away, or assigned here and not yet in the cache (its
-	// arrival queues a request of its own).
-	logf.FromContext(ctx).V(1).Info("Request dropped: object not in this instance's cache",
-		"assignedTo", live.GetLabels()[r.inst.shardLabel()])
-	return reconcile.Result{}, nil
-}
-
-// acknowledge answers a drain request once no other reconcile of the object
-// runs in this instance.
-func (r *reconciler) acknowledge(ctx context.Context, key inflight.Key, cached client.Object) (reconcile.Result, error) {
-	log := logf.FromContext(ctx)
-	ok, err := r.inst.reconciles.Drain(ctx, key)
-	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("waiting for reconciles of %s in flight: %w", key.NamespacedName, err)
-	}
-	if !ok {
-		return reconcile.Result{}, nil // another controller of this instance acknowledges it
-	}
-	r.inst.acked.Store(key, struct{}{})
-	obj := cached
-	if cp, ok := cached.DeepCopyObject().(client.Object); ok {
-		obj = cp
-	}
-	for attempt := 1; ; attempt++ {
-		target, _ := drain.Target(obj, r.inst.opts.Ring)
-		err := drain.Acknowledge(ctx, r.inst.client, obj, r.inst.opts.Ring)
-		if err == nil {
-			r.inst.handedOver.add(key, r.inst.opts.Clock.Now())
-			if target != "" {
-				log.Info("Drain acknowledged: object handed over", "object", klog.KObj(obj), "to", target)
-			} else {
-				log.Info("Drain acknowledged: object left to the sharder", "object", klog.KObj(obj))
-			}
-			return reconcile.Result{}, nil
-		}
-		if apierrors.IsNotFound(err) { // deleted meanwhile: nothing left to hand over
-			r.inst.acked.Delete(key)
-			return reconcile.Result{}, nil
-		}
-		if !apierrors.IsConflict(err) || attempt == acknowledgeAttempts {
-			r.inst.acked.Delete(key)
-			return reconcile.Result{}, err
-		}
-		// The object changed since the cache saw it: decide on its current
-		// state.
-		live, err := r.readLive(ctx, reconcile.Request{NamespacedName: key.NamespacedName})
-		switch {
-		case apierrors.IsNotFound(err):
-			r.inst.acked.Delete(key)
-			return reconcile.Result{}, nil
-		case err != nil:
-			r.inst.acked.Delete(key)
-			return reconcile.Result{}, err
-		case !r.inst.assigned(r.gvk.GroupKind(), live) || !drain.Requested(live, r.inst.opts.Ring):
-			// Moved by the sharder, or the drain was withdrawn: the cache's
-			// next event for it brings a fresh request.
-			r.inst.acked.Delete(key)
-			log.V(1).Info("Drain no longer requested", "object", klog.KObj(live))
-			return reconcile.Result{}, nil
-		}
-		obj = live
-	}
+	return r.inst.unit.reconcile(ctx, r, req, cancel)
 }
 
 // readLive reads the object's metadata from the API server.
@@ -236,50 +129,4 @@ func (r *reconciler) readLive(ctx context.Context, req reconcile.Request) (*meta
 		return nil, fmt.Errorf("reading %s %s from the API server: %w", r.gvk.Kind, req.NamespacedName, err)
 	}
 	return live, nil
-}
-
-// reconcileSlot handles a request in slot mode: next runs only for an object
-// whose slot label names a slot of the instance's record (or, not labelled
-// yet and of a kind the cache selects by shard, whose namespace's slot is
-// in the record), never by what the cache holds. An object absent from the cache that the API server no
-// longer has is handed to next when the slot its name maps to (a main
-// object's slot, slots.ForMainObject) is in the record, so that it can
-// finish its deletion handling. A request dropped is not requeued: the
-// slot's objects are the business of the instance it goes to.
-func (r *reconciler) reconcileSlot(ctx context.Context, req reconcile.Request, cancel context.CancelCauseFunc) (reconcile.Result, error) {
-	log := logf.FromContext(ctx)
-	s := r.inst.slots
-	obj, ok := r.proto.DeepCopyObject().(client.Object)
-	if !ok {
-		return reconcile.Result{}, reconcile.TerminalError(fmt.Errorf("%T is not a client.Object", r.proto))
-	}
-	var slot int
-	if err := r.inst.client.Get(ctx, req.NamespacedName, obj); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return reconcile.Result{}, fmt.Errorf("reading %s %s: %w", r.gvk.Kind, req.NamespacedName, err)
-		}
-		if _, err := r.readLive(ctx, req); !apierrors.IsNotFound(err) {
-			if err != nil {
-				return reconcile.Result{}, err
-			}
-			// It exists: of a slot not held, or of a slot just gained and
-			// not yet in the cache (its arrival queues a request).
-			log.V(1).Info("Request dropped: object not in this instance's cache")
-			return reconcile.Result{}, nil
-		}
-		slot = slots.ForMainObject(s.spec, r.gvk.Group, r.gvk.Kind, req.Namespace, req.Name)
-	} else {
-		var known bool
-		if slot, known = s.slotOf(r.gvk.GroupKind(), obj); !known {
-			log.V(1).Info("Request dropped: object without a valid slot label")
-			return reconcile.Result{}, nil
-		}
-	}
-	end, admitted := s.begin(slot, cancel)
-	if !admitted {
-		log.V(1).Info("Request dropped: the object's slot is not held by this instance", "slot", slot)
-		return reconcile.Result{}, nil
-	}
-	defer end()
-	return r.next.Reconcile(ctx, req)
 }

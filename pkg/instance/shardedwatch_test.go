@@ -31,7 +31,7 @@ import (
 	"github.com/sharder-dev/sharder/internal/testenv"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance"
-	"github.com/sharder-dev/sharder/pkg/instance/slotcache"
+	"github.com/sharder-dev/sharder/pkg/instance/internal/slotcache"
 	"github.com/sharder-dev/sharder/pkg/slots"
 )
 
@@ -173,19 +173,21 @@ func startShardedInstance(t *testing.T, f *shardedFixture, id string, rec *recor
 	cfg.Wrap(si.requests.wrap)
 	mgrOpts := e.ManagerOptions()
 	mgrOpts.Cache = cache.Options{DefaultLabelSelector: labels.SelectorFromSet(labels.Set{testLabel: f.home})}
-	mgrOpts.NewCache = instance.SlotCacheWith(f.home, instance.SlotOptions{ShardedListAndWatch: true}, &corev1.ConfigMap{})
+	instOpts := instance.Options{
+		Ring:                f.home,
+		LeaseNamespace:      f.home,
+		Identity:            id,
+		LeaseDuration:       3 * time.Second,
+		RenewPeriod:         300 * time.Millisecond,
+		RetryPeriod:         100 * time.Millisecond,
+		OnLost:              func() { t.Errorf("instance %s lost its Lease", id) },
+		OnStopOverdue:       func(int) {}, // the test process must not exit
+		ShardedListAndWatch: true,
+	}
+	mgrOpts.NewCache = instance.NewCache(instOpts, &corev1.ConfigMap{})
 	mgrOpts.Logger = ctrl.Log.WithName(id)
 	mgr := e.NewManager(t, cfg, mgrOpts)
-	inst, err := instance.Setup(mgr, instance.Options{
-		Ring:           f.home,
-		LeaseNamespace: f.home,
-		Identity:       id,
-		LeaseDuration:  3 * time.Second,
-		RenewPeriod:    300 * time.Millisecond,
-		RetryPeriod:    100 * time.Millisecond,
-		OnLost:         func() { t.Errorf("instance %s lost its Lease", id) },
-		OnStopOverdue:  func(int) {}, // the test process must not exit
-	})
+	inst, err := instance.Setup(mgr, instOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,15 +421,12 @@ func TestShardedWatchNeedsNamespaceKey(t *testing.T) {
 	createSlotRing(t, ns) // key Object, the default
 
 	mgrOpts := env().ManagerOptions()
-	mgrOpts.NewCache = instance.SlotCacheWith(ns, instance.SlotOptions{ShardedListAndWatch: true}, &corev1.ConfigMap{})
+	mgrOpts.NewCache = instance.NewCache(instance.Options{Ring: ns, LeaseNamespace: ns, Identity: "i-0", ShardedListAndWatch: true}, &corev1.ConfigMap{})
 	_, err := manager.New(env().Config, mgrOpts)
 	g.Expect(err).To(MatchError(instance.ErrShardedListAndWatch))
 	g.Expect(err.Error()).To(ContainSubstring("spec.assignment.slots.key: Namespace"))
 
-	mgrOpts.NewCache = func(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
-		return slotcache.New(cfg, slotcache.Options{Ring: ns, Count: slotCount, Objects: []client.Object{&corev1.ConfigMap{}},
-			Sharded: []client.Object{&corev1.ConfigMap{}}, Cache: opts})
-	}
+	mgrOpts.NewCache = instance.NewShardedSlotCacheFunc(ns, slotCount, &corev1.ConfigMap{})
 	_, err = instance.Setup(env().NewManager(t, nil, mgrOpts), instance.Options{Ring: ns, LeaseNamespace: ns, Identity: "i-0"})
 	g.Expect(err).To(MatchError(instance.ErrShardedListAndWatch))
 }
@@ -464,7 +463,7 @@ func TestShardedWatchResources(t *testing.T) {
 					Slots: &v1alpha1.RingSlots{Count: slotCount, Key: v1alpha1.SlotKeyNamespace}}
 			}))
 			mgrOpts := env().ManagerOptions()
-			mgrOpts.NewCache = instance.SlotCacheWith(name, instance.SlotOptions{ShardedListAndWatch: true},
+			mgrOpts.NewCache = instance.NewCache(instance.Options{Ring: name, LeaseNamespace: ns, Identity: "i-0", ShardedListAndWatch: true},
 				&corev1.ConfigMap{}, &corev1.Secret{}, &rbacv1.ClusterRole{}, &corev1.Pod{})
 			mgr, err := manager.New(env().Config, mgrOpts)
 			g.Expect(err).NotTo(HaveOccurred())

@@ -29,7 +29,6 @@ import (
 	"github.com/sharder-dev/sharder/internal/testenv"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance"
-	"github.com/sharder-dev/sharder/pkg/instance/slotcache"
 	"github.com/sharder-dev/sharder/pkg/slots"
 )
 
@@ -170,11 +169,6 @@ func startSlotInstanceWith(t *testing.T, cfg *rest.Config, ns, id string, hook f
 	lease := fixture.InstanceLease(ns, ns, id, time.Now().Add(-time.Minute), 3*time.Second, fixture.Released)
 	NewWithT(t).Expect(env().Client.Create(context.Background(), lease)).To(Succeed())
 
-	mgrOpts := env().ManagerOptions()
-	mgrOpts.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}
-	mgrOpts.NewCache = instance.SlotCache(ns, &corev1.ConfigMap{})
-	mgrOpts.Logger = ctrl.Log.WithName(id)
-	mgr := env().NewManager(t, cfg, mgrOpts)
 	instOpts := instance.Options{
 		Ring:           ns,
 		LeaseNamespace: ns,
@@ -195,6 +189,11 @@ func startSlotInstanceWith(t *testing.T, cfg *rest.Config, ns, id string, hook f
 	for _, o := range opts {
 		o(&instOpts)
 	}
+	mgrOpts := env().ManagerOptions()
+	mgrOpts.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}
+	mgrOpts.NewCache = instance.NewCache(instOpts, &corev1.ConfigMap{})
+	mgrOpts.Logger = ctrl.Log.WithName(id)
+	mgr := env().NewManager(t, cfg, mgrOpts)
 	inst, err := instance.Setup(mgr, instOpts)
 	if err != nil {
 		t.Fatal(err)
@@ -598,7 +597,8 @@ func TestSlotModeMismatch(t *testing.T) {
 	t.Run("slot ring, object cache", func(t *testing.T) {
 		g := NewWithT(t)
 		mgrOpts := env().ManagerOptions()
-		mgrOpts.Cache = instance.CacheOptions(slotRing.Name, "i-0", &corev1.ConfigMap{})
+		mgrOpts.Cache = cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Label: instance.Selector(slotRing.Name, "i-0")}}}
 		_, err := instance.Setup(env().NewManager(t, nil, mgrOpts), opts(slotRing.Name))
 		g.Expect(err).To(MatchError(instance.ErrModeMismatch))
 		g.Expect(err.Error()).To(ContainSubstring("assigns Slots"))
@@ -606,19 +606,21 @@ func TestSlotModeMismatch(t *testing.T) {
 	t.Run("object ring, slot cache", func(t *testing.T) {
 		g := NewWithT(t)
 		mgrOpts := env().ManagerOptions()
-		mgrOpts.NewCache = instance.SlotCache(objectRing.Name, &corev1.ConfigMap{})
-		_, err := manager.New(env().Config, mgrOpts)
-		g.Expect(err).To(MatchError(instance.ErrModeMismatch))
-		g.Expect(err.Error()).To(ContainSubstring("assigns Objects"))
+		mgrOpts.NewCache = instance.NewCache(opts(objectRing.Name), &corev1.ConfigMap{})
+		mgr, err := manager.New(env().Config, mgrOpts)
+		g.Expect(err).NotTo(HaveOccurred())
+		_, isSlotCache := instance.SlotCacheOf(mgr)
+		g.Expect(isSlotCache).To(BeFalse(), "NewCache made a slot cache for a ring of unit Objects")
 
-		mgrOpts.NewCache = slotcache.NewCacheFunc(objectRing.Name, slotCount, &corev1.ConfigMap{})
+		mgrOpts.NewCache = instance.NewSlotCacheFunc(objectRing.Name, slotCount, &corev1.ConfigMap{})
 		_, err = instance.Setup(env().NewManager(t, nil, mgrOpts), opts(objectRing.Name))
 		g.Expect(err).To(MatchError(instance.ErrModeMismatch))
+		g.Expect(err.Error()).To(ContainSubstring("assigns Objects"))
 	})
 	t.Run("slot count", func(t *testing.T) {
 		g := NewWithT(t)
 		mgrOpts := env().ManagerOptions()
-		mgrOpts.NewCache = slotcache.NewCacheFunc(slotRing.Name, 2*slotCount, &corev1.ConfigMap{})
+		mgrOpts.NewCache = instance.NewSlotCacheFunc(slotRing.Name, 2*slotCount, &corev1.ConfigMap{})
 		_, err := instance.Setup(env().NewManager(t, nil, mgrOpts), opts(slotRing.Name))
 		g.Expect(err).To(MatchError(instance.ErrModeMismatch))
 		g.Expect(err.Error()).To(ContainSubstring("16"))
@@ -626,14 +628,23 @@ func TestSlotModeMismatch(t *testing.T) {
 	t.Run("other ring's slot cache", func(t *testing.T) {
 		g := NewWithT(t)
 		mgrOpts := env().ManagerOptions()
-		mgrOpts.NewCache = instance.SlotCache(slotRing.Name, &corev1.ConfigMap{})
+		mgrOpts.NewCache = instance.NewCache(opts(slotRing.Name), &corev1.ConfigMap{})
 		_, err := instance.Setup(env().NewManager(t, nil, mgrOpts), opts(objectRing.Name))
+		g.Expect(err).To(MatchError(instance.ErrModeMismatch))
+	})
+	t.Run("other ring's object cache", func(t *testing.T) {
+		g := NewWithT(t)
+		mgrOpts := env().ManagerOptions()
+		mgrOpts.NewCache = instance.NewCache(opts(objectRing.Name), &corev1.ConfigMap{})
+		_, err := instance.Setup(env().NewManager(t, nil, mgrOpts), opts(slotRing.Name))
 		g.Expect(err).To(MatchError(instance.ErrModeMismatch))
 	})
 	t.Run("no ring", func(t *testing.T) {
 		g := NewWithT(t)
 		mgrOpts := env().ManagerOptions()
-		mgrOpts.NewCache = instance.SlotCache(ns+"-missing", &corev1.ConfigMap{})
+		missing := opts(ns + "-missing")
+		missing.ShardedListAndWatch = true
+		mgrOpts.NewCache = instance.NewCache(missing, &corev1.ConfigMap{})
 		_, err := manager.New(env().Config, mgrOpts)
 		g.Expect(err).To(MatchError(ContainSubstring("reading the ring")))
 	})

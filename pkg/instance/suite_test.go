@@ -255,13 +255,7 @@ func startInstance(t *testing.T, cfg instanceConfig) *testInstance {
 	if !expectLoss {
 		cfg.onLost = func() { t.Errorf("instance %s lost its Lease", cfg.id) }
 	}
-	cacheOpts := instance.CacheOptions(cfg.ring, cfg.id, &corev1.ConfigMap{})
-	cacheOpts.DefaultNamespaces = map[string]cache.Config{cfg.namespace: {}}
-	mgrOpts := env().ManagerOptions()
-	mgrOpts.Cache = cacheOpts
-	mgrOpts.Logger = ctrl.Log.WithName(cfg.id)
-	mgr := env().NewManager(t, cfg.restConfig, mgrOpts)
-	inst, err := instance.Setup(mgr, instance.Options{
+	instOpts := instance.Options{
 		Ring:           cfg.ring,
 		LeaseNamespace: cfg.namespace,
 		Identity:       cfg.id,
@@ -271,7 +265,13 @@ func startInstance(t *testing.T, cfg instanceConfig) *testInstance {
 		OnLost:         cfg.onLost,
 		StopTimeout:    cfg.stopTimeout,
 		OnStopOverdue:  cfg.onStopOverdue,
-	})
+	}
+	mgrOpts := env().ManagerOptions()
+	mgrOpts.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{cfg.namespace: {}}}
+	mgrOpts.NewCache = instance.NewCache(instOpts, &corev1.ConfigMap{})
+	mgrOpts.Logger = ctrl.Log.WithName(cfg.id)
+	mgr := env().NewManager(t, cfg.restConfig, mgrOpts)
+	inst, err := instance.Setup(mgr, instOpts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,18 +26,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -48,10 +44,8 @@ import (
 	etcdv1alpha1 "github.com/sharder-dev/sharder/examples/etcd-operator/api/v1alpha1"
 	"github.com/sharder-dev/sharder/examples/etcd-operator/internal/controller"
 	"github.com/sharder-dev/sharder/internal/reconcilelog"
-	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance"
 	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
-	"github.com/sharder-dev/sharder/pkg/instance/slotcache"
 )
 
 // reconcileLogEnv names the reconcile log file when --reconcile-log is not given.
@@ -200,59 +194,9 @@ func cachedObjects() []client.Object {
 // Leases are read and written in the lease namespace only.
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch,namespace=etcd-operator-system
 
-// The ring is read at start (its unit decides the mode) and, in slot mode,
-// followed by the instance (its slot table).
+// The ring is read at start (instance.NewCache: its unit decides the
+// cache) and, in slot mode, followed by the instance (its slot table).
 // +kubebuilder:rbac:groups=sharder.dev,resources=controllerrings,verbs=get;list;watch
-
-// ringReadTimeout bounds the read of the ring at start.
-const ringReadTimeout = 10 * time.Second
-
-// ringMode reads the ring and returns its slot count when it assigns slots,
-// 0 when it assigns objects. A ring that does not exist (yet), that the
-// operator may not read, or of a cluster without the ControllerRing CRD is
-// taken as a ring of objects, the mode that needs no permission on
-// ControllerRings (as instance.Setup, which checks the cache against the
-// ring only when it can read it); any other failure is returned (the
-// process exits, and is restarted).
-func ringMode(ctx context.Context, cfg *rest.Config, ring string) (slotCount int, err error) {
-	s := runtime.NewScheme()
-	utilruntime.Must(sharderv1alpha1.AddToScheme(s))
-	c, err := client.New(cfg, client.Options{Scheme: s})
-	if err != nil {
-		return 0, fmt.Errorf("creating the ring's client: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, ringReadTimeout)
-	defer cancel()
-	r := &sharderv1alpha1.ControllerRing{}
-	switch err := c.Get(ctx, client.ObjectKey{Name: ring}, r); {
-	case apierrors.IsNotFound(err), apierrors.IsForbidden(err), meta.IsNoMatchError(err), discovery.IsGroupDiscoveryFailedError(err):
-		ctrl.Log.WithName("setup").Info("Cannot read the ring: running in object mode", "ring", ring, "reason", err.Error())
-		return 0, nil
-	case err != nil:
-		return 0, fmt.Errorf("reading ring %q: %w", ring, err)
-	}
-	if !r.Spec.AssignsSlots() {
-		return 0, nil
-	}
-	return r.Spec.EffectiveSlotCount(), nil
-}
-
-// cacheFor returns the manager's cache options for the ring's mode: the
-// shard label of this instance in object mode, the slot cache (following
-// the slots the sharder grants) in slot mode.
-//
-// With --sharded-list-and-watch the slot cache selects the slots by shard;
-// instance.SlotCacheWith reads the ring again when the manager is created,
-// and refuses a ring whose slots are not keyed by namespace.
-func cacheFor(o *options, slotCount int) (cache.Options, cache.NewCacheFunc) {
-	switch {
-	case slotCount > 0 && o.shardedListAndWatch:
-		return cache.Options{}, instance.SlotCacheWith(o.ring, instance.SlotOptions{ShardedListAndWatch: true}, cachedObjects()...)
-	case slotCount > 0:
-		return cache.Options{}, slotcache.NewCacheFunc(o.ring, slotCount, cachedObjects()...)
-	}
-	return instance.CacheOptions(o.ring, o.instance, cachedObjects()...), nil
-}
 
 func run(ctx context.Context, o *options) error {
 	log := ctrl.Log.WithName("setup")
@@ -262,30 +206,36 @@ func run(ctx context.Context, o *options) error {
 	}
 	cfg.QPS, cfg.Burst = o.kubeAPIQPS, o.kubeAPIBurst
 
-	slotCount, err := ringMode(ctx, cfg, o.ring)
-	if err != nil {
-		return err
-	}
-	if o.shardedListAndWatch && slotCount == 0 {
-		return fmt.Errorf("--sharded-list-and-watch needs a ring of unit Slots whose slots are keyed by namespace "+
-			"(spec.assignment.unit: Slots, spec.assignment.slots.key: Namespace), but ring %q assigns objects or could not be read "+
-			"(see the log line above); drop the flag, or create the ring in slot mode", o.ring)
+	instOpts := instance.Options{
+		Ring:                o.ring,
+		LeaseNamespace:      o.leaseNamespace,
+		Identity:            o.instance,
+		VirtualNodes:        o.virtualNodes,
+		LeaseDuration:       o.leaseDuration,
+		RenewPeriod:         o.renewPeriod,
+		StopTimeout:         o.stopTimeout,
+		Release:             leaseholder.Release(o.release),
+		Pod:                 ownerPod(os.Getenv),
+		Clock:               skewedClock{offset: o.clockOffset},
+		ShardedListAndWatch: o.shardedListAndWatch,
 	}
 	// The cache holds only this instance's objects of the ring's resources:
-	// the clusters and everything the clusters control, down to the pods.
-	// In slot mode, those of the slots it holds; instance.Setup finds the
-	// slot cache and runs the instance in slot mode.
-	cacheOpts, newCache := cacheFor(o, slotCount)
+	// the clusters and everything the clusters control, down to the pods
+	// (in slot mode, those of the slots it holds). instance.NewCache reads
+	// the ring and makes the cache of its unit.
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 newScheme(),
-		Cache:                  cacheOpts,
-		NewCache:               newCache,
+		NewCache:               instance.NewCache(instOpts, cachedObjects()...),
 		Metrics:                metricsserver.Options{BindAddress: o.metricsBindAddress},
 		HealthProbeBindAddress: o.healthProbeBindAddress,
 		// No leader election: every instance works, on its own objects.
 		LeaderElection: false,
 		Controller:     crconfig.Controller{SkipNameValidation: ptr.To(o.repeatedRun)},
 	})
+	if errors.Is(err, instance.ErrShardedListAndWatch) {
+		return fmt.Errorf("--sharded-list-and-watch needs a ring of unit Slots whose slots are keyed by namespace "+
+			"(spec.assignment.unit: Slots, spec.assignment.slots.key: Namespace); drop the flag, or create the ring in slot mode: %w", err)
+	}
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
@@ -293,18 +243,7 @@ func run(ctx context.Context, o *options) error {
 		return fmt.Errorf("adding health check: %w", err)
 	}
 
-	inst, err := instance.Setup(mgr, instance.Options{
-		Ring:           o.ring,
-		LeaseNamespace: o.leaseNamespace,
-		Identity:       o.instance,
-		VirtualNodes:   o.virtualNodes,
-		LeaseDuration:  o.leaseDuration,
-		RenewPeriod:    o.renewPeriod,
-		StopTimeout:    o.stopTimeout,
-		Release:        leaseholder.Release(o.release),
-		Pod:            ownerPod(os.Getenv),
-		Clock:          skewedClock{offset: o.clockOffset},
-	})
+	inst, err := instance.Setup(mgr, instOpts)
 	if err != nil {
 		return fmt.Errorf("setting up the instance: %w", err)
 	}
@@ -341,11 +280,7 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 
-	mode := sharderv1alpha1.AssignmentUnitObjects
-	if slotCount > 0 {
-		mode = sharderv1alpha1.AssignmentUnitSlots
-	}
-	log.Info("Starting", "ring", o.ring, "instance", o.instance, "leaseNamespace", o.leaseNamespace, "unit", mode, "slots", slotCount,
+	log.Info("Starting", "ring", o.ring, "instance", o.instance, "leaseNamespace", o.leaseNamespace, "unit", inst.Unit(),
 		"shardedListAndWatch", o.shardedListAndWatch)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running manager: %w", err)

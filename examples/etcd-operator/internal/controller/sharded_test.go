@@ -57,14 +57,7 @@ func startSharder(t *testing.T) {
 // main does: label-selected cache, Lease, wrapped reconciler, child labels.
 func startInstance(t *testing.T, ring, ns, id string, endpoints func(*etcdv1alpha1.EtcdCluster, []corev1.Pod) []string) (stop func()) {
 	t.Helper()
-	cacheOpts := instance.CacheOptions(ring, id,
-		&etcdv1alpha1.EtcdCluster{}, &corev1.ConfigMap{}, &corev1.Service{},
-		&appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &corev1.Pod{})
-	cacheOpts.DefaultNamespaces = map[string]cache.Config{ns: {}}
-	mgrOpts := env().ManagerOptions()
-	mgrOpts.Cache = cacheOpts
-	mgr := env().NewManager(t, nil, mgrOpts)
-	inst, err := instance.Setup(mgr, instance.Options{
+	instOpts := instance.Options{
 		Ring:           ring,
 		LeaseNamespace: ns,
 		Identity:       id,
@@ -74,7 +67,14 @@ func startInstance(t *testing.T, ring, ns, id string, endpoints func(*etcdv1alph
 		RenewPeriod:   time.Second,
 		RetryPeriod:   100 * time.Millisecond,
 		OnLost:        func() { t.Errorf("instance %s lost its Lease", id) },
-	})
+	}
+	mgrOpts := env().ManagerOptions()
+	mgrOpts.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}
+	mgrOpts.NewCache = instance.NewCache(instOpts,
+		&etcdv1alpha1.EtcdCluster{}, &corev1.ConfigMap{}, &corev1.Service{},
+		&appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &corev1.Pod{})
+	mgr := env().NewManager(t, nil, mgrOpts)
+	inst, err := instance.Setup(mgr, instOpts)
 	if err != nil {
 		t.Fatalf("setting up instance %s: %v", id, err)
 	}
@@ -299,13 +299,14 @@ func TestChildOutsideTheCacheIsRelabelled(t *testing.T) {
 	}
 	g.Expect(env().Client.Create(ctx, stale)).To(Succeed())
 
-	cacheOpts := instance.CacheOptions(ringName, id,
-		&etcdv1alpha1.EtcdCluster{}, &corev1.ConfigMap{}, &corev1.Service{},
-		&appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &corev1.Pod{})
-	cacheOpts.DefaultNamespaces = map[string]cache.Config{ns: {}}
 	startManager(t, controller.Options{
 		LabelChild: func(owner, child client.Object) { instance.LabelChild(ringName, owner, child) },
-	}, ctrl.Options{Cache: cacheOpts})
+	}, ctrl.Options{
+		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		NewCache: instance.NewCache(instance.Options{Ring: ringName, Identity: id},
+			&etcdv1alpha1.EtcdCluster{}, &corev1.ConfigMap{}, &corev1.Service{},
+			&appsv1.StatefulSet{}, &policyv1.PodDisruptionBudget{}, &corev1.Pod{}),
+	})
 
 	g.Eventually(func(g Gomega) {
 		g.Expect(env().Client.Get(ctx, client.ObjectKeyFromObject(stale), stale)).To(Succeed())

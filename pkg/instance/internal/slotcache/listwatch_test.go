@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
-	"github.com/sharder-dev/sharder/pkg/instance/slotcache"
+	"github.com/sharder-dev/sharder/pkg/instance/internal/slotcache"
 )
 
 // requestLog records the ConfigMap requests a client sends.

@@ -65,17 +65,11 @@ type Options struct {
 	// dropped). Default: none, every ring resource is selected by its slot
 	// label.
 	Sharded []client.Object
-}
 
-// NewCacheFunc returns a cache.NewCacheFunc for manager.Options.NewCache
-// that creates a slot cache of ring with count slots for the ring's
-// resources objects, with the manager's cache options. The manager's cache
-// is then a *Cache: get it with mgr.GetCache().(*slotcache.Cache) to call
-// SetSlots.
-func NewCacheFunc(ring string, count int, objects ...client.Object) cache.NewCacheFunc {
-	return func(cfg *rest.Config, opts cache.Options) (cache.Cache, error) {
-		return New(cfg, Options{Ring: ring, Count: count, Objects: objects, Cache: opts})
-	}
+	// FromRing records that Count and Sharded were read off the ring when
+	// the cache was made, so that the instance need not read the ring
+	// again to check them before it starts.
+	FromRing bool
 }
 
 // Cache is a cache.Cache of an instance of a ring in slot mode: the ring's
@@ -92,6 +86,8 @@ type Cache struct {
 	name  string
 	label string
 	count int
+	// fromRing is Options.FromRing.
+	fromRing bool
 	// ring maps each ring kind to its object and whether it is namespaced.
 	ring  map[schema.GroupKind]ringKind
 	plain cache.Cache
@@ -195,18 +191,19 @@ func New(cfg *rest.Config, opts Options) (*Cache, error) {
 		base.Mapper = m
 	}
 	c := &Cache{
-		cfg:     cfg,
-		base:    base,
-		name:    opts.Ring,
-		label:   v1alpha1.SlotLabel(opts.Ring),
-		count:   opts.Count,
-		ring:    map[schema.GroupKind]ringKind{},
-		groups:  map[int]*group{},
-		live:    map[*group]struct{}{},
-		fans:    map[informerKey]*fan{},
-		started: make(chan struct{}),
-		done:    make(chan struct{}),
-		errs:    make(chan error, 1),
+		cfg:      cfg,
+		base:     base,
+		name:     opts.Ring,
+		label:    v1alpha1.SlotLabel(opts.Ring),
+		count:    opts.Count,
+		fromRing: opts.FromRing,
+		ring:     map[schema.GroupKind]ringKind{},
+		groups:   map[int]*group{},
+		live:     map[*group]struct{}{},
+		fans:     map[informerKey]*fan{},
+		started:  make(chan struct{}),
+		done:     make(chan struct{}),
+		errs:     make(chan error, 1),
 	}
 	for _, obj := range opts.Objects {
 		gvk, err := apiutil.GVKForObject(obj, base.Scheme)
@@ -584,6 +581,10 @@ func (c *Cache) runContext() context.Context {
 	defer c.mu.RUnlock()
 	return c.runCtx
 }
+
+// FromRing reports whether the cache's slot count and selection were read
+// off the ring when it was made (Options.FromRing).
+func (c *Cache) FromRing() bool { return c.fromRing }
 
 // Ring returns the name of the ring whose slots the cache selects.
 func (c *Cache) Ring() string { return c.name }

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -26,7 +27,7 @@ import (
 
 	"github.com/sharder-dev/sharder/internal/testenv"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
-	"github.com/sharder-dev/sharder/pkg/instance/slotcache"
+	"github.com/sharder-dev/sharder/pkg/instance/internal/slotcache"
 )
 
 var suite testenv.Suite
@@ -359,7 +360,9 @@ func TestControllerAcrossGroupChanges(t *testing.T) {
 	ns := env().Namespace(t)
 	opts := env().ManagerOptions()
 	opts.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}
-	opts.NewCache = slotcache.NewCacheFunc(ring, count, &corev1.ConfigMap{})
+	opts.NewCache = func(cfg *rest.Config, o cache.Options) (cache.Cache, error) {
+		return slotcache.New(cfg, slotcache.Options{Ring: ring, Count: count, Objects: []client.Object{&corev1.ConfigMap{}}, Cache: o})
+	}
 	mgr := env().NewManager(t, nil, opts)
 	sc, ok := mgr.GetCache().(*slotcache.Cache)
 	g.Expect(ok).To(BeTrue())
