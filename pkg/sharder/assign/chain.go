@@ -6,7 +6,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sharder-dev/sharder/pkg/sharder/assign/internal/metacache"
 	"github.com/sharder-dev/sharder/pkg/sharder/assign/internal/owners"
@@ -68,28 +67,14 @@ func (r *ringAssigner) descendants(root *metacache.Object) []child {
 	if len(r.controlled) == 0 {
 		return nil
 	}
-	// An owner controls objects of its own namespace, or of any namespace
-	// when it is cluster-scoped.
-	type owner struct {
-		uid       types.UID
-		namespace string
+	caches := make([]*metacache.Cache, len(r.controlled))
+	for i, w := range r.controlled {
+		caches[i] = w.cache
 	}
-	var out []child
-	visited := map[types.UID]bool{root.UID: true}
-	queue := []owner{{root.UID, root.Namespace}}
-	for len(queue) > 0 && len(visited) < 1<<16 {
-		o := queue[0]
-		queue = queue[1:]
-		for _, w := range r.controlled {
-			for m := range w.cache.ByController(o.uid) {
-				if visited[m.UID] || (o.namespace != "" && m.Namespace != o.namespace) {
-					continue
-				}
-				visited[m.UID] = true
-				out = append(out, child{w: w, obj: m})
-				queue = append(queue, owner{m.UID, m.Namespace})
-			}
-		}
+	found := metacache.Descendants(root, caches, nil)
+	out := make([]child, len(found))
+	for i, d := range found {
+		out[i] = child{w: r.controlled[d.Cache], obj: d.Object}
 	}
 	return out
 }

@@ -51,10 +51,9 @@ type Controller struct {
 	started chan struct{} // closed once Start stored ctx
 	ctx     context.Context
 
-	mu    sync.Mutex
-	rings map[string]*ringAssigner
-	// slotRings serves the rings of unit Slots.
-	slotRings map[string]*slotRing
+	mu sync.Mutex
+	// rings runs each ring's machinery in its unit.
+	rings map[string]ringRunner
 }
 
 var (
@@ -69,10 +68,9 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	return &Controller{
-		opts:      opts,
-		started:   make(chan struct{}),
-		rings:     map[string]*ringAssigner{},
-		slotRings: map[string]*slotRing{},
+		opts:    opts,
+		started: make(chan struct{}),
+		rings:   map[string]ringRunner{},
 	}, nil
 }
 
@@ -134,14 +132,11 @@ func (c *Controller) Start(ctx context.Context) error {
 	close(c.started)
 	<-ctx.Done()
 	c.mu.Lock()
-	rings, slotRings := c.rings, c.slotRings
-	c.rings, c.slotRings = map[string]*ringAssigner{}, map[string]*slotRing{}
+	rings := c.rings
+	c.rings = map[string]ringRunner{}
 	c.mu.Unlock()
 	for _, r := range rings {
 		r.stop()
-	}
-	for _, s := range slotRings {
-		s.stop()
 	}
 	return nil
 }
@@ -149,13 +144,10 @@ func (c *Controller) Start(ctx context.Context) error {
 // membershipChanged is the Registry subscription; it must not block.
 func (c *Controller) membershipChanged(ring string) {
 	c.mu.Lock()
-	r, s := c.rings[ring], c.slotRings[ring]
+	r := c.rings[ring]
 	c.mu.Unlock()
 	if r != nil {
 		r.notifyMembership()
-	}
-	if s != nil {
-		s.notifyMembership()
 	}
 }
 
@@ -191,17 +183,24 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	metrics.SetRingInfo(ring.Name, len(ring.Spec.InstanceServiceAccounts) > 0)
 
+	unit := objectRings
 	if ring.Spec.AssignsSlots() {
-		return c.reconcileSlots(ctx, ring)
+		unit = slotRings
 	}
-	if msg := unknownAlgorithm(ring.Spec.EffectiveAlgorithm()); msg != "" {
-		c.stopRing(ring.Name)
-		logger.Info("Ring names an algorithm this sharder does not know", "algorithm", ring.Spec.EffectiveAlgorithm())
-		return reconcile.Result{}, c.writeNotReadyStatus(ctx, ring, v1alpha1.ReasonUnknownAlgorithm, msg)
+	if unit.refuse != nil {
+		if reason, msg := unit.refuse(ring); reason != "" {
+			c.stopRing(ring.Name)
+			logger.Info("Ring cannot be served", "reason", reason, "message", msg)
+			return reconcile.Result{}, c.writeNotReadyStatus(ctx, ring, reason, msg)
+		}
 	}
 	c.mu.Lock()
 	r := c.rings[ring.Name]
 	c.mu.Unlock()
+	if r != nil && r.unit() != unit.name {
+		c.stopRing(ring.Name) // a ring of the same name served in the other unit before
+		r = nil
+	}
 	cfg, err := resolveRing(ring, c.mapper, c.opts.NamespacedWatchLimit)
 	if err == nil && (len(cfg.unresolved) > 0 || (r != nil && r.notServed())) {
 		// Discovery may predate a CustomResourceDefinition installed,
@@ -209,26 +208,29 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		c.mapper.Reset()
 		cfg, err = resolveRing(ring, c.mapper, c.opts.NamespacedWatchLimit)
 	}
+	if r != nil && err == nil && !r.keeps(cfg) {
+		logger.Info(unit.restarting)
+		c.stopRing(ring.Name)
+		r = nil
+	}
+	if r == nil && err == nil {
+		r, err = unit.build(c, ring, cfg)
+	}
 	if err != nil {
 		c.stopRing(ring.Name)
 		logger.Info("Ring spec is invalid", "error", err.Error())
 		return reconcile.Result{}, c.writeNotReadyStatus(ctx, ring, v1alpha1.ReasonInvalidSpec,
-			fmt.Sprintf("The ring's spec cannot be used: %v. Correct it; nothing is assigned until then.", err))
+			fmt.Sprintf("The ring's spec cannot be used: %v. Correct it; nothing is %s until then.", err, unit.done))
 	}
-
-	if r != nil && !r.config().sameWatches(cfg) {
-		logger.Info("Ring resources changed: restarting its caches")
-		c.stopRing(ring.Name)
-		r = nil
-	}
-	if r == nil {
-		r = newRingAssigner(c, cfg)
-		c.mu.Lock()
-		c.rings[ring.Name] = r
-		c.mu.Unlock()
+	c.mu.Lock()
+	started := c.rings[ring.Name] != r
+	c.rings[ring.Name] = r
+	c.mu.Unlock()
+	switch {
+	case started:
 		r.start(c.ctx)
-		logger.Info("Ring assignment started", "resources", len(cfg.resources), "unresolved", len(cfg.unresolved))
-	} else if !r.config().sameConfig(cfg) {
+		logger.Info(unit.started, "resources", len(cfg.resources), "unresolved", len(cfg.unresolved))
+	case !r.config().sameConfig(cfg):
 		r.reconfigure(cfg)
 	}
 	// The ring's resources are resolved again periodically: a resource that
@@ -238,62 +240,12 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 func (c *Controller) stopRing(name string) {
 	c.mu.Lock()
-	r, s := c.rings[name], c.slotRings[name]
+	r := c.rings[name]
 	delete(c.rings, name)
-	delete(c.slotRings, name)
 	c.mu.Unlock()
 	if r != nil {
 		r.stop()
 	}
-	if s != nil {
-		s.stop()
-	}
-}
-
-// reconcileSlots starts, reconfigures or restarts the slot labeler and
-// status writer of a ring of unit Slots (docs/design.md §11). Its slot
-// table is the slot table controller's.
-func (c *Controller) reconcileSlots(ctx context.Context, ring *v1alpha1.ControllerRing) (reconcile.Result, error) {
-	logger := log.FromContext(ctx)
-	c.mu.Lock()
-	s, r := c.slotRings[ring.Name], c.rings[ring.Name]
-	c.mu.Unlock()
-	if r != nil {
-		c.stopRing(ring.Name) // a ring of the same name served in object mode before
-		s = nil
-	}
-	cfg, err := resolveRing(ring, c.mapper, c.opts.NamespacedWatchLimit)
-	if err == nil && len(cfg.unresolved) > 0 {
-		// Discovery may predate a CustomResourceDefinition installed since.
-		c.mapper.Reset()
-		cfg, err = resolveRing(ring, c.mapper, c.opts.NamespacedWatchLimit)
-	}
-	if err != nil {
-		c.stopRing(ring.Name)
-		logger.Info("Ring spec is invalid", "error", err.Error())
-		return reconcile.Result{}, c.writeNotReadyStatus(ctx, ring, v1alpha1.ReasonInvalidSpec,
-			fmt.Sprintf("The ring's spec cannot be used: %v. Correct it; nothing is labelled until then.", err))
-	}
-	if s != nil && !s.sameLabeler(cfg) {
-		logger.Info("Ring resources or namespaces changed: restarting its slot labeler")
-		c.stopRing(ring.Name)
-		s = nil
-	}
-	if s == nil {
-		if s, err = newSlotRing(c, ring, cfg); err != nil {
-			logger.Info("Ring spec is invalid", "error", err.Error())
-			return reconcile.Result{}, c.writeNotReadyStatus(ctx, ring, v1alpha1.ReasonInvalidSpec,
-				fmt.Sprintf("The ring's spec cannot be used: %v. Correct it; nothing is labelled until then.", err))
-		}
-		c.mu.Lock()
-		c.slotRings[ring.Name] = s
-		c.mu.Unlock()
-		s.start(c.ctx)
-		logger.Info("Ring slot labeling started", "resources", len(cfg.resources), "unresolved", len(cfg.unresolved))
-	} else if !s.config().sameConfig(cfg) {
-		s.reconfigure(cfg)
-	}
-	return reconcile.Result{RequeueAfter: *c.opts.ResolveInterval}, nil
 }
 
 // writeNotReadyStatus reports a ring the controller does not run: Ready is

@@ -22,16 +22,16 @@ func (r *ringAssigner) event(eventType, reason, note string, args ...any) {
 // longer be used (or another problem replaces it), and when every resource
 // can be used again: a ring that loses a resource after it started, to a
 // deleted CustomResourceDefinition or a revoked permission, deserves more
-// than a condition.
-func (r *ringAssigner) eventReadyChange(old, cur *metav1.Condition) {
+// than a condition. Both units' status writers call it.
+func eventReadyChange(c *Controller, ring *v1alpha1.ControllerRing, old, cur *metav1.Condition) {
 	switch {
 	case cur == nil:
 	case resourceProblem(cur.Reason):
 		if old == nil || old.Reason != cur.Reason || old.Message != cur.Message {
-			r.event(corev1.EventTypeWarning, cur.Reason, "%s", cur.Message)
+			c.ringEvent(ring, corev1.EventTypeWarning, cur.Reason, "%s", cur.Message)
 		}
 	case old != nil && resourceProblem(old.Reason):
-		r.event(corev1.EventTypeNormal, "ResourcesAvailable", "Every resource of the ring can be listed, watched and patched again.")
+		c.ringEvent(ring, corev1.EventTypeNormal, "ResourcesAvailable", "Every resource of the ring can be listed, watched and patched again.")
 	}
 }
 

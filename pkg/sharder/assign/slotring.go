@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -21,7 +19,6 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
-	"github.com/sharder-dev/sharder/pkg/sharder/assign/internal/metacache"
 	"github.com/sharder-dev/sharder/pkg/sharder/assign/slotlabel"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 	"github.com/sharder-dev/sharder/pkg/slots"
@@ -217,25 +214,7 @@ func (s *slotRing) computeStatus(ring *v1alpha1.ControllerRing, cfg *ringConfig)
 
 	granted := grantedSlots(ring)
 	members := s.c.opts.Registry.Members(s.name)
-	byState := map[membership.State]int{}
-	status.Members = make([]v1alpha1.MemberStatus, 0, len(members))
-	status.AvailableInstances = 0
-	for _, m := range members {
-		byState[m.State]++
-		if m.State == membership.StateReady {
-			status.AvailableInstances++
-		}
-		status.Members = append(status.Members, v1alpha1.MemberStatus{
-			Name:         m.ID,
-			State:        string(m.State),
-			VirtualNodes: int32(m.Weight(cfg.virtualNodes)), //nolint:gosec // bounded by the CRD and the Lease label parser
-			Slots:        granted[m.ID],
-		})
-	}
-	if len(status.Members) == 0 {
-		status.Members = nil
-	}
-	status.Instances = int32(len(members)) //nolint:gosec // a handful of instances
+	byState := setMembers(status, members, cfg.virtualNodes, func(ms *v1alpha1.MemberStatus) { ms.Slots = granted[ms.Name] })
 	meta.SetStatusCondition(&status.Conditions, s.readyCondition(cfg, status))
 
 	for _, st := range membership.States {
@@ -262,43 +241,5 @@ func grantedSlots(ring *v1alpha1.ControllerRing) map[string]int32 {
 }
 
 func (s *slotRing) readyCondition(cfg *ringConfig, status *v1alpha1.ControllerRingStatus) metav1.Condition {
-	cond := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: cfg.generation}
-	if problems := s.labeler.Problems(); len(problems) > 0 {
-		slices.SortStableFunc(problems, func(a, b metacache.Problem) int { return strings.Compare(b.Reason, a.Reason) })
-		cond.Reason = problems[0].Reason
-		msgs := make([]string, 0, len(problems))
-		for _, p := range problems {
-			msgs = append(msgs, p.Message)
-		}
-		cond.Message = strings.Join(msgs, "; ") + ". The ring's other resources are labelled meanwhile."
-		return cond
-	}
-	switch {
-	case !s.labeler.HasSynced():
-		cond.Reason = v1alpha1.ReasonCachesNotSynced
-		cond.Message = "The sharder is loading the ring's objects without a slot label; labelling starts once its caches are synced."
-	case status.AvailableInstances == 0:
-		cond.Reason = v1alpha1.ReasonNoReadyInstances
-		cond.Message = fmt.Sprintf("No instance of the ring holds a ready Lease in namespace %q labelled %s=%s: slots stay where they are until one does.",
-			cfg.leaseNamespace, v1alpha1.LabelRing, s.name)
-	default:
-		cond.Status = metav1.ConditionTrue
-		cond.Reason = v1alpha1.ReasonReady
-		cond.Message = "Every resource of the ring is watched and at least one instance is ready."
-	}
-	return cond
-}
-
-// eventReadyChange records, on a slot ring, the events ringAssigner's
-// eventReadyChange records on an object ring.
-func eventReadyChange(c *Controller, ring *v1alpha1.ControllerRing, old, cur *metav1.Condition) {
-	switch {
-	case cur == nil:
-	case resourceProblem(cur.Reason):
-		if old == nil || old.Reason != cur.Reason || old.Message != cur.Message {
-			c.ringEvent(ring, corev1.EventTypeWarning, cur.Reason, "%s", cur.Message)
-		}
-	case old != nil && resourceProblem(old.Reason):
-		c.ringEvent(ring, corev1.EventTypeNormal, "ResourcesAvailable", "Every resource of the ring can be listed, watched and patched again.")
-	}
+	return readyCondition(s.name, cfg, s.labeler.Problems(), s.labeler.HasSynced(), status.AvailableInstances, slotWords)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
-	"github.com/sharder-dev/sharder/pkg/sharder/assign/internal/metacache"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 )
 
@@ -71,7 +69,7 @@ func (r *ringAssigner) writeStatus(ctx context.Context) error {
 	if err := patchStatus(ctx, r.c.client, ring, status, r.c.opts.FieldManager); err != nil {
 		return err
 	}
-	r.eventReadyChange(meta.FindStatusCondition(ring.Status.Conditions, v1alpha1.ConditionReady),
+	eventReadyChange(r.c, ring, meta.FindStatusCondition(ring.Status.Conditions, v1alpha1.ConditionReady),
 		meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady))
 	return nil
 }
@@ -116,25 +114,7 @@ func (r *ringAssigner) computeStatus(ring *v1alpha1.ControllerRing, cfg *ringCon
 	} else {
 		members = r.c.opts.Registry.Members(r.name)
 	}
-	byState := map[membership.State]int{}
-	status.Members = make([]v1alpha1.MemberStatus, 0, len(members))
-	status.AvailableInstances = 0
-	for _, m := range members {
-		byState[m.State]++
-		if m.State == membership.StateReady {
-			status.AvailableInstances++
-		}
-		status.Members = append(status.Members, v1alpha1.MemberStatus{
-			Name:         m.ID,
-			State:        string(m.State),
-			VirtualNodes: int32(m.Weight(cfg.virtualNodes)), //nolint:gosec // bounded by the CRD and the Lease label parser
-			Objects:      counts[m.ID],
-		})
-	}
-	if len(status.Members) == 0 {
-		status.Members = nil
-	}
-	status.Instances = int32(len(members)) //nolint:gosec // a handful of instances
+	byState := setMembers(status, members, cfg.virtualNodes, func(ms *v1alpha1.MemberStatus) { ms.Objects = counts[ms.Name] })
 
 	meta.SetStatusCondition(&status.Conditions, r.readyCondition(cfg, status))
 	r.updateGauges(byState, counts, unassigned, drains)
@@ -142,39 +122,13 @@ func (r *ringAssigner) computeStatus(ring *v1alpha1.ControllerRing, cfg *ringCon
 }
 
 func (r *ringAssigner) readyCondition(cfg *ringConfig, status *v1alpha1.ControllerRingStatus) metav1.Condition {
-	cond := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: cfg.generation}
 	problems := slices.Clone(cfg.unresolved)
 	for _, c := range r.caches() {
 		if p := c.Problem(); p != nil {
 			problems = append(problems, *p)
 		}
 	}
-	if len(problems) > 0 {
-		// Report the most actionable reason first: a missing resource, then a
-		// missing permission.
-		slices.SortStableFunc(problems, func(a, b metacache.Problem) int { return strings.Compare(b.Reason, a.Reason) })
-		cond.Reason = problems[0].Reason
-		msgs := make([]string, 0, len(problems))
-		for _, p := range problems {
-			msgs = append(msgs, p.Message)
-		}
-		cond.Message = strings.Join(msgs, "; ") + ". The ring's other resources are assigned meanwhile."
-		return cond
-	}
-	switch {
-	case !r.synced.Load():
-		cond.Reason = v1alpha1.ReasonCachesNotSynced
-		cond.Message = "The sharder is loading the ring's objects; assignment starts once its caches are synced."
-	case status.AvailableInstances == 0:
-		cond.Reason = v1alpha1.ReasonNoReadyInstances
-		cond.Message = fmt.Sprintf("No instance of the ring holds a ready Lease in namespace %q labelled %s=%s: objects stay unassigned until one does.",
-			cfg.leaseNamespace, v1alpha1.LabelRing, r.name)
-	default:
-		cond.Status = metav1.ConditionTrue
-		cond.Reason = v1alpha1.ReasonReady
-		cond.Message = "Every resource of the ring is watched and at least one instance is ready."
-	}
-	return cond
+	return readyCondition(r.name, cfg, problems, r.synced.Load(), status.AvailableInstances, objectWords)
 }
 
 func (r *ringAssigner) updateGauges(byState map[membership.State]int, counts map[string]int32, unassigned, drains int32) {

@@ -229,28 +229,14 @@ func (l *Labeler) descendants(root *metacache.Object) []child {
 	if len(l.controlled) == 0 {
 		return nil
 	}
-	type owner struct {
-		uid       types.UID
-		namespace string
+	caches := make([]*metacache.Cache, len(l.controlled))
+	for i, res := range l.controlled {
+		caches[i] = res.cache
 	}
-	var out []child
-	visited := map[types.UID]bool{root.UID: true}
-	queue := []owner{{root.UID, root.Namespace}}
-	for len(queue) > 0 && len(visited) < 1<<16 {
-		o := queue[0]
-		queue = queue[1:]
-		for _, res := range l.controlled {
-			for m := range res.cache.ByController(o.uid) {
-				// A namespaced owner controls objects of its own namespace
-				// only; a cluster-scoped one, of any.
-				if visited[m.UID] || m.DeletionTimestamp != nil || (o.namespace != "" && m.Namespace != o.namespace) {
-					continue
-				}
-				visited[m.UID] = true
-				out = append(out, child{res: res, obj: m})
-				queue = append(queue, owner{m.UID, m.Namespace})
-			}
-		}
+	found := metacache.Descendants(root, caches, func(m *metacache.Object) bool { return m.DeletionTimestamp != nil })
+	out := make([]child, len(found))
+	for i, d := range found {
+		out[i] = child{res: l.controlled[d.Cache], obj: d.Object}
 	}
 	return out
 }
