@@ -87,3 +87,11 @@ type Member struct {
 	// (docs/design.md §3, §5, §11).
 	MaxStop time.Duration
 }
+
+// Weight returns m's number of virtual nodes: its own, else ringDefault.
+func (m Member) Weight(ringDefault int) int {
+	if m.VirtualNodes > 0 {
+		return m.VirtualNodes
+	}
+	return ringDefault
+}

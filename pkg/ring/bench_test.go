@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/sharder-dev/sharder/pkg/ring"
-	"github.com/sharder-dev/sharder/pkg/ring/simulation"
+	"github.com/sharder-dev/sharder/pkg/sharder/simulation"
 )
 
 // Figures for users choosing an algorithm and a weight, for

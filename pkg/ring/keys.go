@@ -1,12 +1,16 @@
 package ring
 
-import "github.com/cespare/xxhash/v2"
+import (
+	"github.com/cespare/xxhash/v2"
 
-// ObjectKey returns the hash key of a main object:
+	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+)
+
+// ObjectKey returns the hash key of a main object, v1alpha1.ObjectKey:
 // "<group>/<Kind>/<namespace>/<name>", with an empty group for the core API
 // group and an empty namespace for cluster-scoped objects.
 func ObjectKey(group, kind, namespace, name string) string {
-	return group + "/" + kind + "/" + namespace + "/" + name
+	return v1alpha1.ObjectKey(group, kind, namespace, name)
 }
 
 // HashRing is a Ring that also looks a key up by its hash, the 64-bit xxHash
@@ -30,7 +34,8 @@ var (
 
 // LookupObject returns what r.Lookup(ObjectKey(group, kind, namespace,
 // name)) returns. For a HashRing it hashes the key's parts one after the
-// other instead of building the key: a pass over a million objects then
+// other, with the separators of v1alpha1.ObjectKey, instead of building the
+// key: a pass over a million objects then
 // allocates nothing per object.
 func LookupObject(r Ring, group, kind, namespace, name string) (string, error) {
 	hr, ok := r.(HashRing)

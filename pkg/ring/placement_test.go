@@ -8,7 +8,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/sharder-dev/sharder/pkg/ring"
-	"github.com/sharder-dev/sharder/pkg/ring/simulation"
+	"github.com/sharder-dev/sharder/pkg/sharder/simulation"
 )
 
 // A ring's placement must not change between versions of the sharder: every

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/sharder-dev/sharder/pkg/ring"
-	"github.com/sharder-dev/sharder/pkg/ring/simulation"
+	"github.com/sharder-dev/sharder/pkg/sharder/simulation"
 )
 
 var builtins = []string{ring.ConsistentHash, ring.ConsistentHashDense, ring.Rendezvous, ring.HashMod, ring.Range}

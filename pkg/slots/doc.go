@@ -5,7 +5,7 @@
 // Most callers need:
 //
 //   - ForMainObject: the slot of a main object of a ring, from its hash key
-//     (ring.ObjectKey) or its namespace as the ring says (ForObjectKey,
+//     (v1alpha1.ObjectKey) or its namespace as the ring says (ForObjectKey,
 //     ForNamespace); ParseLabel: the slot a slot label names.
 //   - Table, FromStatus and Table.Status: the slot table, as the ring's
 //     status carries it (v1alpha1.SlotTable).

@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/sharding"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
-	"github.com/sharder-dev/sharder/pkg/ring"
 )
 
 // Of returns the slot of hash h among count slots: the index of the one of
@@ -23,7 +22,7 @@ func Of(h uint64, count int) int {
 }
 
 // ForObjectKey returns the slot of a main object of a ring of key Object:
-// Of the 64-bit xxHash of its hash key (ring.ObjectKey), the hash object
+// Of the 64-bit xxHash of its hash key (v1alpha1.ObjectKey), the hash object
 // mode's algorithms apply to the same key.
 func ForObjectKey(key string, count int) int { return Of(xxhash.Sum64String(key), count) }
 
@@ -106,7 +105,7 @@ func ForMainObject(spec *v1alpha1.ControllerRingSpec, group, kind, namespace, na
 	if spec.EffectiveSlotKey() == v1alpha1.SlotKeyNamespace {
 		return ForNamespace(namespace, count)
 	}
-	return ForObjectKey(ring.ObjectKey(group, kind, namespace, name), count)
+	return ForObjectKey(v1alpha1.ObjectKey(group, kind, namespace, name), count)
 }
 
 // ParseLabel returns the slot a slot label's value names among count

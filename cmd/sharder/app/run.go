@@ -36,6 +36,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/sharder/eventrecorder"
 	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
+	"github.com/sharder-dev/sharder/pkg/sharder/ringbuilds"
 	"github.com/sharder-dev/sharder/pkg/sharder/slottable"
 	"github.com/sharder-dev/sharder/pkg/sharder/webhook"
 )
@@ -390,7 +391,7 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string, leade
 
 	// The assignment and the webhook share their rings: the leader builds
 	// each membership of a ring once, and derives the next ring from it.
-	rings := &membership.Rings{Built: metrics.CountRingRebuild}
+	rings := &ringbuilds.Builds{Built: metrics.CountRingRebuild}
 	resync := cfg.Controllers.Assignment.ResyncPeriod.Duration
 	ac, err := assign.New(assign.Options{
 		Registry:             registry,

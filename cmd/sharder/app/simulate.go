@@ -17,7 +17,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/ring"
-	"github.com/sharder-dev/sharder/pkg/ring/simulation"
+	"github.com/sharder-dev/sharder/pkg/sharder/simulation"
 )
 
 // simulateOptions are the flags of `sharder simulate`.

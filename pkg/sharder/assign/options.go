@@ -8,9 +8,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
-	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
+	"github.com/sharder-dev/sharder/pkg/sharder/ringbuilds"
 )
 
 // Defaults of Options.
@@ -98,7 +98,7 @@ type Options struct {
 	// one with the webhook, so that each membership of a ring is built once
 	// in the process and the next ring is derived from it. Default: the
 	// controller's own, counting its builds in sharder_ring_rebuilds_total.
-	Rings *membership.Rings
+	Rings *ringbuilds.Builds
 
 	// Clock is used for drain timeouts, latencies and periodic work.
 	// Default: the real clock.
@@ -147,7 +147,7 @@ func (o *Options) setDefaults() error {
 		o.Burst = DefaultBurst
 	}
 	if o.Rings == nil {
-		o.Rings = &membership.Rings{Built: metrics.CountRingRebuild}
+		o.Rings = &ringbuilds.Builds{Built: metrics.CountRingRebuild}
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}

@@ -20,6 +20,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/ring"
 	"github.com/sharder-dev/sharder/pkg/sharder/assign/internal/metacache"
+	"github.com/sharder-dev/sharder/pkg/sharder/ringbuilds"
 )
 
 // A resync queues only the objects whose reconcile would do something: an
@@ -42,7 +43,7 @@ func TestResyncQueuesOnlyObjectsThatNeedWork(t *testing.T) {
 		drainTimeout: time.Hour, selector: labels.SelectorFromSet(labels.Set{"team": "web"})}
 	r.cfg.Store(cfg)
 	ready := []membership.Member{{ID: "a", State: membership.StateReady}, {ID: "b", State: membership.StateReady}}
-	view, _, err := buildView(new(membership.Rings), cfg, ready)
+	view, _, err := buildView(new(ringbuilds.Builds), cfg, ready)
 	if err != nil {
 		t.Fatal(err)
 	}

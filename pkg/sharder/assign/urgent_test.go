@@ -13,6 +13,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/sharder/assign/internal/metacache"
+	"github.com/sharder-dev/sharder/pkg/sharder/ringbuilds"
 )
 
 // urgencyFixture is a ring assigner with a view of four instances (a and b
@@ -29,7 +30,7 @@ func newUrgencyFixture(tb testing.TB, members []membership.Member) *urgencyFixtu
 	tb.Helper()
 	cfg := &ringConfig{name: "r", algorithm: v1alpha1.AlgorithmConsistentHash, virtualNodes: 16, drainTimeout: time.Minute}
 	r := &ringAssigner{
-		c:          &Controller{opts: Options{Clock: clock.RealClock{}, Rings: &membership.Rings{}}},
+		c:          &Controller{opts: Options{Clock: clock.RealClock{}, Rings: &ringbuilds.Builds{}}},
 		name:       cfg.name,
 		shardLabel: v1alpha1.ShardLabel(cfg.name),
 		drainLabel: v1alpha1.DrainLabel(cfg.name),

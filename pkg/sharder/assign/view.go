@@ -12,6 +12,7 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/ring"
+	"github.com/sharder-dev/sharder/pkg/sharder/ringbuilds"
 )
 
 // ringView is a ring's membership and the ring built from its ready
@@ -58,7 +59,7 @@ func (v *ringView) stateOf(id string, _ time.Time) (membership.State, bool, time
 // buildView builds the view of members under cfg. rings keeps the rings
 // built last, so the ring is rebuilt only when its ready instances or their
 // weights changed; rebuilt reports whether this call built it.
-func buildView(rings *membership.Rings, cfg *ringConfig, members []membership.Member) (*ringView, bool, error) {
+func buildView(rings *ringbuilds.Builds, cfg *ringConfig, members []membership.Member) (*ringView, bool, error) {
 	v := &ringView{members: members, states: make(map[string]membership.Member, len(members))}
 	for _, m := range members {
 		v.states[m.ID] = m

@@ -5,6 +5,7 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
+	"github.com/sharder-dev/sharder/pkg/sharder/ringbuilds"
 )
 
 func TestDescribeMembershipChange(t *testing.T) {
@@ -30,7 +31,7 @@ func TestDescribeMembershipChange(t *testing.T) {
 
 func TestBuildViewReusesRingWhenReadySetUnchanged(t *testing.T) {
 	cfg := &ringConfig{name: "r", algorithm: v1alpha1.AlgorithmConsistentHash, virtualNodes: 16}
-	rings := &membership.Rings{}
+	rings := &ringbuilds.Builds{}
 	m := []membership.Member{{ID: "a", State: membership.StateReady}, {ID: "b", State: membership.StateExpired}}
 	_, built, err := buildView(rings, cfg, m)
 	if err != nil || !built {

@@ -152,7 +152,7 @@ func initCounters(ring string) {
 }
 
 // CountRingRebuild counts a build of ring in RingRebuildsTotal: the Built
-// hook of the membership.Rings a sharder builds its rings with.
+// hook of the ringbuilds.Builds a sharder builds its rings with.
 func CountRingRebuild(ring string) { RingRebuildsTotal.WithLabelValues(ring).Inc() }
 
 // ForgetRing deletes every assignment series of ring, so a deleted ring

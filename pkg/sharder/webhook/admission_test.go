@@ -27,6 +27,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/sharder/assign"
 	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
+	"github.com/sharder-dev/sharder/pkg/sharder/ringbuilds"
 	"github.com/sharder-dev/sharder/pkg/sharder/webhook"
 )
 
@@ -89,7 +90,7 @@ func instanceOf(t testing.TB, ready []string, ns, name string) string {
 	for _, id := range ready {
 		members = append(members, membership.Member{ID: id, State: membership.StateReady})
 	}
-	rm, _ := membership.RingMembers(v1alpha1.DefaultAlgorithm, v1alpha1.DefaultVirtualNodes, members)
+	rm, _ := ringbuilds.ReadyMembers(v1alpha1.DefaultAlgorithm, v1alpha1.DefaultVirtualNodes, members)
 	r, err := ring.New(v1alpha1.DefaultAlgorithm, rm)
 	if err != nil {
 		t.Fatal(err)

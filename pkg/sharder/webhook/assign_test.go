@@ -11,6 +11,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/ring"
+	"github.com/sharder-dev/sharder/pkg/sharder/ringbuilds"
 )
 
 // TestAssignment: given a ring, its members and a new object, the
@@ -44,7 +45,7 @@ func TestAssignment(t *testing.T) {
 	// want computes the instance independently of the webhook: the ring the
 	// sharder builds over the same members.
 	want := func(members []membership.Member) string {
-		ready, _ := membership.RingMembers(v1alpha1.DefaultAlgorithm, v1alpha1.DefaultVirtualNodes, members)
+		ready, _ := ringbuilds.ReadyMembers(v1alpha1.DefaultAlgorithm, v1alpha1.DefaultVirtualNodes, members)
 		r, err := ring.New(v1alpha1.DefaultAlgorithm, ready)
 		if err != nil {
 			t.Fatal(err)
@@ -57,7 +58,7 @@ func TestAssignment(t *testing.T) {
 	}
 	main := func(members []membership.Member) choice {
 		return func() (string, string, error) {
-			var rings membership.Rings
+			var rings ringbuilds.Builds
 			r, _, err := rings.Build(name, v1alpha1.DefaultAlgorithm, v1alpha1.DefaultVirtualNodes, members)
 			if err != nil {
 				return "", "", err

@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/clock"
 
-	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
+	"github.com/sharder-dev/sharder/pkg/sharder/ringbuilds"
 	"github.com/sharder-dev/sharder/pkg/sharder/webhook/internal/pki"
 )
 
@@ -139,7 +139,7 @@ type Options struct {
 	// the assignment's, so that the leader builds each membership of a ring
 	// once and derives the next ring from it. Default: the webhook's own,
 	// counting its builds in sharder_ring_rebuilds_total.
-	Rings *membership.Rings
+	Rings *ringbuilds.Builds
 
 	// Clock drives certificate validity and rotation. Default: the real clock.
 	Clock clock.Clock
@@ -217,7 +217,7 @@ func (o *Options) setDefaults() error {
 	o.defaultTimings()
 	defaultDuration(&o.ResyncPeriod, DefaultResyncPeriod)
 	if o.Rings == nil {
-		o.Rings = &membership.Rings{Built: metrics.CountRingRebuild}
+		o.Rings = &ringbuilds.Builds{Built: metrics.CountRingRebuild}
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}

@@ -19,6 +19,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/ring"
+	"github.com/sharder-dev/sharder/pkg/sharder/ringbuilds"
 )
 
 // ringBuilds keeps, for every ring, its membership and its ring as this
@@ -50,7 +51,7 @@ type ringBuilds struct {
 	synced func() bool
 
 	tracker membership.Tracker
-	rings   *membership.Rings // shared with the assignment by sharder run
+	rings   *ringbuilds.Builds // shared with the assignment by sharder run
 
 	ctx    context.Context // the builders' context, cancelled by Start's end
 	cancel context.CancelFunc
@@ -83,7 +84,7 @@ type builtRing struct {
 	err  error
 }
 
-func newRingBuilds(cache client.Reader, rings *membership.Rings, clk clock.Clock, log logr.Logger, synced func() bool) *ringBuilds {
+func newRingBuilds(cache client.Reader, rings *ringbuilds.Builds, clk clock.Clock, log logr.Logger, synced func() bool) *ringBuilds {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &ringBuilds{cache: cache, rings: rings, clock: clk, log: log, synced: synced, ctx: ctx, cancel: cancel, byName: map[string]*ringBuild{}}
 }

@@ -13,8 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
-	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/ring"
+	"github.com/sharder-dev/sharder/pkg/sharder/ringbuilds"
 )
 
 // TestMainChoiceWithAStaleRing checks the choice of a main object's
@@ -26,7 +26,7 @@ func TestMainChoiceWithAStaleRing(t *testing.T) {
 	g := NewWithT(t)
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(now)
-	builds := newRingBuilds(nil, &membership.Rings{}, clk, logr.Discard(), func() bool { return true })
+	builds := newRingBuilds(nil, &ringbuilds.Builds{}, clk, logr.Discard(), func() bool { return true })
 	t.Cleanup(builds.cancel)
 	rg := &v1alpha1.ControllerRing{ObjectMeta: metav1.ObjectMeta{Name: "r"}, Spec: v1alpha1.ControllerRingSpec{LeaseNamespace: "ns"}}
 	builds.byName["r"] = &ringBuild{name: "r", wake: make(chan struct{}, 1), cancel: func() {}}
@@ -107,7 +107,7 @@ func TestNoRingBuildForSlots(t *testing.T) {
 	g := NewWithT(t)
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(now)
-	rings := &membership.Rings{}
+	rings := &ringbuilds.Builds{}
 	builds := newRingBuilds(nil, rings, clk, logr.Discard(), func() bool { return false })
 	t.Cleanup(builds.cancel)
 	slotRing := func(name, uid string) *v1alpha1.ControllerRing {

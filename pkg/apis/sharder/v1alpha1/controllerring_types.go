@@ -77,6 +77,16 @@ const (
 // assigned to.
 func ShardLabel(ring string) string { return ShardLabelPrefix + ring }
 
+// ObjectKey returns the hash key of a main object of a ring:
+// "<group>/<Kind>/<namespace>/<name>", with an empty group for the core API
+// group and an empty namespace for cluster-scoped objects. It is part of
+// the wire contract: the rings' algorithms place objects by it, a ring of
+// unit Slots keyed by Object derives an object's slot from its xxHash, and
+// the slot label policy computes the same key in CEL.
+func ObjectKey(group, kind, namespace, name string) string {
+	return group + "/" + kind + "/" + namespace + "/" + name
+}
+
 // DrainLabel returns the label key asking an instance of ring to drain an object.
 func DrainLabel(ring string) string { return DrainLabelPrefix + ring }
 

@@ -1,4 +1,4 @@
-package membership
+package ringbuilds
 
 import (
 	"fmt"
@@ -7,13 +7,14 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/ring"
 )
 
-// TestRingsLockPerRing checks that a build of one ring that takes long
+// TestBuildsLockPerRing checks that a build of one ring that takes long
 // does not hold up the build of another ring, and that the same
 // membership is not built twice.
-func TestRingsLockPerRing(t *testing.T) {
+func TestBuildsLockPerRing(t *testing.T) {
 	g := NewWithT(t)
 	entered, release := make(chan struct{}), make(chan struct{})
 	ring.Register("blocking-test", ring.AlgorithmFunc(func(members []ring.Member) (ring.Ring, error) {
@@ -21,8 +22,8 @@ func TestRingsLockPerRing(t *testing.T) {
 		<-release
 		return ring.New(ring.Rendezvous, members)
 	}))
-	members := []Member{{ID: "a", State: StateReady}, {ID: "b", State: StateReady}}
-	var rings Rings
+	members := []membership.Member{{ID: "a", State: membership.StateReady}, {ID: "b", State: membership.StateReady}}
+	var rings Builds
 	slow := make(chan error, 1)
 	go func() {
 		_, _, err := rings.Build("slow", "blocking-test", 10, members)
@@ -56,22 +57,22 @@ func TestRingsLockPerRing(t *testing.T) {
 	g.Expect(rebuilt).To(BeTrue())
 }
 
-// TestRingsTwoMemberships checks that two users of one Rings that see two
+// TestBuildsTwoMemberships checks that two users of one Builds that see two
 // memberships in turn (the webhook has observed a new Lease, the assignment
 // not yet) get each ring built once, not once per turn, and that Built
 // counts builds only.
-func TestRingsTwoMemberships(t *testing.T) {
+func TestBuildsTwoMemberships(t *testing.T) {
 	g := NewWithT(t)
 	builds := 0
-	rings := Rings{Built: func(name string) {
+	rings := Builds{Built: func(name string) {
 		g.Expect(name).To(Equal("r"))
 		builds++
 	}}
-	before := []Member{{ID: "a", State: StateReady}, {ID: "b", State: StateReady}}
-	after := []Member{before[0], before[1], {ID: "c", State: StateReady}}
+	before := []membership.Member{{ID: "a", State: membership.StateReady}, {ID: "b", State: membership.StateReady}}
+	after := []membership.Member{before[0], before[1], {ID: "c", State: membership.StateReady}}
 	first := map[int]ring.Ring{}
 	for turn := range 6 {
-		members := [][]Member{before, after}[turn%2]
+		members := [][]membership.Member{before, after}[turn%2]
 		rg, rebuilt, err := rings.Build("r", ring.ConsistentHashDense, 10, members)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(rebuilt).To(Equal(turn < 2), "turn %d", turn)
@@ -83,19 +84,19 @@ func TestRingsTwoMemberships(t *testing.T) {
 	g.Expect(builds).To(Equal(2))
 }
 
-// TestRingsDerive checks that a ring Rings derives from the one before
+// TestBuildsDerive checks that a ring Builds derives from the one before
 // (consistent-hash-dense) places keys as a ring built from nothing.
-func TestRingsDerive(t *testing.T) {
+func TestBuildsDerive(t *testing.T) {
 	g := NewWithT(t)
-	var rings Rings
-	var members []Member
+	var rings Builds
+	var members []membership.Member
 	for i := range 20 {
-		members = append(members, Member{ID: fmt.Sprintf("instance-%d", i), State: StateReady})
+		members = append(members, membership.Member{ID: fmt.Sprintf("instance-%d", i), State: membership.StateReady})
 	}
-	for _, ms := range [][]Member{members, members[1:], append(members[1:], Member{ID: "new", State: StateReady, VirtualNodes: 100})} {
+	for _, ms := range [][]membership.Member{members, members[1:], append(members[1:], membership.Member{ID: "new", State: membership.StateReady, VirtualNodes: 100})} {
 		derived, _, err := rings.Build("r", ring.ConsistentHashDense, 512, ms)
 		g.Expect(err).NotTo(HaveOccurred())
-		ready, _ := RingMembers(ring.ConsistentHashDense, 512, ms)
+		ready, _ := ReadyMembers(ring.ConsistentHashDense, 512, ms)
 		built, err := ring.New(ring.ConsistentHashDense, ready)
 		g.Expect(err).NotTo(HaveOccurred())
 		for k := range 2000 {

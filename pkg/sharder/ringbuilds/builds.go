@@ -1,4 +1,7 @@
-package membership
+// Package ringbuilds builds the rings of a sharder from their members, once
+// per membership: the assignment and the webhook of one process share one
+// Builds. It is the sharder's: instances never build a ring.
+package ringbuilds
 
 import (
 	"fmt"
@@ -7,21 +10,14 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/ring"
 )
 
-// Weight returns m's number of virtual nodes: its own, else ringDefault.
-func (m Member) Weight(ringDefault int) int {
-	if m.VirtualNodes > 0 {
-		return m.VirtualNodes
-	}
-	return ringDefault
-}
-
-// RingMembers returns the ready members of members as ring members with
+// ReadyMembers returns the ready members of members as ring members with
 // their weights (ringDefault where a member sets none), sorted by ID, and
 // the fingerprint that identifies the ring they build under algorithm.
-func RingMembers(algorithm string, ringDefault int, members []Member) ([]ring.Member, string) {
+func ReadyMembers(algorithm string, ringDefault int, members []membership.Member) ([]ring.Member, string) {
 	ready := make([]ring.Member, 0, len(members))
 	for _, m := range members {
 		if m.State.Ready() {
@@ -37,10 +33,10 @@ func RingMembers(algorithm string, ringDefault int, members []Member) ([]ring.Me
 	return ready, fp.String()
 }
 
-// Rings builds the ring of each named ring from its members and keeps the
+// Builds builds the ring of each named ring from its members and keeps the
 // last keptBuilds built per ring, so that a ring is rebuilt only when its
 // algorithm or its ready instances and their weights change, never per
-// object. One Rings is meant to be shared by every user of a process's rings
+// object. One Builds is meant to be shared by every user of a process's rings
 // (the assignment and the webhook of a sharder): for a membership both have
 // seen, the second gets the first's ring; while they briefly see two
 // memberships (one has observed a Lease the other has not yet), each of the
@@ -51,7 +47,7 @@ func RingMembers(algorithm string, ringDefault int, members []Member) ([]ring.Me
 //
 // It is safe for concurrent use: each ring has a lock of its own, so a long
 // build of one ring delays only other builds of the same ring.
-type Rings struct {
+type Builds struct {
 	// Built, when set, is called after each build with the ring's name
 	// (not when a kept ring is returned).
 	Built func(name string)
@@ -60,7 +56,7 @@ type Rings struct {
 	slots map[string]*ringSlot
 }
 
-// keptBuilds is how many builds Rings keeps per ring: the rings of the two
+// keptBuilds is how many builds Builds keeps per ring: the rings of the two
 // memberships that two users of one ring see while a change reaches one of
 // them before the other.
 const keptBuilds = 2
@@ -84,8 +80,8 @@ type keptRing struct {
 // false when a ring kept for name had the same membership and was returned
 // again. Concurrent builds of the same ring wait for each other; builds of
 // other rings do not.
-func (r *Rings) Build(name, algorithm string, ringDefault int, members []Member) (rg ring.Ring, rebuilt bool, err error) {
-	ready, fp := RingMembers(algorithm, ringDefault, members)
+func (r *Builds) Build(name, algorithm string, ringDefault int, members []membership.Member) (rg ring.Ring, rebuilt bool, err error) {
+	ready, fp := ReadyMembers(algorithm, ringDefault, members)
 	slot := r.slot(name)
 	slot.mu.Lock()
 	defer slot.mu.Unlock()
@@ -113,7 +109,7 @@ func (r *Rings) Build(name, algorithm string, ringDefault int, members []Member)
 }
 
 // slot returns the slot of ring name, adding it when there is none.
-func (r *Rings) slot(name string) *ringSlot {
+func (r *Builds) slot(name string) *ringSlot {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.slots == nil {
@@ -129,7 +125,7 @@ func (r *Rings) slot(name string) *ringSlot {
 
 // Forget drops the ring kept for name (a deleted ring). A build of it
 // running meanwhile keeps its result to itself.
-func (r *Rings) Forget(name string) {
+func (r *Builds) Forget(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.slots, name)
