@@ -39,7 +39,7 @@ func startSharder(t *testing.T) {
 	mgrOpts.Logger = ctrl.Log.WithName("sharder")
 	mgr := env().NewManager(t, nil, mgrOpts)
 	registry := leasecontroller.NewRegistry()
-	lc, err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: registry, Identity: "sharder:test"})
+	lc, err := leasecontroller.New(leasecontroller.Options{Registry: registry, Identity: "sharder:test"})
 	if err != nil {
 		t.Fatal(err)
 	}

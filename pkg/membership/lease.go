@@ -25,6 +25,14 @@ const (
 	// MaxLeaseDuration bounds the duration StateOf assumes: a Lease asking
 	// for more counts as holding for MaxLeaseDuration.
 	MaxLeaseDuration = 24 * time.Hour
+	// DefaultWriteTimeout is the default deadline of the sharder's writes
+	// that move work (label writes, slot table writes), which the API
+	// server enforces: a write lands within it or not at all. The lease
+	// controller keeps a dead instance's objects movable only while a write
+	// sent then still lands before the instance could take its Lease back
+	// (Tracker.WriteTimeout). One value for every writer: `sharder run`
+	// gives the same one to each.
+	DefaultWriteTimeout = 2 * time.Second
 
 	// uncertainAfter: an expired Lease becomes uncertain at t + 2d.
 	uncertainAfter = 2

@@ -58,23 +58,24 @@ const SharderHolderPrefix = "sharder:"
 // concurrent use. Each ring has a lock of its own: calls for different rings
 // never wait for each other.
 type Tracker struct {
-	// MoveMargin is how long after it is sent a move of a held instance's
-	// objects may still land: the assignment's write timeout, which the
-	// API server enforces. The objects are movable after a hold write that
-	// started at t and gave the Lease duration d until t + min(2d/3, d −
-	// MoveMargin), but at least until t + d/3: the instance cannot acquire
-	// the Lease before t + d, so a move sent in the window lands before it
-	// could be back. Set it before the first Hold. Default 0: 2d/3.
-	MoveMargin time.Duration
+	// WriteTimeout is how long after it is sent a move of a held
+	// instance's objects may still land: the sharder's write timeout, which
+	// the API server enforces. The objects are movable after a hold write
+	// that started at t and gave the Lease duration d until t + min(2d/3, d
+	// − WriteTimeout), but at least until t + d/3: the instance cannot
+	// acquire the Lease before t + d, so a move sent in the window lands
+	// before it could be back. Set it before the first Hold. Default 0:
+	// 2d/3.
+	WriteTimeout time.Duration
 
 	mu    sync.Mutex // guards rings, the map only
 	rings map[string]*ringObservations
 }
 
 // MovableFor is how long after a hold write that gave the Lease duration d
-// the instance's objects may move (Tracker.MoveMargin).
+// the instance's objects may move (Tracker.WriteTimeout).
 func (t *Tracker) MovableFor(d time.Duration) time.Duration {
-	return max(min(d*2/3, d-t.MoveMargin), d/3)
+	return max(min(d*2/3, d-t.WriteTimeout), d/3)
 }
 
 // ringObservations is what the tracker saw of one ring's Leases.
@@ -99,7 +100,7 @@ type observation struct {
 	state   State
 	// heldAt is when the sharder's last write holding the Lease started
 	// (Hold), zero when it does not hold it; movableFor is how long after
-	// it the objects may move (Tracker.MoveMargin).
+	// it the objects may move (Tracker.WriteTimeout).
 	heldAt     time.Time
 	movableFor time.Duration
 	// absent: the Lease was missing from the ring's Leases when the
@@ -253,7 +254,7 @@ func (o *observation) heldMovable(now time.Time) (bool, time.Time) {
 // Hold records that the sharder holds the Lease of instance id of ring by
 // a write that started at start and gave the Lease duration d: the
 // instance's objects are movable until start + 2d/3, less where
-// MoveMargin asks for it.
+// WriteTimeout asks for it.
 func (t *Tracker) Hold(ring, id string, start time.Time, d time.Duration) {
 	r := t.ring(ring)
 	r.mu.Lock()

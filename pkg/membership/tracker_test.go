@@ -176,7 +176,7 @@ func TestTrackerHoldMargin(t *testing.T) {
 		{time.Second, 2 * time.Second, time.Second / 3}, // shorter than the margin: d/3
 		{3 * time.Second, 0, 2 * time.Second},           // no margin: 2d/3
 	} {
-		tr := Tracker{MoveMargin: c.margin}
+		tr := Tracker{WriteTimeout: c.margin}
 		if got := tr.MovableFor(c.d); got != c.want {
 			t.Errorf("d %s, margin %s: movable for %s, want %s", c.d, c.margin, got, c.want)
 		}

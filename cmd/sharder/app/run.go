@@ -367,7 +367,7 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string, leade
 	registry := leasecontroller.NewRegistry()
 	// A label write must end before the webhook call it waits for gives
 	// up: under failure policy Ignore it would land unchecked after that.
-	writeTimeout := min(assign.DefaultWriteTimeout, time.Duration(cfg.Webhook.TimeoutSeconds)*time.Second/2)
+	writeTimeout := min(membership.DefaultWriteTimeout, time.Duration(cfg.Webhook.TimeoutSeconds)*time.Second/2)
 	// The identity the lease controller holds Leases as, and the slot table
 	// controller fences them as.
 	hostID, err := membership.DefaultIdentity()
@@ -375,11 +375,11 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string, leade
 		return fmt.Errorf("the sharder's Lease holder identity: %w", err)
 	}
 	identity := membership.SharderHolderPrefix + hostID
-	lc, err := leasecontroller.NewController(leasecontroller.ControllerOptions{
+	lc, err := leasecontroller.New(leasecontroller.Options{
 		Registry:      registry,
 		Identity:      identity,
 		Workers:       cfg.Controllers.Leases.Workers,
-		MoveMargin:    writeTimeout,
+		WriteTimeout:  writeTimeout,
 		EventRecorder: recorder,
 	})
 	if err != nil {
@@ -402,7 +402,7 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string, leade
 		Burst:                cfg.Client.Burst,
 		EventRecorder:        recorder,
 		FieldManager:         leader.fieldManager(),
-		WriteTimeout:         &writeTimeout,
+		WriteTimeout:         writeTimeout,
 		Rings:                rings,
 	})
 	if err != nil {
@@ -415,8 +415,8 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string, leade
 	// The slot tables of the rings of unit Slots (docs/design.md §11),
 	// decided from the lease controller's registry: it fences as the lease
 	// controller's identity, and its table writes carry the label writes'
-	// deadline, the lease controller's MoveMargin.
-	tc, err := slottable.NewController(slottable.Options{
+	// deadline, the lease controller's WriteTimeout.
+	tc, err := slottable.New(slottable.Options{
 		Registry:      registry,
 		Identity:      identity,
 		WriteTimeout:  writeTimeout,

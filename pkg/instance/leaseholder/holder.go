@@ -7,11 +7,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
@@ -169,7 +170,7 @@ func (h *Holder) Start(ctx context.Context) error {
 		return errors.New("lease holder: already started")
 	}
 	defer close(h.stopped)
-	h.log = ctrl.LoggerFrom(ctx).WithValues("lease", klog.KRef(h.opts.Namespace, h.opts.Identity), "ring", h.opts.Ring)
+	h.log = logf.FromContext(ctx).WithValues("lease", klog.KRef(h.opts.Namespace, h.opts.Identity), "ring", h.opts.Ring)
 
 	if !h.acquire(ctx) {
 		return h.abandon(ctx)

@@ -20,10 +20,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/log"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/go-logr/logr"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
@@ -47,6 +49,9 @@ type Controller struct {
 	writer   metadata.Interface // label writes, with Options.WriteTimeout
 	mapper   meta.ResettableRESTMapper
 	recorder record.EventRecorder
+	// logger is the manager's, named after the assignment: the rings'
+	// machinery logs with it; reconciles log with their context's.
+	logger logr.Logger
 
 	started chan struct{} // closed once Start stored ctx
 	ctx     context.Context
@@ -97,7 +102,7 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	// The label writes carry a deadline the API server enforces (client-go
 	// sends the client's timeout as the request's timeout parameter).
 	writeCfg := rest.CopyConfig(cfg)
-	writeCfg.Timeout = *c.opts.WriteTimeout
+	writeCfg.Timeout = c.opts.WriteTimeout
 	if c.writer, err = metadata.NewForConfig(writeCfg); err != nil {
 		return fmt.Errorf("creating metadata client: %w", err)
 	}
@@ -112,6 +117,7 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	c.mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(discoveryClient))
 	c.client = mgr.GetClient()
 	c.recorder = c.opts.EventRecorder
+	c.logger = mgr.GetLogger().WithName("assign")
 	c.opts.Registry.Subscribe(c.membershipChanged)
 	if err := mgr.Add(c); err != nil {
 		return fmt.Errorf("adding assignment controller: %w", err)
@@ -158,7 +164,7 @@ func (c *Controller) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	case <-ctx.Done():
 		return reconcile.Result{}, ctx.Err()
 	}
-	logger := log.FromContext(ctx)
+	logger := logf.FromContext(ctx)
 	ring := &v1alpha1.ControllerRing{}
 	if err := c.client.Get(ctx, req.NamespacedName, ring); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -183,7 +183,7 @@ func TestLabelWritesCarryADeadline(t *testing.T) {
 		})
 	})
 	writeTimeout := 1500 * time.Millisecond
-	stop := startSharderWith(t, cfg, reg, assign.Options{WriteTimeout: &writeTimeout}, nil)
+	stop := startSharderWith(t, cfg, reg, assign.Options{WriteTimeout: writeTimeout}, nil)
 	defer stop()
 	g.Eventually(assigned(ns, names, on("a")), timeout, poll).Should(Succeed())
 	mu.Lock()

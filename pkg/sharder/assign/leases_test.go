@@ -255,7 +255,7 @@ func TestReleasedInstanceComesBackAfterItsObjectsMoved(t *testing.T) {
 // lease controller, publishing into reg.
 func withLeaseController(reg *leasecontroller.Registry) func(ctrl.Manager) error {
 	return func(mgr ctrl.Manager) error {
-		c, err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: reg})
+		c, err := leasecontroller.New(leasecontroller.Options{Registry: reg})
 		if err != nil {
 			return err
 		}
@@ -286,7 +286,7 @@ func TestHoldOutlastsMovesInFlight(t *testing.T) {
 	pick := gt.pick
 	gt.pick = func(req *http.Request) bool { return armed.Load() && pick(req) }
 	writeTimeout := 10 * time.Second
-	startSharderWith(t, gt.config(env().Config), reg, assign.Options{WriteTimeout: &writeTimeout}, withLeaseController(reg))
+	startSharderWith(t, gt.config(env().Config), reg, assign.Options{WriteTimeout: writeTimeout}, withLeaseController(reg))
 	opened := false
 	openGate := func() {
 		if !opened {

@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/sharder-dev/sharder/pkg/membership"
 	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 	"github.com/sharder-dev/sharder/pkg/sharder/ringbuilds"
@@ -21,7 +22,6 @@ const (
 	DefaultResolveInterval = 30 * time.Second
 	DefaultQPS             = 5000
 	DefaultBurst           = 10000
-	DefaultWriteTimeout    = 2 * time.Second
 	// DefaultNamespacedWatchLimit is the default of
 	// Options.NamespacedWatchLimit.
 	DefaultNamespacedWatchLimit = 8
@@ -81,8 +81,10 @@ type Options struct {
 	// shorter than the validating webhook's timeout: under failure policy
 	// Ignore, a write that outlived the webhook call would land unchecked,
 	// seconds after it was decided. A write that fails is retried.
-	// Default: 2s (the webhook's default timeout is 5s).
-	WriteTimeout *time.Duration
+	// It must be the lease controller's WriteTimeout.
+	// Default: membership.DefaultWriteTimeout (2s; the webhook's default
+	// timeout is 5s).
+	WriteTimeout time.Duration
 
 	// NamespacedWatchLimit is the most namespaces a ring's namespaced
 	// resources are watched in one by one. A ring whose namespaceSelector
@@ -128,9 +130,8 @@ func (o *Options) setDefaults() error {
 	if o.NamespacedWatchLimit == 0 {
 		o.NamespacedWatchLimit = DefaultNamespacedWatchLimit
 	}
-	if o.WriteTimeout == nil || *o.WriteTimeout <= 0 {
-		d := DefaultWriteTimeout
-		o.WriteTimeout = &d
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = membership.DefaultWriteTimeout
 	}
 	if o.StatusInterval == nil || *o.StatusInterval <= 0 {
 		d := DefaultStatusInterval

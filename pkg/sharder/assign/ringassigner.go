@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/log"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/drain"
@@ -88,7 +88,7 @@ func newRingAssigner(c *Controller, cfg *ringConfig) *ringAssigner {
 		name:       cfg.name,
 		shardLabel: v1alpha1.ShardLabel(cfg.name),
 		drainLabel: v1alpha1.DrainLabel(cfg.name),
-		logger:     log.Log.WithName("assign").WithValues("ring", cfg.name),
+		logger:     c.logger.WithValues("ring", cfg.name),
 		byGK:       map[schema.GroupKind]*resourceCache{},
 		transform:  metacache.NewObjectTransform(cfg.name),
 		drains:     newDrainTimes(c.opts.Clock),
@@ -197,7 +197,7 @@ func (r *ringAssigner) notServed() bool {
 // start runs the ring's caches and workers until stop or ctx is done.
 func (r *ringAssigner) start(ctx context.Context) {
 	ctx, r.cancel = context.WithCancel(ctx)
-	ctx = log.IntoContext(ctx, r.logger)
+	ctx = logf.IntoContext(ctx, r.logger)
 	for _, c := range r.caches() {
 		r.wg.Add(1)
 		go func() {

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
@@ -49,7 +49,7 @@ func newSlotRing(c *Controller, ring *v1alpha1.ControllerRing, cfg *ringConfig) 
 	s := &slotRing{
 		c:      c,
 		name:   ring.Name,
-		logger: log.Log.WithName("assign").WithValues("ring", ring.Name),
+		logger: c.logger.WithValues("ring", ring.Name),
 		status: make(chan struct{}, 1),
 	}
 	s.cfg.Store(cfg)
@@ -63,7 +63,7 @@ func newSlotRing(c *Controller, ring *v1alpha1.ControllerRing, cfg *ringConfig) 
 		FieldManager: c.opts.FieldManager,
 		Recorder:     c.recorder,
 		ResyncPeriod: *c.opts.ResyncPeriod,
-		Logger:       log.Log.WithName("slotlabel").WithValues("ring", ring.Name),
+		Logger:       c.logger.WithName("slotlabel").WithValues("ring", ring.Name),
 	})
 	if err != nil {
 		return nil, err
@@ -101,7 +101,7 @@ func (s *slotRing) reconfigure(cfg *ringConfig) {
 // start runs the labeler and the status writer until stop or ctx is done.
 func (s *slotRing) start(ctx context.Context) {
 	ctx, s.cancel = context.WithCancel(ctx)
-	ctx = log.IntoContext(ctx, s.logger)
+	ctx = logf.IntoContext(ctx, s.logger)
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()

@@ -41,14 +41,14 @@ func withSlotTable(reg *leasecontroller.Registry) func(ctrl.Manager) error {
 func withSlotTableBinding(reg *leasecontroller.Registry, binding bool) func(ctrl.Manager) error {
 	return func(mgr ctrl.Manager) error {
 		identity := membership.SharderHolderPrefix + "test"
-		lc, err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: reg, Identity: identity})
+		lc, err := leasecontroller.New(leasecontroller.Options{Registry: reg, Identity: identity})
 		if err != nil {
 			return err
 		}
 		if err := lc.SetupWithManager(mgr); err != nil {
 			return err
 		}
-		tc, err := slottable.NewController(slottable.Options{Registry: reg, Identity: identity, SkipBinding: !binding})
+		tc, err := slottable.New(slottable.Options{Registry: reg, Identity: identity, SkipBinding: !binding})
 		if err != nil {
 			return err
 		}

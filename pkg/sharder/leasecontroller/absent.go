@@ -4,13 +4,14 @@ import (
 	"context"
 	"time"
 
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
@@ -29,7 +30,7 @@ import (
 // expectUnlisted makes every instance that holds objects of ring (as the
 // assignment engine or the slot table counted them) but has no Lease among
 // leases, and that the tracker does not know, a member whose Lease is
-// absent: vanished for ControllerOptions.UnknownHold (by default twice the
+// absent: vanished for Options.UnknownHold (by default twice the
 // longest lease duration of the ring's Leases, or of the default when it
 // has none), then dead.
 func (c *Controller) expectUnlisted(ring string, leases []coordinationv1.Lease, now time.Time) {
@@ -92,7 +93,7 @@ func (c *Controller) holdAbsent(ctx context.Context, ring *v1alpha1.ControllerRi
 // createHeld creates the Lease of instance id of ring, held by the sharder,
 // and records the hold. It reports whether the Lease was created.
 func (c *Controller) createHeld(ctx context.Context, ring *v1alpha1.ControllerRing, id string) bool {
-	log := ctrl.LoggerFrom(ctx)
+	log := logf.FromContext(ctx)
 	d := max(c.tracker.LastDuration(ring.Name, id).Truncate(time.Second), time.Second)
 	now := c.opts.Clock.Now()
 	lease := &coordinationv1.Lease{
@@ -137,7 +138,7 @@ func (c *Controller) createHeld(ctx context.Context, ring *v1alpha1.ControllerRi
 // until the Lease comes back to the ring or is deleted. It reports whether
 // the sharder holds the Lease.
 func (c *Controller) takeOutside(ctx context.Context, ring *v1alpha1.ControllerRing, want *coordinationv1.Lease) bool {
-	log := ctrl.LoggerFrom(ctx)
+	log := logf.FromContext(ctx)
 	current := &coordinationv1.Lease{}
 	if err := c.reader.Get(ctx, client.ObjectKeyFromObject(want), current); err != nil {
 		if !apierrors.IsNotFound(err) {

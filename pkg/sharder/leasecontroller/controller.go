@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,6 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/go-logr/logr"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
@@ -48,7 +52,7 @@ import (
 //     its duration: objects move only under the sharder's hold;
 //   - deletes an orphaned Lease, preconditioned on its resourceVersion;
 //   - requeues the Lease at its next transition, so a state changes when
-//     its time comes (on ControllerOptions.Clock), not at the next resync;
+//     its time comes (on Options.Clock), not at the next resync;
 //   - publishes each ring's members with their states into the Registry
 //     whenever they change, including when a ring's leaseNamespace changes or
 //     the ring is deleted (its membership then becomes empty).
@@ -61,7 +65,7 @@ import (
 // reconciles Leases (this file, takeover.go, hold.go, state.go) and
 // "membership" reconciles rings and publishes their members (ring.go).
 type Controller struct {
-	opts   ControllerOptions
+	opts   Options
 	client client.Client
 	// reader reads from the API server, not the cache: Leases outside
 	// every ring, which the cache does not hold.
@@ -91,11 +95,14 @@ type Controller struct {
 	// their Leases' changes: objects counted on an instance that is no
 	// member, or whose Lease the sharder does not hold (absent.go).
 	ringsWoken chan event.TypedGenericEvent[*v1alpha1.ControllerRing]
+	// logger is the manager's, named after the lease controller, for
+	// what happens outside a reconcile.
+	logger logr.Logger
 }
 
 // NewController returns a lease controller for opts, with defaults filled
 // in. It fails when a field is invalid, naming the field.
-func NewController(opts ControllerOptions) (*Controller, error) {
+func New(opts Options) (*Controller, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -104,7 +111,7 @@ func NewController(opts ControllerOptions) (*Controller, error) {
 		woken:      make(chan event.TypedGenericEvent[*coordinationv1.Lease], 1024),
 		ringsWoken: make(chan event.TypedGenericEvent[*v1alpha1.ControllerRing], 1024),
 	}
-	c.tracker.MoveMargin = opts.MoveMargin
+	c.tracker.WriteTimeout = opts.WriteTimeout
 	return c, nil
 }
 
@@ -113,6 +120,7 @@ func NewController(opts ControllerOptions) (*Controller, error) {
 func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	c.client = mgr.GetClient()
 	c.reader = mgr.GetAPIReader()
+	c.logger = mgr.GetLogger().WithName("lease")
 	c.recorder = c.opts.EventRecorder
 	if c.recorder == nil {
 		rec, err := eventrecorder.New(mgr, "sharder")
@@ -168,7 +176,7 @@ func (c *Controller) needsReconcile(e event.UpdateEvent) bool {
 }
 
 // controllerOptions returns the options of one of the two controllers: its
-// work queue waits on ControllerOptions.Clock, so that a RequeueAfter (a
+// work queue waits on Options.Clock, so that a RequeueAfter (a
 // Lease's next transition) and a retry's backoff follow the clock the states
 // are computed with. controller-runtime's priority queue always reads the
 // real clock, so the controllers use client-go's rate-limiting queue.
@@ -188,7 +196,7 @@ func (c *Controller) controllerOptions(workers int) controller.Options {
 // reconcileLease brings one Lease's state label, takeover, hold and
 // deletion up to date and requeues it at its next transition.
 func (c *Controller) reconcileLease(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	log := ctrl.LoggerFrom(ctx)
+	log := logf.FromContext(ctx)
 	lease := &coordinationv1.Lease{}
 	if err := c.client.Get(ctx, req.NamespacedName, lease); err != nil {
 		if apierrors.IsNotFound(err) {

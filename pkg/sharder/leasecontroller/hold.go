@@ -6,13 +6,14 @@ import (
 	"strings"
 	"time"
 
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
@@ -99,7 +100,7 @@ func (c *Controller) holdForMoves(ctx context.Context, ring *v1alpha1.Controller
 	}
 	c.tracker.Hold(ring.Name, lease.Name, now, d)
 	if holder != c.opts.Identity {
-		log := ctrl.LoggerFrom(ctx)
+		log := logf.FromContext(ctx)
 		if foreign {
 			log.Info("Took the Lease of a dead instance from another holder that left it unrenewed for its duration", "object", klog.KObj(lease), "ring", ring.Name, "holder", holder)
 			c.recorder.Eventf(ring, corev1.EventTypeWarning, "LeaseTakenFromOtherHolder",
@@ -129,7 +130,7 @@ func (c *Controller) releaseHold(ctx context.Context, ring *v1alpha1.ControllerR
 		return lease, releaseRetry, nil
 	}
 	if n := c.opts.Registry.MovesInFlight(ring.Name, lease.Name); n > 0 {
-		ctrl.LoggerFrom(ctx).V(1).Info("Releasing the Lease of a dead instance once the moves of its objects in flight returned",
+		logf.FromContext(ctx).V(1).Info("Releasing the Lease of a dead instance once the moves of its objects in flight returned",
 			"object", klog.KObj(lease), "ring", ring.Name, "moves", n)
 		return lease, releaseRetry, nil
 	}
@@ -146,6 +147,6 @@ func (c *Controller) releaseHold(ctx context.Context, ring *v1alpha1.ControllerR
 	if objects > 0 {
 		reason = "no instance is ready to take its objects"
 	}
-	ctrl.LoggerFrom(ctx).Info("Released the Lease of a dead instance: "+reason, "object", klog.KObj(lease), "ring", ring.Name, "objects", objects)
+	logf.FromContext(ctx).Info("Released the Lease of a dead instance: "+reason, "object", klog.KObj(lease), "ring", ring.Name, "objects", objects)
 	return released, 0, nil
 }

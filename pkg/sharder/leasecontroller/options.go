@@ -18,17 +18,14 @@ import (
 	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
-// Defaults of ControllerOptions.
+// Defaults of Options.
 const (
 	DefaultWorkers = 4
-	// DefaultMoveMargin is the default of ControllerOptions.MoveMargin:
-	// the assignment controller's default write timeout.
-	DefaultMoveMargin = 2 * time.Second
 )
 
-// ControllerOptions configures the sharder's lease controller. NewController
+// Options configures the sharder's lease controller. NewController
 // fills in the defaults of unset fields and rejects invalid ones.
-type ControllerOptions struct {
+type Options struct {
 	// Registry receives the membership of every ring. Required.
 	Registry *Registry
 
@@ -50,12 +47,15 @@ type ControllerOptions struct {
 	// Default: 4.
 	Workers int
 
-	// MoveMargin is how long a label write of the assignment may take to
-	// land after it was sent: its write timeout. A dead instance's objects
+	// WriteTimeout is the deadline of the sharder's writes that move work
+	// (the assignment's label writes, the slot table's writes): how long
+	// one may take to land after it was sent. A dead instance's objects
 	// stop being movable that long before the instance could take its
 	// Lease back after the sharder's last hold write
-	// (membership.Tracker.MoveMargin). Default: 2s.
-	MoveMargin time.Duration
+	// (membership.Tracker.WriteTimeout). It must be the WriteTimeout of
+	// the assignment and of the slot table controller.
+	// Default: membership.DefaultWriteTimeout (2s).
+	WriteTimeout time.Duration
 
 	// UnknownHold is how long an instance that holds objects (or slots)
 	// but whose Lease this sharder never saw (deleted before it led, or
@@ -77,19 +77,19 @@ type ControllerOptions struct {
 
 // setDefaults fills in the defaults of unset fields and checks the rest.
 // Errors name the field.
-func (o *ControllerOptions) setDefaults() error {
+func (o *Options) setDefaults() error {
 	if o.Registry == nil {
-		return errors.New("leasecontroller: ControllerOptions.Registry is required")
+		return errors.New("Options.Registry is required")
 	}
 	if o.Identity == "" {
 		id, err := membership.DefaultIdentity()
 		if err != nil {
-			return fmt.Errorf("leasecontroller: defaulting ControllerOptions.Identity: %w", err)
+			return fmt.Errorf("defaulting Options.Identity: %w", err)
 		}
 		o.Identity = membership.SharderHolderPrefix + id
 	}
 	if !strings.HasPrefix(o.Identity, membership.SharderHolderPrefix) {
-		return fmt.Errorf("leasecontroller: ControllerOptions.Identity %q does not start with %q", o.Identity, membership.SharderHolderPrefix)
+		return fmt.Errorf("Options.Identity %q does not start with %q", o.Identity, membership.SharderHolderPrefix)
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -98,10 +98,10 @@ func (o *ControllerOptions) setDefaults() error {
 		o.Workers = DefaultWorkers
 	}
 	if o.UnknownHold < 0 {
-		return errors.New("leasecontroller: ControllerOptions.UnknownHold is negative")
+		return errors.New("Options.UnknownHold is negative")
 	}
-	if o.MoveMargin <= 0 {
-		o.MoveMargin = DefaultMoveMargin
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = membership.DefaultWriteTimeout
 	}
 	return nil
 }

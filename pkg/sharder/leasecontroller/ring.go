@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,7 +16,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -106,7 +107,7 @@ func (c *Controller) leasesOfRing(ctx context.Context, ring client.Object) []rec
 	list := &coordinationv1.LeaseList{}
 	// Only the names are read: no copies.
 	if err := c.client.List(ctx, list, client.MatchingLabels{v1alpha1.LabelRing: ring.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Listing the Leases of a ring", "object", klog.KObj(ring))
+		logf.FromContext(ctx).Error(err, "Listing the Leases of a ring", "object", klog.KObj(ring))
 		return nil
 	}
 	requests := make([]reconcile.Request, 0, len(list.Items))
@@ -250,7 +251,7 @@ func (c *Controller) publishRing(ctx context.Context, ring *v1alpha1.ControllerR
 // membership controller publish again.
 func (c *Controller) publishNow(ctx context.Context, ring *v1alpha1.ControllerRing) {
 	if _, _, err := c.publishRing(ctx, ring); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Publishing the membership of a ring", "object", klog.KObj(ring))
+		logf.FromContext(ctx).Error(err, "Publishing the membership of a ring", "object", klog.KObj(ring))
 	}
 }
 
@@ -260,7 +261,7 @@ func (c *Controller) wake(key types.NamespacedName) {
 	select {
 	case c.woken <- event.TypedGenericEvent[*coordinationv1.Lease]{Object: lease}:
 	default:
-		ctrl.Log.WithName("lease").V(1).Info("Dropped a request to look at a Lease: the queue is full; it is looked at on its next change", "object", klog.KObj(lease))
+		c.logger.V(1).Info("Dropped a request to look at a Lease: the queue is full; it is looked at on its next change", "object", klog.KObj(lease))
 	}
 }
 
@@ -271,7 +272,7 @@ func (c *Controller) wakeRing(name string) {
 	select {
 	case c.ringsWoken <- event.TypedGenericEvent[*v1alpha1.ControllerRing]{Object: ring}:
 	default:
-		ctrl.Log.WithName("membership").V(1).Info("Dropped a request to publish a ring: the queue is full; it is published on its next change", "ring", name)
+		c.logger.WithName("membership").V(1).Info("Dropped a request to publish a ring: the queue is full; it is published on its next change", "ring", name)
 	}
 }
 
@@ -279,7 +280,7 @@ func (c *Controller) wakeRing(name string) {
 // it changed.
 func (c *Controller) publish(ctx context.Context, ring string, members []membership.Member) bool {
 	if c.opts.Registry.Set(ring, members) {
-		ctrl.LoggerFrom(ctx).V(1).Info("Published ring membership", "ring", ring, "members", len(members))
+		logf.FromContext(ctx).V(1).Info("Published ring membership", "ring", ring, "members", len(members))
 		return true
 	}
 	return false

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"sync"
 
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
@@ -50,7 +51,7 @@ func (c *Controller) patchState(ctx context.Context, lease *coordinationv1.Lease
 	}
 	if state != "" {
 		metrics.LeaseTransitionsTotal.WithLabelValues(lease.Labels[v1alpha1.LabelRing], string(state)).Inc()
-		ctrl.LoggerFrom(ctx).V(1).Info("Instance changed state", "object", klog.KObj(lease), "from", old, "to", state)
+		logf.FromContext(ctx).V(1).Info("Instance changed state", "object", klog.KObj(lease), "from", old, "to", state)
 		eventType := corev1.EventTypeNormal
 		if state == membership.StateExpired || state == membership.StateUncertain {
 			eventType = corev1.EventTypeWarning
@@ -85,7 +86,7 @@ func (c *Controller) report(ctx context.Context, ring *v1alpha1.ControllerRing, 
 		return
 	}
 	f.reported.Store(key, value)
-	ctrl.LoggerFrom(ctx).Info(f.log, "object", klog.KObj(lease), "ring", ring.Name, "error", err.Error())
+	logf.FromContext(ctx).Info(f.log, "object", klog.KObj(lease), "ring", ring.Name, "error", err.Error())
 	c.recorder.Eventf(lease, corev1.EventTypeWarning, f.reason, f.event, lease.Name, ring.Name, err)
 }
 
@@ -145,7 +146,7 @@ func (c *Controller) reportInvalid(ctx context.Context, ring *v1alpha1.Controlle
 		return
 	}
 	err := membership.InvalidID(lease.Name)
-	ctrl.LoggerFrom(ctx).Info("Ignoring a Lease whose name cannot be an instance ID: it never receives objects",
+	logf.FromContext(ctx).Info("Ignoring a Lease whose name cannot be an instance ID: it never receives objects",
 		"object", klog.KObj(lease), "ring", ring.Name, "error", fmt.Sprint(err))
 	c.recorder.Eventf(lease, corev1.EventTypeWarning, "InvalidInstanceID",
 		"Lease %s/%s never receives objects of ring %s: %v; give the instance a shorter ID (its pod name or --id)", lease.Namespace, lease.Name, ring.Name, err)

@@ -79,7 +79,7 @@ func startSharderAs(t *testing.T, identity string, clk clock.WithTicker, ring st
 	s := &sharder{clock: clk, registry: leasecontroller.NewRegistry(), cache: mgr.GetCache()}
 	s.published = &history{now: clk.Now, registry: s.registry}
 	s.registry.Subscribe(s.published.record)
-	c, err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: s.registry, Identity: identity, Clock: clk})
+	c, err := leasecontroller.New(leasecontroller.Options{Registry: s.registry, Identity: identity, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}

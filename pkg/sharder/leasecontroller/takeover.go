@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"time"
 
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
@@ -58,7 +59,7 @@ func (c *Controller) deleteOrphan(ctx context.Context, ring *v1alpha1.Controller
 		return fmt.Errorf("deleting orphaned Lease %s: %w", klog.KObj(lease), err)
 	}
 	metrics.LeasesDeletedTotal.WithLabelValues(ring.Name).Inc()
-	ctrl.LoggerFrom(ctx).Info("Deleted an orphaned Lease", "object", klog.KObj(lease), "ring", ring.Name)
+	logf.FromContext(ctx).Info("Deleted an orphaned Lease", "object", klog.KObj(lease), "ring", ring.Name)
 	c.recorder.Eventf(ring, corev1.EventTypeNormal, "LeaseDeleted",
 		"Deleted Lease %s/%s of instance %s: dead for ten lease durations", lease.Namespace, lease.Name, lease.Name)
 	return nil

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -112,7 +114,7 @@ type ringState struct {
 
 // NewController returns a slot table controller for opts, with defaults
 // filled in. It fails when a field is invalid, naming the field.
-func NewController(opts Options) (*Controller, error) {
+func New(opts Options) (*Controller, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -256,7 +258,7 @@ func (c *Controller) reconcile(ctx context.Context, req reconcile.Request) (reco
 			// Retried on its own schedule: as an error it would replace the
 			// table's requeue (a drain deadline, a fence's wait) by a
 			// growing backoff.
-			ctrl.LoggerFrom(ctx).Error(berr, "Writing the ring's slot label policy binding", "ring", ring.Name)
+			logf.FromContext(ctx).Error(berr, "Writing the ring's slot label policy binding", "ring", ring.Name)
 			if err == nil && !res.Requeue { //nolint:staticcheck // a rate-limited retry is retry enough
 				if res.RequeueAfter == 0 || res.RequeueAfter > bindingRetry {
 					res.RequeueAfter = bindingRetry

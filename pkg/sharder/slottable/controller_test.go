@@ -177,7 +177,7 @@ func TestUnknownHolder(t *testing.T) {
 	createLease(t, ring.Name, ns, "b", 60)
 	start := time.Now()
 	const hold = 2 * time.Second
-	s := startSharderWith(t, ring.Name, ns, leasecontroller.ControllerOptions{UnknownHold: hold}, slottable.Options{})
+	s := startSharderWith(t, ring.Name, ns, leasecontroller.Options{UnknownHold: hold}, slottable.Options{})
 
 	g.Eventually(func() map[string]held { return holdings(must(tableOf(ring)())) }).Should(Equal(map[string]held{
 		"ghost": {granted: 16}, "a": {granted: 16}, "b": {granted: 32},

@@ -7,10 +7,11 @@ import (
 	"slices"
 	"time"
 
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -22,7 +23,7 @@ import (
 
 // decide runs slots.Step on the ring's table and writes the result.
 func (c *Controller) decide(ctx context.Context, ring *v1alpha1.ControllerRing, st *ringState) (reconcile.Result, error) {
-	log := ctrl.LoggerFrom(ctx)
+	log := logf.FromContext(ctx)
 	count := ring.Spec.EffectiveSlotCount()
 	table, err := slots.FromStatus(count, ring.Status.Slots)
 	if err != nil {
@@ -173,7 +174,7 @@ func (c *Controller) leases(ctx context.Context, ring *v1alpha1.ControllerRing) 
 	list := &coordinationv1.LeaseList{}
 	if err := c.client.List(ctx, list, client.InNamespace(ring.Spec.LeaseNamespace),
 		client.MatchingLabels{v1alpha1.LabelRing: ring.Name}, client.UnsafeDisableDeepCopy); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Listing the Leases of a ring; no acknowledgement counts", "ring", ring.Name)
+		logf.FromContext(ctx).Error(err, "Listing the Leases of a ring; no acknowledgement counts", "ring", ring.Name)
 		return nil
 	}
 	out := make(map[string]*coordinationv1.Lease, len(list.Items))

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"time"
 
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
@@ -67,7 +68,7 @@ func (st *ringState) observeFences(leases map[string]*coordinationv1.Lease, now 
 // exits (membership.FenceWait). It reports whether to decide again
 // (a Lease changed meanwhile: it may carry the acknowledgement).
 func (c *Controller) fence(ctx context.Context, ring *v1alpha1.ControllerRing, leases map[string]*coordinationv1.Lease, st *ringState, ids []string) (bool, error) {
-	log := ctrl.LoggerFrom(ctx)
+	log := logf.FromContext(ctx)
 	requeue := false
 	for _, id := range ids {
 		lease := leases[id]

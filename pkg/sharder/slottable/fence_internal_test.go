@@ -38,7 +38,7 @@ func TestFenceWait(t *testing.T) {
 		{ID: "f", State: membership.StateDead, Movable: true},
 		{ID: "g", State: membership.StateDead, Movable: true},
 	})
-	c, err := NewController(Options{Registry: registry, Identity: "sharder:test"})
+	c, err := New(Options{Registry: registry, Identity: "sharder:test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestFenceWait(t *testing.T) {
 // controller publishes it and holds it; a holder whose name no Lease can
 // have is dead and movable at once.
 func TestUnknownHolders(t *testing.T) {
-	c, err := NewController(Options{Registry: leasecontroller.NewRegistry(), Identity: "sharder:test"})
+	c, err := New(Options{Registry: leasecontroller.NewRegistry(), Identity: "sharder:test"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ type Options struct {
 	// server enforces: a write granting a dead instance's slots lands
 	// within it or not at all, before the lease controller may release the
 	// instance's Lease. It must not exceed the lease controller's
-	// MoveMargin. Default: 2s (leasecontroller.DefaultMoveMargin).
+	// WriteTimeout. Default: membership.DefaultWriteTimeout (2s).
 	WriteTimeout time.Duration
 
 	// FieldManager is the field manager of the table writes; empty: the
@@ -63,17 +63,17 @@ type Options struct {
 
 func (o *Options) setDefaults() error {
 	if o.Registry == nil {
-		return errors.New("slottable: Options.Registry is required")
+		return errors.New("Options.Registry is required")
 	}
 	if o.Identity == "" {
 		id, err := membership.DefaultIdentity()
 		if err != nil {
-			return fmt.Errorf("slottable: defaulting Options.Identity: %w", err)
+			return fmt.Errorf("defaulting Options.Identity: %w", err)
 		}
 		o.Identity = membership.SharderHolderPrefix + id
 	}
 	if !strings.HasPrefix(o.Identity, membership.SharderHolderPrefix) {
-		return fmt.Errorf("slottable: Options.Identity %q does not start with %q", o.Identity, membership.SharderHolderPrefix)
+		return fmt.Errorf("Options.Identity %q does not start with %q", o.Identity, membership.SharderHolderPrefix)
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -82,10 +82,10 @@ func (o *Options) setDefaults() error {
 		o.Workers = DefaultWorkers
 	}
 	if o.WriteTimeout < 0 {
-		return errors.New("slottable: Options.WriteTimeout is negative")
+		return errors.New("Options.WriteTimeout is negative")
 	}
 	if o.WriteTimeout == 0 {
-		o.WriteTimeout = leasecontroller.DefaultMoveMargin
+		o.WriteTimeout = membership.DefaultWriteTimeout
 	}
 	return nil
 }

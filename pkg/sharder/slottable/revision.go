@@ -6,12 +6,13 @@ import (
 	"slices"
 	"time"
 
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -105,7 +106,7 @@ func (c *Controller) guardRevision(ctx context.Context, ring *v1alpha1.Controlle
 	if live.UID != ring.UID || err != nil || !st.revs.wentBack(count, live.Status.Slots, liveTable) {
 		// The cache is behind (the ring changed, or it carries an invalid
 		// table): its event comes; decide then.
-		ctrl.LoggerFrom(ctx).V(1).Info("The cached slot table is behind the ring's; waiting for the cache", "ring", ring.Name, "cached", table.Revision)
+		logf.FromContext(ctx).V(1).Info("The cached slot table is behind the ring's; waiting for the cache", "ring", ring.Name, "cached", table.Revision)
 		return reconcile.Result{RequeueAfter: cacheBehindRetry}, true, nil
 	}
 	return c.restore(ctx, live, liveTable, st)
@@ -124,7 +125,7 @@ const cacheBehindRetry = time.Second
 // content is no answer: the instances holding slots by the newer table
 // would lose them with no release.
 func (c *Controller) restore(ctx context.Context, live *v1alpha1.ControllerRing, table slots.Table, st *ringState) (reconcile.Result, bool, error) {
-	log := ctrl.LoggerFrom(ctx)
+	log := logf.FromContext(ctx)
 	floor := st.revs.floor()
 	report := st.invalid != live.ResourceVersion
 	st.invalid = live.ResourceVersion

@@ -112,12 +112,12 @@ func (s *sharder) interfereOnce(f func()) {
 // given, runs once before the controller's first status write.
 func startSharder(t *testing.T, ring, namespace string, opts slottable.Options, interfere ...func()) *sharder {
 	t.Helper()
-	return startSharderWith(t, ring, namespace, leasecontroller.ControllerOptions{}, opts, interfere...)
+	return startSharderWith(t, ring, namespace, leasecontroller.Options{}, opts, interfere...)
 }
 
 // startSharderWith is startSharder with the lease controller's options
 // (its Registry and Identity are the test's).
-func startSharderWith(t *testing.T, ring, namespace string, lcOpts leasecontroller.ControllerOptions, opts slottable.Options, interfere ...func()) *sharder {
+func startSharderWith(t *testing.T, ring, namespace string, lcOpts leasecontroller.Options, opts slottable.Options, interfere ...func()) *sharder {
 	t.Helper()
 	s := &sharder{registry: leasecontroller.NewRegistry()}
 	if len(interfere) > 0 {
@@ -131,7 +131,7 @@ func startSharderWith(t *testing.T, ring, namespace string, lcOpts leasecontroll
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &recorder{next: rt, s: s} })
 	mgr := env().NewManager(t, cfg, mgrOpts)
 	lcOpts.Registry, lcOpts.Identity = s.registry, sharderIdentity
-	lc, err := leasecontroller.NewController(lcOpts)
+	lc, err := leasecontroller.New(lcOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func startSharderWith(t *testing.T, ring, namespace string, lcOpts leasecontroll
 		t.Fatal(err)
 	}
 	opts.Registry, opts.Identity = s.registry, sharderIdentity
-	c, err := slottable.NewController(opts)
+	c, err := slottable.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

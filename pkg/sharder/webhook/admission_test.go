@@ -54,7 +54,7 @@ func startAssignment(t testing.TB) {
 	if err := c.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	lc, err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: reg})
+	lc, err := leasecontroller.New(leasecontroller.Options{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

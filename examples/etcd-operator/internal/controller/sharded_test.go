@@ -36,7 +36,7 @@ func startSharder(t *testing.T) {
 	mgrOpts.Cache = cache.Options{ByObject: leasecontroller.CacheByObject()}
 	mgr := env().NewManager(t, nil, mgrOpts)
 	registry := leasecontroller.NewRegistry()
-	lc, err := leasecontroller.NewController(leasecontroller.ControllerOptions{Registry: registry})
+	lc, err := leasecontroller.New(leasecontroller.Options{Registry: registry})
 	if err != nil {
 		t.Fatalf("creating lease controller: %v", err)
 	}

@@ -20,7 +20,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
-	"sigs.k8s.io/controller-runtime/pkg/log"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
@@ -186,7 +186,7 @@ func New(opts Options) (*Labeler, error) {
 	if !opts.Logger.IsZero() {
 		l.logger = opts.Logger
 	} else {
-		l.logger = log.Log.WithName("slotlabel").WithValues("ring", l.ring)
+		l.logger = logf.Log.WithName("slotlabel").WithValues("ring", l.ring)
 	}
 	l.queue = workqueue.NewTypedRateLimitingQueue(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[item](retryBaseDelay, retryMaxDelay))
@@ -266,7 +266,7 @@ func (l *Labeler) Start(ctx context.Context) error {
 		return errors.New("slot labeler already started")
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	ctx = log.IntoContext(ctx, l.logger)
+	ctx = logf.IntoContext(ctx, l.logger)
 	var wg sync.WaitGroup
 	defer func() {
 		cancel()
