@@ -12,6 +12,12 @@
 //     whether its objects move at once without a drain.
 //   - Tracker: states as one observer sees Leases over time, on its own
 //     clock; Tracker.Ready answers for one instance in constant time.
+//   - Holding (the instance's holder) and Take, Fence, Hold, Release,
+//     NewHeld, HoldInRing and WithState (the sharder): every version of an
+//     instance Lease either side writes, built in one place (record.go), so
+//     that the protocol's rules on acquireTime, leaseTransitions, the
+//     takeover's duration and the Lease's labels and annotations are
+//     written once. RecordOf reads the holder record back.
 //   - Rings.Build: the ring over a membership's ready instances, built once
 //     per membership, with a lock per ring. The sharder's assignment and its
 //     webhook both build their rings here, so they agree once they have

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
+	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
 // ErrNotHeld is returned by Annotate when the holder does not hold its
@@ -64,20 +64,11 @@ func (h *Holder) Annotate(ctx context.Context, key, value string) error {
 	}
 }
 
-// annotate writes the annotations asked for so far into lease, a version
-// about to be written while held. Only the renewal loop's goroutine calls
-// it.
-func (h *Holder) annotate(lease *coordinationv1.Lease) *coordinationv1.Lease {
-	if len(h.extra) == 0 {
-		return lease
-	}
-	if lease.Annotations == nil {
-		lease.Annotations = map[string]string{}
-	}
-	for k, v := range h.extra {
-		lease.Annotations[k] = v
-	}
-	return lease
+// holding returns what the holder writes on its Lease while holding it,
+// with the annotations asked for so far. Only the renewal loop's goroutine
+// calls it.
+func (h *Holder) holding() membership.Holding {
+	return h.opts.holding(h.extra)
 }
 
 // answer reports the outcome of the renewal that carried req.

@@ -25,7 +25,7 @@ func (h *Holder) tryAcquireOrRenew(ctx context.Context) (bool, error) {
 
 	// The usual case: renew the version this holder wrote last.
 	if h.lease != nil {
-		ok, err := h.write(ctx, h.annotate(h.opts.heldLease(h.lease, now, false)), now)
+		ok, err := h.write(ctx, h.holding().Renew(h.lease, now), now)
 		if ok || (!apierrors.IsConflict(err) && !apierrors.IsNotFound(err)) {
 			return ok, err
 		}
@@ -48,7 +48,7 @@ func (h *Holder) tryAcquireOrRenew(ctx context.Context) (bool, error) {
 		if createAt := h.missingSince.Add(h.opts.LeaseDuration); now.Before(createAt) {
 			return false, fmt.Errorf("no Lease: creating it at %v, a lease duration after finding it missing", createAt)
 		}
-		created := h.annotate(h.opts.heldLease(&coordinationv1.Lease{}, now, true))
+		created := h.holding().Acquire(&coordinationv1.Lease{}, now)
 		h.attempt(created)
 		if err := h.client.Create(ctx, created); err != nil {
 			return false, fmt.Errorf("creating the Lease: %w", err)
@@ -66,14 +66,14 @@ func (h *Holder) tryAcquireOrRenew(ctx context.Context) (bool, error) {
 	switch {
 	case h.ours(current):
 		// Only metadata changed (the sharder's state label): renew on top.
-		return h.write(ctx, h.annotate(h.opts.heldLease(current, now, false)), now)
+		return h.write(ctx, h.holding().Renew(current, now), now)
 	case h.lease != nil:
 		return false, fmt.Errorf("%w: now held by %q", ErrLeaseLost, ptr.Deref(current.Spec.HolderIdentity, ""))
 	case !h.acquirable(current, now):
 		return false, fmt.Errorf("held by %q: acquiring it once nobody renewed it for %v after %v",
 			ptr.Deref(current.Spec.HolderIdentity, ""), membership.DurationOf(current), h.observedAt)
 	}
-	return h.write(ctx, h.annotate(h.opts.heldLease(current, now, true)), now)
+	return h.write(ctx, h.holding().Acquire(current, now), now)
 }
 
 // write updates the Lease with the resourceVersion it carries.

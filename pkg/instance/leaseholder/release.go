@@ -109,7 +109,7 @@ func (h *Holder) release(ctx context.Context) error {
 func (h *Holder) releaseFrom(ctx context.Context, current *coordinationv1.Lease) error {
 	defer h.held.Store(false)
 	for current != nil {
-		released := h.opts.releasedLease(current, h.opts.Clock.Now())
+		released := h.holding().Release(current, h.opts.Clock.Now(), h.opts.Release == ReleaseRestart)
 		err := h.client.Update(ctx, released)
 		switch {
 		case err == nil, apierrors.IsNotFound(err):

@@ -9,9 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
@@ -96,20 +94,7 @@ func (c *Controller) createHeld(ctx context.Context, ring *v1alpha1.ControllerRi
 	log := logf.FromContext(ctx)
 	d := max(c.tracker.LastDuration(ring.Name, id).Truncate(time.Second), time.Second)
 	now := c.opts.Clock.Now()
-	lease := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: ring.Spec.LeaseNamespace,
-			Name:      id,
-			Labels:    map[string]string{v1alpha1.LabelRing: ring.Name},
-		},
-		Spec: coordinationv1.LeaseSpec{
-			HolderIdentity:       ptr.To(c.opts.Identity),
-			LeaseDurationSeconds: ptr.To(int32(d / time.Second)), //nolint:gosec // a duration read from a Lease, or the default
-			AcquireTime:          ptr.To(metav1.NewMicroTime(now)),
-			RenewTime:            ptr.To(metav1.NewMicroTime(now)),
-			LeaseTransitions:     ptr.To[int32](1),
-		},
-	}
+	lease := membership.NewHeld(ring.Spec.LeaseNamespace, id, ring.Name, c.opts.Identity, d, now)
 	if err := c.client.Create(ctx, lease); err != nil {
 		if !apierrors.IsAlreadyExists(err) {
 			log.Error(err, "Creating the Lease of a gone instance to hold it while its objects move; its objects stay where they are",
@@ -155,17 +140,8 @@ func (c *Controller) takeOutside(ctx context.Context, ring *v1alpha1.ControllerR
 			"Instance %s of this ring is gone, but its Lease %s/%s is labelled for ring %q: its objects stay where they are until the Lease is back in this ring or deleted", current.Name, current.Namespace, current.Name, other)
 		return false
 	}
-	taken := current.DeepCopy()
-	if taken.Labels == nil {
-		taken.Labels = map[string]string{}
-	}
-	taken.Labels[v1alpha1.LabelRing] = ring.Name
-	taken.Spec = *want.Spec.DeepCopy()
-	taken.Spec.LeaseTransitions = ptr.To(membership.NextTransition(ptr.Deref(current.Spec.LeaseTransitions, 0)))
-	delete(taken.Annotations, v1alpha1.AnnotationRestarting)
 	now := c.opts.Clock.Now()
-	taken.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
-	taken.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
+	taken := membership.HoldInRing(current, ring.Name, c.opts.Identity, time.Duration(membership.RecordOf(want).DurationSeconds)*time.Second, now)
 	if err := c.client.Update(ctx, taken); err != nil {
 		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 			log.Error(err, "Taking the Lease of a gone instance back into its ring", "object", klog.KObj(current), "ring", ring.Name)

@@ -11,7 +11,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -82,16 +81,7 @@ func (c *Controller) holdForMoves(ctx context.Context, ring *v1alpha1.Controller
 			}
 		}
 	}
-	held := lease.DeepCopy()
-	held.Spec.HolderIdentity = ptr.To(c.opts.Identity)
-	held.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
-	if holder != c.opts.Identity {
-		held.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
-		held.Spec.LeaseTransitions = ptr.To(membership.NextTransition(ptr.Deref(lease.Spec.LeaseTransitions, 0)))
-	}
-	// Held, the Lease no longer says the instance is restarting: released
-	// again later, its instance takes it back as from any stop.
-	delete(held.Annotations, v1alpha1.AnnotationRestarting)
+	held := membership.Hold(lease, c.opts.Identity, now)
 	if err := c.client.Update(ctx, held); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return nil, 0, nil
@@ -134,9 +124,7 @@ func (c *Controller) releaseHold(ctx context.Context, ring *v1alpha1.ControllerR
 			"object", klog.KObj(lease), "ring", ring.Name, "moves", n)
 		return lease, releaseRetry, nil
 	}
-	released := lease.DeepCopy()
-	released.Spec.HolderIdentity = ptr.To("")
-	released.Spec.RenewTime = ptr.To(metav1.NewMicroTime(c.opts.Clock.Now()))
+	released := membership.Release(lease, c.opts.Clock.Now())
 	if err := c.client.Update(ctx, released); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return nil, 0, nil

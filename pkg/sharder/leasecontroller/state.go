@@ -33,15 +33,7 @@ func (c *Controller) patchState(ctx context.Context, lease *coordinationv1.Lease
 	if old == string(state) && had == (state != "") {
 		return lease, nil
 	}
-	patched := lease.DeepCopy()
-	if state == "" {
-		delete(patched.Labels, v1alpha1.LabelState)
-	} else {
-		if patched.Labels == nil {
-			patched.Labels = map[string]string{}
-		}
-		patched.Labels[v1alpha1.LabelState] = string(state)
-	}
+	patched := membership.WithState(lease, state)
 	patch := client.MergeFromWithOptions(lease, client.MergeFromWithOptimisticLock{})
 	if err := c.client.Patch(ctx, patched, patch); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {

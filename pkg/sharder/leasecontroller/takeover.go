@@ -3,16 +3,13 @@ package leasecontroller
 import (
 	"context"
 	"fmt"
-	"time"
 
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
@@ -24,18 +21,12 @@ import (
 // takeover of an uncertain Lease, after which the instance is dead, and the
 // deletion of an orphaned one, after which it is gone.
 
-// take acquires an uncertain Lease for the sharder with twice its duration.
-// It returns nil and no error when the Lease changed meanwhile (the newer
-// version is reconciled on its own).
+// take acquires an uncertain Lease for the sharder with twice its duration
+// (membership.Take). It returns nil and no error when the Lease changed
+// meanwhile (the newer version is reconciled on its own).
 func (c *Controller) take(ctx context.Context, ring *v1alpha1.ControllerRing, lease *coordinationv1.Lease) (*coordinationv1.Lease, error) {
-	taken := lease.DeepCopy()
 	now := c.opts.Clock.Now()
-	hold := membership.TakeoverFactor * membership.DurationOf(lease)
-	taken.Spec.HolderIdentity = ptr.To(c.opts.Identity)
-	taken.Spec.LeaseDurationSeconds = ptr.To(int32(hold / time.Second)) //nolint:gosec // at most 2 × MaxLeaseDuration
-	taken.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
-	taken.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
-	taken.Spec.LeaseTransitions = ptr.To(membership.NextTransition(ptr.Deref(lease.Spec.LeaseTransitions, 0)))
+	taken := membership.Take(lease, c.opts.Identity, now)
 	// Update sends the resourceVersion the state was computed from: if the
 	// instance renewed meanwhile, the takeover fails with a conflict.
 	if err := c.client.Update(ctx, taken); err != nil {
@@ -44,7 +35,7 @@ func (c *Controller) take(ctx context.Context, ring *v1alpha1.ControllerRing, le
 		}
 		return nil, fmt.Errorf("taking Lease %s: %w", klog.KObj(lease), err)
 	}
-	c.tracker.Hold(ring.Name, lease.Name, now, hold)
+	c.tracker.Hold(ring.Name, lease.Name, now, membership.TakeoverFactor*membership.DurationOf(lease))
 	c.publishNow(ctx, ring)
 	return taken, nil
 }

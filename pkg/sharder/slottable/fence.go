@@ -10,7 +10,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -29,27 +28,20 @@ type fence struct {
 	wait time.Duration
 }
 
-// fencedBy reports whether lease carries a fence that is in force: the
-// annotation, and a holder other than the instance (the sharder's
-// takeover or hold, or released after them).
-func fencedBy(lease *coordinationv1.Lease) bool {
-	return lease.Annotations[v1alpha1.AnnotationFenced] == "true" && ptr.Deref(lease.Spec.HolderIdentity, "") != lease.Name
-}
-
 // observeFences records the fences seen on the ring's Leases for the first
 // time, at now, and forgets those whose wait is over and which the Lease no
 // longer shows. A fence this process wrote is kept through its wait, however
 // far behind the cache is.
 func (st *ringState) observeFences(leases map[string]*coordinationv1.Lease, now time.Time) {
 	for id, lease := range leases {
-		if _, ok := st.fenced[id]; !ok && fencedBy(lease) {
+		if _, ok := st.fenced[id]; !ok && membership.Fenced(lease) {
 			// The takeover doubled the instance's duration; its own bound on
 			// stopping is on the Lease still.
 			st.fenced[id] = fence{at: now, wait: membership.FenceWait(membership.DurationOf(lease)/membership.TakeoverFactor, stopOf(lease))}
 		}
 	}
 	for id, f := range st.fenced {
-		if lease := leases[id]; (lease == nil || !fencedBy(lease)) && !now.Before(f.at.Add(f.wait)) {
+		if lease := leases[id]; (lease == nil || !membership.Fenced(lease)) && !now.Before(f.at.Add(f.wait)) {
 			delete(st.fenced, id)
 		}
 	}
@@ -58,8 +50,8 @@ func (st *ringState) observeFences(leases map[string]*coordinationv1.Lease, now 
 // fence takes the Leases of the ready instances ids, which did not
 // acknowledge a release within the ring's drainTimeout, as the lease
 // controller takes an uncertain one (holder Identity, twice the Lease's
-// duration), annotated sharder.dev/fenced, locked on the resourceVersion
-// read. The instance loses its Lease and stops; the lease controller sees it
+// duration), annotated sharder.dev/fenced (membership.Fence), locked on the
+// resourceVersion read. The instance loses its Lease and stops; the lease controller sees it
 // dead and holds its Lease while it holds slots; its slots are granted to
 // others one lease duration d and the instance's bound on stopping S after
 // the takeover returned (Input.Movable): it stops admitting reconciles at
@@ -79,17 +71,7 @@ func (c *Controller) fence(ctx context.Context, ring *v1alpha1.ControllerRing, l
 			continue
 		}
 		d := membership.DurationOf(lease)
-		taken := lease.DeepCopy()
-		now := c.opts.Clock.Now()
-		taken.Spec.HolderIdentity = ptr.To(c.opts.Identity)
-		taken.Spec.LeaseDurationSeconds = ptr.To(int32(membership.TakeoverFactor * d / time.Second)) //nolint:gosec // at most 2 × MaxLeaseDuration
-		taken.Spec.AcquireTime = ptr.To(metav1.NewMicroTime(now))
-		taken.Spec.RenewTime = ptr.To(metav1.NewMicroTime(now))
-		taken.Spec.LeaseTransitions = ptr.To(membership.NextTransition(ptr.Deref(lease.Spec.LeaseTransitions, 0)))
-		if taken.Annotations == nil {
-			taken.Annotations = map[string]string{}
-		}
-		taken.Annotations[v1alpha1.AnnotationFenced] = "true"
+		taken := membership.Fence(lease, c.opts.Identity, c.opts.Clock.Now())
 		if err := c.client.Update(ctx, taken); err != nil {
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 				requeue = true
