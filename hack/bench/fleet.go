@@ -73,7 +73,7 @@ func newFleet(cfg *rest.Config, ring, namespace string, leaseDuration time.Durat
 // releases the Lease for good when stopped (stop).
 func (f *fleet) start(ctx context.Context, id string) error {
 	m := &member{done: make(chan struct{})}
-	h, err := leaseholder.NewHolder(f.client, leaseholder.HolderOptions{
+	h, err := leaseholder.NewHolder(f.client, leaseholder.Options{
 		Ring: f.ring, Namespace: f.namespace, Identity: id,
 		LeaseDuration: f.leaseDuration,
 		Release:       leaseholder.ReleaseStop,

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/sharder-dev/sharder/pkg/instance"
+	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
 )
 
 // instanceCommand is the first argument that runs this program as a
@@ -48,8 +49,12 @@ func runInstance(args []string) error {
 	}
 	cfg.QPS, cfg.Burst = 500, 1000
 	instOpts := instance.Options{
-		Ring: *ringName, LeaseNamespace: *leaseNamespace, Identity: *id,
-		LeaseDuration: *leaseDuration, RenewPeriod: *leaseDuration / 5,
+		Ring: *ringName, Identity: *id,
+		Lease: leaseholder.Options{
+			Namespace:     *leaseNamespace,
+			LeaseDuration: *leaseDuration,
+			RenewPeriod:   *leaseDuration / 5,
+		},
 	}
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
 		NewCache:               instance.NewCache(instOpts, &corev1.ConfigMap{}),

@@ -528,8 +528,13 @@ func (s *slotsRun) startInstance(ctx context.Context, id string, release leaseho
 	cfg := rest.CopyConfig(s.instUser.Config)
 	cfg.QPS, cfg.Burst = 500, 1000
 	instOpts := instance.Options{
-		Ring: ringName, LeaseNamespace: leaseNamespace, Identity: id,
-		LeaseDuration: s.p.leaseDuration, RenewPeriod: s.p.leaseDuration / 5, Release: release,
+		Ring: ringName, Identity: id,
+		Lease: leaseholder.Options{
+			Namespace:     leaseNamespace,
+			LeaseDuration: s.p.leaseDuration,
+			RenewPeriod:   s.p.leaseDuration / 5,
+			Release:       release,
+		},
 	}
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
 		NewCache:               instance.NewCache(instOpts, &corev1.ConfigMap{}),

@@ -75,7 +75,7 @@ counts do not depend on the load.
   controller-runtime manager in this process with instance.NewCache over
   ConfigMaps, authenticated as the ring's instance service account, lease
   duration %[6]s, renew period a fifth of it. The first instances release
-  their Lease as restarting on a graceful stop (Options.Release =
+  their Lease as restarting on a graceful stop (Options.Lease.Release =
   leaseholder.ReleaseRestart, a StatefulSet's pods: the ring's restartHold,
   30 s by default, keeps their slots), the one added by the scale-out as
   stopped for good (ReleaseStop, the default: its slots move at once). The reconciler (through

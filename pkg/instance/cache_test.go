@@ -11,6 +11,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
 )
 
 func TestSelector(t *testing.T) {
@@ -96,7 +98,7 @@ func TestLabelChild(t *testing.T) {
 }
 
 func TestOptionsComplete(t *testing.T) {
-	valid := Options{Ring: "web", LeaseNamespace: "web-system", Identity: "web-0"}
+	valid := Options{Ring: "web", Identity: "web-0", Lease: leaseholder.Options{Namespace: "web-system"}}
 	for _, tc := range []struct {
 		name   string
 		modify func(*Options)
@@ -105,10 +107,10 @@ func TestOptionsComplete(t *testing.T) {
 		{"valid", func(*Options) {}, ""},
 		{"no ring", func(o *Options) { o.Ring = "" }, "ring"},
 		{"ring not a DNS label", func(o *Options) { o.Ring = "Web_1" }, "ring"},
-		{"no lease namespace", func(o *Options) { o.LeaseNamespace = "" }, "lease namespace"},
+		{"no lease namespace", func(o *Options) { o.Lease.Namespace = "" }, "lease namespace"},
 		{"identity not a label value", func(o *Options) { o.Identity = "a/b" }, `instance ID "a/b"`},
 		{"identity too long for a label value", func(o *Options) { o.Identity = "web-" + strings.Repeat("0", 60) }, "63"},
-		{"negative virtual nodes", func(o *Options) { o.VirtualNodes = -1 }, "virtual nodes"},
+		{"negative virtual nodes", func(o *Options) { o.Lease.VirtualNodes = -1 }, "virtual nodes"},
 		{"negative retry period", func(o *Options) { o.RetryPeriod = -1 }, "retry period"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -126,7 +128,7 @@ func TestOptionsComplete(t *testing.T) {
 			}
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(got.RetryPeriod).To(Equal(DefaultRetryPeriod))
-			g.Expect(got.Clock).NotTo(BeNil())
+			g.Expect(got.Lease.Clock).NotTo(BeNil())
 		})
 	}
 }

@@ -28,7 +28,7 @@
 //
 // A typical main, the same for a ring of either unit:
 //
-//	opts := instance.Options{Ring: "my-ring", LeaseNamespace: "my-system"}
+//	opts := instance.Options{Ring: "my-ring", Lease: leaseholder.Options{Namespace: "my-system"}}
 //	mgr, _ := ctrl.NewManager(cfg, ctrl.Options{
 //		NewCache: instance.NewCache(opts, &corev1.ConfigMap{}),
 //	})

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/sharder-dev/sharder/pkg/instance"
+	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
 )
 
 // ConfigMapReconciler is an ordinary controller that knows nothing of rings,
@@ -45,7 +46,7 @@ func (r *ConfigMapReconciler) Reconcile(ctx context.Context, req reconcile.Reque
 // "example-system". The same main serves a ring of either assignment unit:
 // NewCache reads the ring and makes the cache its unit needs.
 func Example() {
-	opts := instance.Options{Ring: "configmaps", LeaseNamespace: "example-system"}
+	opts := instance.Options{Ring: "configmaps", Lease: leaseholder.Options{Namespace: "example-system"}}
 
 	// 1. The cache holds only this instance's ConfigMaps and Secrets: those
 	// carrying its shard label (unit Objects), or those of the slots it

@@ -14,13 +14,13 @@ import (
 // checksWatchLag reports whether the instance keeps its promise on the lag
 // of its watches (Options.MaxWatchLag).
 func (i *Instance) checksWatchLag() bool {
-	return i.opts.MaxWatchLag > 0 && i.holder.Watching()
+	return i.opts.Lease.MaxWatchLag > 0 && i.holder.Watching()
 }
 
 // watchCurrent reports whether the instance's watch is proven no further
 // behind than Options.MaxWatchLag (always true when it makes no promise).
 func (i *Instance) watchCurrent() bool {
-	return !i.checksWatchLag() || i.opts.Clock.Since(i.holder.WatchedAt()) <= i.opts.MaxWatchLag
+	return !i.checksWatchLag() || i.opts.Lease.Clock.Since(i.holder.WatchedAt()) <= i.opts.Lease.MaxWatchLag
 }
 
 // checkWatchLag cancels the reconciles in flight whenever the watch falls
@@ -32,7 +32,7 @@ func (i *Instance) checkWatchLag(ctx context.Context) {
 	if !i.checksWatchLag() {
 		return
 	}
-	every := min(max(i.opts.MaxWatchLag/8, 10*time.Millisecond), 250*time.Millisecond)
+	every := min(max(i.opts.Lease.MaxWatchLag/8, 10*time.Millisecond), 250*time.Millisecond)
 	behind := false
 	for {
 		switch current := i.watchCurrent(); {
@@ -40,12 +40,12 @@ func (i *Instance) checkWatchLag(ctx context.Context) {
 			behind = true
 			i.bound(ErrStaleWatch, i.reconciles.CancelAll(ErrStaleWatch))
 			i.log.Info("The instance's watch fell behind: no reconciles until it catches up",
-				"lastRenewalSeen", i.holder.WatchedAt(), "maxWatchLag", i.opts.MaxWatchLag)
+				"lastRenewalSeen", i.holder.WatchedAt(), "maxWatchLag", i.opts.Lease.MaxWatchLag)
 		case current && behind:
 			behind = false
 			i.log.Info("The instance's watch caught up: reconciling again")
 		}
-		t := i.opts.Clock.NewTimer(every)
+		t := i.opts.Lease.Clock.NewTimer(every)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -63,7 +63,7 @@ func (i *Instance) bound(cause error, cancelled inflight.Cancelled) {
 	if len(cancelled) == 0 {
 		return
 	}
-	t := i.opts.Clock.NewTimer(i.opts.StopTimeout)
+	t := i.opts.Lease.Clock.NewTimer(i.opts.Lease.StopTimeout)
 	go func() {
 		defer t.Stop()
 		if cancelled.Wait(t.C()) {
@@ -74,7 +74,7 @@ func (i *Instance) bound(cause error, cancelled inflight.Cancelled) {
 			return
 		}
 		i.log.Error(cause, "Reconciles cancelled because the instance may no longer act did not return within its stop timeout: ending the process, as promised on the Lease",
-			"running", running, "stopTimeout", i.opts.StopTimeout)
+			"running", running, "stopTimeout", i.opts.Lease.StopTimeout)
 		if i.opts.OnStopOverdue != nil {
 			i.opts.OnStopOverdue(running)
 			return
@@ -85,7 +85,7 @@ func (i *Instance) bound(cause error, cancelled inflight.Cancelled) {
 
 // sleep waits d on the instance's clock; false when ctx ended first.
 func (i *Instance) sleep(ctx context.Context, d time.Duration) bool {
-	t := i.opts.Clock.NewTimer(d)
+	t := i.opts.Lease.Clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

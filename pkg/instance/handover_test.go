@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/sharder-dev/sharder/pkg/instance/internal/inflight"
+	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
 )
 
 func TestHandOversRemembered(t *testing.T) {
@@ -65,7 +66,7 @@ func (r *notFoundReader) Get(_ context.Context, key client.ObjectKey, _ client.O
 func TestHandOverMemoryFollowsTheClock(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	reader := &notFoundReader{}
-	inst := &Instance{opts: Options{Ring: "web", Clock: clk}, apiReader: reader}
+	inst := &Instance{opts: Options{Ring: "web", Lease: leaseholder.Options{Clock: clk}}, apiReader: reader}
 	var calls int
 	r := &reconciler{
 		inst: inst,

@@ -154,23 +154,14 @@ func Setup(mgr manager.Manager, opts Options) (*Instance, error) {
 	if err := i.chooseUnit(); err != nil {
 		return nil, err
 	}
-	i.holder, err = leaseholder.NewHolder(direct, leaseholder.HolderOptions{
-		Ring:            opts.Ring,
-		Namespace:       opts.LeaseNamespace,
-		Identity:        opts.Identity,
-		VirtualNodes:    opts.VirtualNodes,
-		LeaseDuration:   opts.LeaseDuration,
-		RenewPeriod:     opts.RenewPeriod,
-		RenewDeadline:   opts.RenewDeadline,
-		Pod:             opts.Pod,
-		OnLost:          i.lost,
-		Release:         opts.Release,
-		BeforeRelease:   i.beforeRelease,
-		MaxWatchLag:     max(opts.MaxWatchLag, 0),
-		MaxStop:         opts.StopTimeout,
-		Clock:           opts.Clock,
-		ShutdownTimeout: opts.ShutdownTimeout,
-	})
+	// The holder runs on the instance's handlers, which call the user's
+	// after their own; a watch lag the instance does not check is no
+	// promise (0 on the Lease).
+	holderOpts := opts.Lease
+	holderOpts.OnLost = i.lost
+	holderOpts.BeforeRelease = i.beforeRelease
+	holderOpts.MaxWatchLag = max(opts.Lease.MaxWatchLag, 0)
+	i.holder, err = leaseholder.NewHolder(direct, holderOpts)
 	if err != nil {
 		return nil, err // names the lease holder
 	}
@@ -402,14 +393,15 @@ func (i *Instance) lost() {
 	i.bound(ErrLeaseLost, i.reconciles.CancelAll(ErrLeaseLost))
 	i.unit.lost()
 	i.log.Info("Instance lost its Lease, no longer reconciling")
-	if i.opts.OnLost != nil {
-		i.opts.OnLost()
+	if i.opts.Lease.OnLost != nil {
+		i.opts.Lease.OnLost()
 	}
 }
 
 // beforeRelease is the Lease holder's BeforeRelease: admit no new reconcile
 // and wait for those in flight, so that no other instance starts on an
-// object this one is still working on.
+// object this one is still working on; then the user's
+// Options.Lease.BeforeRelease.
 func (i *Instance) beforeRelease(ctx context.Context) error {
 	i.reconciles.Close()
 	running := i.reconciles.Running()
@@ -422,6 +414,9 @@ func (i *Instance) beforeRelease(ctx context.Context) error {
 		// lost Lease (their contexts ended with the manager's).
 		i.bound(ErrShutdownOverdue, i.reconciles.CancelAll(ErrShutdownOverdue))
 		return fmt.Errorf("%d reconciles still in flight: %w", i.reconciles.Running(), err)
+	}
+	if i.opts.Lease.BeforeRelease != nil {
+		return i.opts.Lease.BeforeRelease(ctx)
 	}
 	return nil
 }

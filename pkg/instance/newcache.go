@@ -58,7 +58,7 @@ const ringReadTimeout = 10 * time.Second
 //
 // Pass the same Options to NewCache and Setup:
 //
-//	opts := instance.Options{Ring: "my-ring", LeaseNamespace: "my-system"}
+//	opts := instance.Options{Ring: "my-ring", Lease: leaseholder.Options{Namespace: "my-system"}}
 //	mgr, _ := ctrl.NewManager(cfg, ctrl.Options{NewCache: instance.NewCache(opts, &corev1.ConfigMap{})})
 //	inst, _ := instance.Setup(mgr, opts)
 //

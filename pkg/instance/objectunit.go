@@ -103,7 +103,7 @@ func (objectUnit) slotRecord() (slots.Record, bool) { return slots.Record{}, fal
 // no longer assigned here.
 func (r *reconciler) absent(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := inflight.Key{GroupKind: r.gvk.GroupKind(), NamespacedName: req.NamespacedName}
-	if r.inst.handedOver.recent(key, r.inst.opts.Clock.Now()) {
+	if r.inst.handedOver.recent(key, r.inst.opts.Lease.Clock.Now()) {
 		// This instance handed it over itself: it moved away, and its
 		// deletion, if any, is no longer this instance's to reconcile.
 		logf.FromContext(ctx).V(1).Info("Request dropped: object handed over by this instance")
@@ -143,7 +143,7 @@ func (r *reconciler) acknowledge(ctx context.Context, key inflight.Key, cached c
 		target, _ := drain.Target(obj, r.inst.opts.Ring)
 		err := drain.Acknowledge(ctx, r.inst.client, obj, r.inst.opts.Ring)
 		if err == nil {
-			r.inst.handedOver.add(key, r.inst.opts.Clock.Now())
+			r.inst.handedOver.add(key, r.inst.opts.Lease.Clock.Now())
 			if target != "" {
 				log.Info("Drain acknowledged: object handed over", "object", klog.KObj(obj), "to", target)
 			} else {

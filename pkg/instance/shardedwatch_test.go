@@ -32,6 +32,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance"
 	"github.com/sharder-dev/sharder/pkg/instance/internal/slotcache"
+	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
 	"github.com/sharder-dev/sharder/pkg/slots"
 )
 
@@ -175,14 +176,16 @@ func startShardedInstance(t *testing.T, f *shardedFixture, id string, rec *recor
 	mgrOpts.Cache = cache.Options{DefaultLabelSelector: labels.SelectorFromSet(labels.Set{testLabel: f.home})}
 	instOpts := instance.Options{
 		Ring:                f.home,
-		LeaseNamespace:      f.home,
 		Identity:            id,
-		LeaseDuration:       3 * time.Second,
-		RenewPeriod:         300 * time.Millisecond,
 		RetryPeriod:         100 * time.Millisecond,
-		OnLost:              func() { t.Errorf("instance %s lost its Lease", id) },
 		OnStopOverdue:       func(int) {}, // the test process must not exit
 		ShardedListAndWatch: true,
+		Lease: leaseholder.Options{
+			Namespace:     f.home,
+			LeaseDuration: 3 * time.Second,
+			RenewPeriod:   300 * time.Millisecond,
+			OnLost:        func() { t.Errorf("instance %s lost its Lease", id) },
+		},
 	}
 	mgrOpts.NewCache = instance.NewCache(instOpts, &corev1.ConfigMap{})
 	mgrOpts.Logger = ctrl.Log.WithName(id)
@@ -421,13 +424,13 @@ func TestShardedWatchNeedsNamespaceKey(t *testing.T) {
 	createSlotRing(t, ns) // key Object, the default
 
 	mgrOpts := env().ManagerOptions()
-	mgrOpts.NewCache = instance.NewCache(instance.Options{Ring: ns, LeaseNamespace: ns, Identity: "i-0", ShardedListAndWatch: true}, &corev1.ConfigMap{})
+	mgrOpts.NewCache = instance.NewCache(instance.Options{Ring: ns, Identity: "i-0", ShardedListAndWatch: true, Lease: leaseholder.Options{Namespace: ns}}, &corev1.ConfigMap{})
 	_, err := manager.New(env().Config, mgrOpts)
 	g.Expect(err).To(MatchError(instance.ErrShardedListAndWatch))
 	g.Expect(err.Error()).To(ContainSubstring("spec.assignment.slots.key: Namespace"))
 
 	mgrOpts.NewCache = instance.NewShardedSlotCacheFunc(ns, slotCount, &corev1.ConfigMap{})
-	_, err = instance.Setup(env().NewManager(t, nil, mgrOpts), instance.Options{Ring: ns, LeaseNamespace: ns, Identity: "i-0"})
+	_, err = instance.Setup(env().NewManager(t, nil, mgrOpts), instance.Options{Ring: ns, Identity: "i-0", Lease: leaseholder.Options{Namespace: ns}})
 	g.Expect(err).To(MatchError(instance.ErrShardedListAndWatch))
 }
 
@@ -463,7 +466,7 @@ func TestShardedWatchResources(t *testing.T) {
 					Slots: &v1alpha1.RingSlots{Count: slotCount, Key: v1alpha1.SlotKeyNamespace}}
 			}))
 			mgrOpts := env().ManagerOptions()
-			mgrOpts.NewCache = instance.NewCache(instance.Options{Ring: name, LeaseNamespace: ns, Identity: "i-0", ShardedListAndWatch: true},
+			mgrOpts.NewCache = instance.NewCache(instance.Options{Ring: name, Identity: "i-0", ShardedListAndWatch: true, Lease: leaseholder.Options{Namespace: ns}},
 				&corev1.ConfigMap{}, &corev1.Secret{}, &rbacv1.ClusterRole{}, &corev1.Pod{})
 			mgr, err := manager.New(env().Config, mgrOpts)
 			g.Expect(err).NotTo(HaveOccurred())

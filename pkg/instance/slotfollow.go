@@ -72,7 +72,7 @@ func (s *slotUnit) followCache(ctx context.Context) {
 		if !narrowNow {
 			want = s.lingering(held, serving)
 			if len(want) > len(held) && narrow == nil {
-				narrow = s.inst.opts.Clock.NewTimer(s.inst.opts.SlotCacheLinger)
+				narrow = s.inst.opts.Lease.Clock.NewTimer(s.inst.opts.SlotCacheLinger)
 			}
 		}
 		switchCtx, cancel := context.WithTimeout(ctx, cacheSwitchTimeout)

@@ -29,6 +29,7 @@ import (
 	"github.com/sharder-dev/sharder/internal/testenv"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance"
+	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
 	"github.com/sharder-dev/sharder/pkg/slots"
 )
 
@@ -170,20 +171,22 @@ func startSlotInstanceWith(t *testing.T, cfg *rest.Config, ns, id string, hook f
 	NewWithT(t).Expect(env().Client.Create(context.Background(), lease)).To(Succeed())
 
 	instOpts := instance.Options{
-		Ring:           ns,
-		LeaseNamespace: ns,
-		Identity:       id,
-		LeaseDuration:  3 * time.Second,
-		RenewPeriod:    300 * time.Millisecond,
-		RetryPeriod:    100 * time.Millisecond,
+		Ring:        ns,
+		Identity:    id,
+		RetryPeriod: 100 * time.Millisecond,
 		// The test process must not exit: reconcilers here may model slow
 		// work by ignoring their cancellation.
 		OnStopOverdue: func(int) {},
-		OnLost: func() {
-			si.lost.Add(1)
-			if !mayLose {
-				t.Errorf("instance %s lost its Lease", id)
-			}
+		Lease: leaseholder.Options{
+			Namespace:     ns,
+			LeaseDuration: 3 * time.Second,
+			RenewPeriod:   300 * time.Millisecond,
+			OnLost: func() {
+				si.lost.Add(1)
+				if !mayLose {
+					t.Errorf("instance %s lost its Lease", id)
+				}
+			},
 		},
 	}
 	for _, o := range opts {
@@ -591,7 +594,7 @@ func TestSlotModeMismatch(t *testing.T) {
 	objectRing := fixture.Ring(ns+"-objects", ns, nil, fixture.InNamespace(ns))
 	fixture.Create(t, env().Client, objectRing)
 	opts := func(ring string) instance.Options {
-		return instance.Options{Ring: ring, LeaseNamespace: ns, Identity: "i-0"}
+		return instance.Options{Ring: ring, Identity: "i-0", Lease: leaseholder.Options{Namespace: ns}}
 	}
 
 	t.Run("slot ring, object cache", func(t *testing.T) {

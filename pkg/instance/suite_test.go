@@ -24,6 +24,7 @@ import (
 	"github.com/sharder-dev/sharder/internal/testenv"
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance"
+	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
 )
 
 var suite testenv.Suite // the control plane, started for the first test that calls env
@@ -256,15 +257,17 @@ func startInstance(t *testing.T, cfg instanceConfig) *testInstance {
 		cfg.onLost = func() { t.Errorf("instance %s lost its Lease", cfg.id) }
 	}
 	instOpts := instance.Options{
-		Ring:           cfg.ring,
-		LeaseNamespace: cfg.namespace,
-		Identity:       cfg.id,
-		LeaseDuration:  cfg.leaseDuration,
-		RenewPeriod:    cfg.renewPeriod,
-		RetryPeriod:    100 * time.Millisecond,
-		OnLost:         cfg.onLost,
-		StopTimeout:    cfg.stopTimeout,
-		OnStopOverdue:  cfg.onStopOverdue,
+		Ring:          cfg.ring,
+		Identity:      cfg.id,
+		RetryPeriod:   100 * time.Millisecond,
+		OnStopOverdue: cfg.onStopOverdue,
+		Lease: leaseholder.Options{
+			Namespace:     cfg.namespace,
+			LeaseDuration: cfg.leaseDuration,
+			RenewPeriod:   cfg.renewPeriod,
+			OnLost:        cfg.onLost,
+			StopTimeout:   cfg.stopTimeout,
+		},
 	}
 	mgrOpts := env().ManagerOptions()
 	mgrOpts.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{cfg.namespace: {}}}

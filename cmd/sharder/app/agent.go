@@ -34,7 +34,7 @@ type agentOptions struct {
 	healthURL string
 	// probeAddress serves /readyz (the Lease is held) and /healthz.
 	probeAddress string
-	holder       leaseholder.HolderOptions
+	holder       leaseholder.Options
 
 	// Filled in by complete.
 	client    client.Client

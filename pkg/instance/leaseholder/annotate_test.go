@@ -28,7 +28,7 @@ func TestAnnotate(t *testing.T) {
 		l.Spec.HolderIdentity = ptr.To("")
 	})
 	// A long renew period: any renewal seen within it was brought forward.
-	r := startHolder(t, leaseholder.HolderOptions{
+	r := startHolder(t, leaseholder.Options{
 		Ring: holderRing, Namespace: ns, Identity: "annotated",
 		LeaseDuration: 30 * time.Second, RenewPeriod: 5 * time.Second,
 	})

@@ -9,7 +9,7 @@
 // context ends) that creates or acquires the Lease named after the instance
 // ID in the ring's lease namespace, renews it, tells the caller through
 // OnLost when it can no longer vouch for it, and releases it on shutdown.
-// HolderOptions states every default and timing rule; the instance ID
+// Options states every default and timing rule; the instance ID
 // defaults to membership.DefaultIdentity (POD_NAME, else the hostname), and
 // ValidateIdentity checks an ID before it is used (NewHolder checks it too).
 //

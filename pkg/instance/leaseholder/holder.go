@@ -7,13 +7,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
@@ -66,7 +65,7 @@ var errDeleted = fmt.Errorf("%w: the Lease was deleted", ErrLeaseLost)
 //   - It renews nothing while Check fails.
 type Holder struct {
 	client client.Client
-	opts   HolderOptions
+	opts   Options
 	log    logr.Logger
 
 	started atomic.Bool
@@ -119,14 +118,14 @@ var _ manager.LeaderElectionRunnable = &Holder{}
 // the holder watches its own Lease by name, which needs list and watch on
 // Leases in the namespace besides get, create and update; otherwise it finds
 // a vanished Lease at its next renewal.
-func NewHolder(c client.Client, opts HolderOptions) (*Holder, error) {
+func NewHolder(c client.Client, opts Options) (*Holder, error) {
 	if c == nil {
 		return nil, errors.New("lease holder: a client is required")
 	}
 	if err := opts.setDefaults(c); err != nil {
 		return nil, fmt.Errorf("lease holder: %w", err)
 	}
-	if err := opts.validate(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("lease holder: %w", err)
 	}
 	return &Holder{

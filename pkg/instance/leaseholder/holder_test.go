@@ -53,13 +53,13 @@ func (r *running) acquiredAt() time.Time {
 }
 
 // startHolder starts a holder and stops it at the end of the test.
-func startHolder(t *testing.T, opts leaseholder.HolderOptions) *running {
+func startHolder(t *testing.T, opts leaseholder.Options) *running {
 	t.Helper()
 	return startHolderOn(t, env().Client, opts)
 }
 
 // startHolderOn starts a holder writing with c.
-func startHolderOn(t *testing.T, c client.Client, opts leaseholder.HolderOptions) *running {
+func startHolderOn(t *testing.T, c client.Client, opts leaseholder.Options) *running {
 	t.Helper()
 	r := &running{done: make(chan error, 1)}
 	if opts.OnLost == nil {
@@ -97,7 +97,7 @@ func TestHolderCreatesAndRenews(t *testing.T) {
 	g := NewWithT(t)
 	ns := env().Namespace(t)
 	pod := &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "pod-0", UID: types.UID("uid-new")}
-	r := startHolder(t, leaseholder.HolderOptions{
+	r := startHolder(t, leaseholder.Options{
 		Ring: holderRing, Namespace: ns, Identity: "pod-0", VirtualNodes: 50,
 		LeaseDuration: 2 * time.Second, RenewPeriod: 200 * time.Millisecond, Pod: pod,
 	})
@@ -134,7 +134,7 @@ func TestHolderReacquiresReleasedLease(t *testing.T) {
 		l.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "pod-1", UID: "uid-old"}, other}
 	})
 	pod := &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "pod-1", UID: "uid-new"}
-	r := startHolder(t, leaseholder.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-1", LeaseDuration: 2 * time.Second, Pod: pod})
+	r := startHolder(t, leaseholder.Options{Ring: holderRing, Namespace: ns, Identity: "pod-1", LeaseDuration: 2 * time.Second, Pod: pod})
 	g.Eventually(r.Held).Should(BeTrue())
 	got, err := getLease(ns, "pod-1")()
 	g.Expect(err).NotTo(HaveOccurred())
@@ -155,7 +155,7 @@ func TestHolderAcquiresReleasedLeaseAtOnce(t *testing.T) {
 		l.Spec.HolderIdentity = ptr.To("")
 	})
 	started := time.Now()
-	r := startHolder(t, leaseholder.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-6", LeaseDuration: 60 * time.Second})
+	r := startHolder(t, leaseholder.Options{Ring: holderRing, Namespace: ns, Identity: "pod-6", LeaseDuration: 60 * time.Second})
 	g.Eventually(r.Held).Should(BeTrue())
 	g.Expect(time.Since(started)).To(BeNumerically("<", 10*time.Second), "acquired without waiting out the 60s duration")
 }
@@ -179,7 +179,7 @@ func TestHolderDropsFenceOnAcquire(t *testing.T) {
 				l.Spec.HolderIdentity = ptr.To(holder)
 				l.Annotations = map[string]string{v1alpha1.AnnotationFenced: "true"}
 			})
-			r := startHolder(t, leaseholder.HolderOptions{
+			r := startHolder(t, leaseholder.Options{
 				Ring: holderRing, Namespace: ns, Identity: "pod-f", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond,
 			})
 			g.Eventually(r.Held).Should(BeTrue())
@@ -270,7 +270,7 @@ func TestHolderWaitsOutSharderHold(t *testing.T) {
 			ns := env().Namespace(t)
 			createLease(t, holderRing, ns, "pod-9", time.Now(), 2)
 			stop := holdLease(t, ns, "pod-9", "sharder:test", 500*time.Millisecond, tc.stamp)
-			r := startHolder(t, leaseholder.HolderOptions{
+			r := startHolder(t, leaseholder.Options{
 				Ring: holderRing, Namespace: ns, Identity: "pod-9", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond, Clock: tc.clock,
 			})
 			g.Consistently(r.Held, 4*time.Second, 50*time.Millisecond).Should(BeFalse(), "acquired a Lease the sharder renews")
@@ -294,7 +294,7 @@ func TestHolderReleaseRestart(t *testing.T) {
 	g := NewWithT(t)
 	ns := env().Namespace(t)
 	pod := &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: "pod-10", UID: "uid-10"}
-	opts := leaseholder.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-10", LeaseDuration: 60 * time.Second, Release: leaseholder.ReleaseRestart, Pod: pod}
+	opts := leaseholder.Options{Ring: holderRing, Namespace: ns, Identity: "pod-10", LeaseDuration: 60 * time.Second, Release: leaseholder.ReleaseRestart, Pod: pod}
 	for _, id := range []string{"pod-10", "pod-11"} {
 		createLease(t, holderRing, ns, id, time.Now(), 60, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("") })
 	}
@@ -341,7 +341,7 @@ func TestHolderKeepsLeaseWhenNotIdle(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ns := env().Namespace(t)
-	r := startHolder(t, leaseholder.HolderOptions{
+	r := startHolder(t, leaseholder.Options{
 		Ring: holderRing, Namespace: ns, Identity: "pod-8", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond,
 		BeforeRelease: func(context.Context) error { return errors.New("1 reconcile still in flight") },
 	})
@@ -360,7 +360,7 @@ func TestHolderLostWhenDeleted(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ns := env().Namespace(t)
-	r := startHolder(t, leaseholder.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-7", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
+	r := startHolder(t, leaseholder.Options{Ring: holderRing, Namespace: ns, Identity: "pod-7", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
 	g.Eventually(r.Held).Should(BeTrue())
 	got, err := getLease(ns, "pod-7")()
 	g.Expect(err).NotTo(HaveOccurred())
@@ -380,7 +380,7 @@ func TestHolderKeepsLeaseAcrossLabelPatches(t *testing.T) {
 	ns := env().Namespace(t)
 	// A renew deadline of 2s leaves room for a slow API server: the test is
 	// about conflicts, not timing.
-	r := startHolder(t, leaseholder.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-2", LeaseDuration: 3 * time.Second, RenewPeriod: 100 * time.Millisecond})
+	r := startHolder(t, leaseholder.Options{Ring: holderRing, Namespace: ns, Identity: "pod-2", LeaseDuration: 3 * time.Second, RenewPeriod: 100 * time.Millisecond})
 	g.Eventually(r.Held).Should(BeTrue())
 	for i := range 10 {
 		got, err := getLease(ns, "pod-2")()
@@ -401,7 +401,7 @@ func TestHolderLostWhenTaken(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ns := env().Namespace(t)
-	r := startHolder(t, leaseholder.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-3", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
+	r := startHolder(t, leaseholder.Options{Ring: holderRing, Namespace: ns, Identity: "pod-3", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
 	g.Eventually(r.Held).Should(BeTrue())
 
 	got, err := getLease(ns, "pod-3")()
@@ -428,7 +428,7 @@ func TestHolderLostWhenRenewalFails(t *testing.T) {
 	g := NewWithT(t)
 	ns := env().Namespace(t)
 	var failing atomic.Bool
-	r := startHolder(t, leaseholder.HolderOptions{
+	r := startHolder(t, leaseholder.Options{
 		Ring: holderRing, Namespace: ns, Identity: "pod-4", LeaseDuration: 2 * time.Second, RenewPeriod: 400 * time.Millisecond,
 		Check: func(context.Context) error {
 			if failing.Load() {
@@ -460,7 +460,7 @@ func TestTwoProcessesClaimOneID(t *testing.T) {
 	ns := env().Namespace(t)
 	// 2 s Leases renewed every 200 ms: a loaded machine may answer a few
 	// renewals late without the first holder losing its Lease.
-	opts := leaseholder.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "twin", LeaseDuration: 2 * time.Second, RenewPeriod: 200 * time.Millisecond}
+	opts := leaseholder.Options{Ring: holderRing, Namespace: ns, Identity: "twin", LeaseDuration: 2 * time.Second, RenewPeriod: 200 * time.Millisecond}
 	first := startHolder(t, opts)
 	g.Eventually(first.Held).Should(BeTrue())
 	second := startHolder(t, opts)
@@ -491,7 +491,7 @@ func TestHolderRenewsDuringBeforeRelease(t *testing.T) {
 	entered, finish := make(chan struct{}), make(chan struct{})
 	var finishOnce sync.Once
 	release := func() { finishOnce.Do(func() { close(finish) }) }
-	r := startHolder(t, leaseholder.HolderOptions{
+	r := startHolder(t, leaseholder.Options{
 		// Renewals every 300 ms keep a 3 s Lease ready even when the API
 		// server answers a few of them late on a loaded machine.
 		Ring: holderRing, Namespace: ns, Identity: "pod-5", LeaseDuration: 3 * time.Second, RenewPeriod: 300 * time.Millisecond,
@@ -567,7 +567,7 @@ func TestHolderKeepsLeaseAfterLostReply(t *testing.T) {
 	// The creation's reply is lost: the holder holds the Lease it created,
 	// without waiting for it to expire and acquiring it anew.
 	toLose.Store(1)
-	r := startHolderOn(t, c, leaseholder.HolderOptions{
+	r := startHolderOn(t, c, leaseholder.Options{
 		Ring: holderRing, Namespace: ns, Identity: "lossy", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond,
 	})
 	g.Eventually(r.Held).Should(BeTrue())
@@ -609,7 +609,7 @@ func TestHolderKeepsLeaseThroughSlowRenewals(t *testing.T) {
 			return c.Update(ctx, obj, opts...)
 		},
 	})
-	r := startHolderOn(t, c, leaseholder.HolderOptions{
+	r := startHolderOn(t, c, leaseholder.Options{
 		Ring: holderRing, Namespace: ns, Identity: "slow",
 		LeaseDuration: 3 * time.Second, RenewPeriod: 300 * time.Millisecond, RenewDeadline: 2 * time.Second,
 	})
@@ -648,7 +648,7 @@ func TestHolderGivesUpAtRenewDeadline(t *testing.T) {
 	})
 	var failing atomic.Bool
 	var lostAt atomic.Pointer[time.Time]
-	r := startHolder(t, leaseholder.HolderOptions{
+	r := startHolder(t, leaseholder.Options{
 		Ring: holderRing, Namespace: ns, Identity: "deadline",
 		LeaseDuration: 3 * time.Second, RenewPeriod: time.Second, // RenewDeadline: 2s by default
 		Clock: clk,
@@ -719,7 +719,7 @@ func TestHolderStopsAtOnceWhenLeaseVanishes(t *testing.T) {
 				l.Spec.HolderIdentity = ptr.To("")
 			})
 			// The next renewal is 20s away: only the watch can tell in time.
-			r := startHolderOn(t, watchClient(t), leaseholder.HolderOptions{
+			r := startHolderOn(t, watchClient(t), leaseholder.Options{
 				Ring: holderRing, Namespace: ns, Identity: "vanishing",
 				LeaseDuration: 60 * time.Second, RenewPeriod: 20 * time.Second,
 			})
@@ -759,7 +759,7 @@ func TestHolderWaitsBeforeCreating(t *testing.T) {
 	ns := env().Namespace(t)
 	start := time.Now()
 	clk := clocktesting.NewFakeClock(start)
-	r := startHolder(t, leaseholder.HolderOptions{
+	r := startHolder(t, leaseholder.Options{
 		Ring: holderRing, Namespace: ns, Identity: "newcomer",
 		LeaseDuration: 5 * time.Second, RenewPeriod: time.Second, Clock: clk,
 	})
@@ -788,7 +788,7 @@ func TestHolderLeavesRingAtRenewal(t *testing.T) {
 	g := NewWithT(t)
 	ns := env().Namespace(t)
 	var plain client.Client = struct{ client.Client }{env().Client} // hides any Watch method
-	r := startHolderOn(t, plain, leaseholder.HolderOptions{
+	r := startHolderOn(t, plain, leaseholder.Options{
 		Ring: holderRing, Namespace: ns, Identity: "unwatched", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond,
 	})
 	g.Eventually(r.Held).Should(BeTrue())
@@ -817,7 +817,7 @@ func TestHolderAcquiresAtTransitionLimit(t *testing.T) {
 		l.Spec.HolderIdentity = ptr.To(sharderIdentity) // taken by the sharder, its hold long over
 		l.Spec.LeaseTransitions = ptr.To(int32(math.MaxInt32))
 	})
-	r := startHolder(t, leaseholder.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "pod-9", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
+	r := startHolder(t, leaseholder.Options{Ring: holderRing, Namespace: ns, Identity: "pod-9", LeaseDuration: 2 * time.Second, RenewPeriod: 100 * time.Millisecond})
 	g.Eventually(r.Held).Should(BeTrue())
 	got, err := getLease(ns, "pod-9")()
 	g.Expect(err).NotTo(HaveOccurred())
@@ -836,7 +836,7 @@ func TestHolderAcquiresSoonAfterCheckPasses(t *testing.T) {
 	createLease(t, holderRing, ns, "pod-12", time.Now().Add(-time.Hour), 15, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("") })
 	var calls atomic.Int32
 	var healthy atomic.Bool
-	r := startHolder(t, leaseholder.HolderOptions{
+	r := startHolder(t, leaseholder.Options{
 		Ring: holderRing, Namespace: ns, Identity: "pod-12", // 15 s Lease: renewed every 5 s
 		Check: func(context.Context) error {
 			calls.Add(1)
@@ -864,7 +864,7 @@ func TestHolderReleasesAfterDeadlineInShutdown(t *testing.T) {
 	ns := env().Namespace(t)
 	createLease(t, holderRing, ns, "pod-13", time.Now().Add(-time.Hour), 2, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("") })
 	var stopping atomic.Bool
-	r := startHolder(t, leaseholder.HolderOptions{
+	r := startHolder(t, leaseholder.Options{
 		Ring: holderRing, Namespace: ns, Identity: "pod-13", LeaseDuration: 2 * time.Second, RenewPeriod: 200 * time.Millisecond,
 		Check: func(context.Context) error {
 			if stopping.Load() {
@@ -898,7 +898,7 @@ func TestHolderProvesItsWatch(t *testing.T) {
 	t.Parallel()
 	g := NewWithT(t)
 	ns := env().Namespace(t)
-	opts := leaseholder.HolderOptions{Ring: holderRing, Namespace: ns, Identity: "watching",
+	opts := leaseholder.Options{Ring: holderRing, Namespace: ns, Identity: "watching",
 		LeaseDuration: 3 * time.Second, RenewPeriod: 200 * time.Millisecond, MaxWatchLag: 2 * time.Second}
 	r := startHolderOn(t, watchClient(t), opts)
 	g.Expect(r.Watching()).To(BeTrue())
@@ -951,7 +951,7 @@ func TestHolderRenewsAtOnceAfterShutdownCutARenewal(t *testing.T) {
 	release := func() { finishOnce.Do(func() { close(finish) }) }
 	// Renew deadline 2 s, renew period 1 s: the renewal that hangs starts a
 	// second after the last one that landed.
-	r := startHolderOn(t, c, leaseholder.HolderOptions{
+	r := startHolderOn(t, c, leaseholder.Options{
 		Ring: holderRing, Namespace: ns, Identity: "cut", LeaseDuration: 3 * time.Second, RenewPeriod: time.Second,
 		BeforeRelease: func(context.Context) error {
 			close(entered)
@@ -1011,7 +1011,7 @@ func TestHolderReleasesAnAcquisitionCutByTheStop(t *testing.T) {
 	})
 	// A released Lease: acquired at once, by an update.
 	createLease(t, holderRing, ns, "cut-short", time.Now(), 30, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("") })
-	r := startHolderOn(t, c, leaseholder.HolderOptions{
+	r := startHolderOn(t, c, leaseholder.Options{
 		Ring: holderRing, Namespace: ns, Identity: "cut-short", LeaseDuration: 30 * time.Second, RenewPeriod: 10 * time.Second,
 	})
 	g.Eventually(landed, 10*time.Second).Should(BeClosed())

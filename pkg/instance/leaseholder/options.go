@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,7 +15,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/membership"
 )
 
-// Defaults of HolderOptions.
+// Defaults of Options.
 const (
 	// DefaultLeaseDuration is the Lease's duration, the one the sharder
 	// assumes for instances it has not seen.
@@ -23,8 +24,8 @@ const (
 	DefaultShutdownTimeout = 30 * time.Second
 )
 
-// HolderOptions configures a Holder.
-type HolderOptions struct {
+// Options configures a Holder.
+type Options struct {
 	// Ring is the ring the instance belongs to (sharder.dev/ring). Required.
 	Ring string
 	// Namespace is the ring's spec.leaseNamespace. Required.
@@ -107,17 +108,19 @@ type HolderOptions struct {
 	// written longer ago than this. The sharder waits that much longer
 	// before assigning an object it released from the instance by a forced
 	// move. The holder only writes the promise; keeping it is the caller's
-	// part (pkg/instance does). Default: 0, no promise.
+	// part (pkg/instance does, and sets a default: see
+	// instance.Options.Lease). Default: 0, no promise.
 	MaxWatchLag time.Duration
 
-	// MaxStop, when positive, is written on the Lease as its
+	// StopTimeout, when positive, is written on the Lease as its
 	// sharder.dev/max-stop annotation: the instance's promise that every
 	// reconcile it cancels because it may no longer act returns within this
 	// much of the cancellation, or its process exits. The sharder waits that
 	// much longer before another instance gets an object the instance may
 	// still be working on. The holder only writes the promise; keeping it is
-	// the caller's part (pkg/instance does). Default: 0, no promise.
-	MaxStop time.Duration
+	// the caller's part (pkg/instance does, and sets a default: see
+	// instance.Options.Lease). Default: 0, no promise.
+	StopTimeout time.Duration
 
 	// Clock tells the time and runs the timers. Default: the real clock.
 	Clock clock.Clock
@@ -126,16 +129,15 @@ type HolderOptions struct {
 	watching bool
 }
 
-// setDefaults fills in the defaults of unset fields, as each field's comment
-// states; c is the default Reader. It fails only when Identity is unset and
-// this process has no default instance ID.
-func (o *HolderOptions) setDefaults(c client.Client) error {
+// Default fills in the defaults of unset fields that need no client, as
+// each field's comment states: the identity, the Lease's timings, the
+// shutdown timeout, the release and the clock. NewHolder calls it; callers
+// that derive settings of their own from the defaulted timings (as
+// pkg/instance does) call it first. An identity it cannot default is left
+// empty, for validation to report.
+func (o *Options) Default() {
 	if o.Identity == "" {
-		id, err := membership.DefaultIdentity()
-		if err != nil {
-			return fmt.Errorf("instance ID: %w", err)
-		}
-		o.Identity = id
+		o.Identity, _ = membership.DefaultIdentity()
 	}
 	if o.LeaseDuration == 0 {
 		o.LeaseDuration = DefaultLeaseDuration
@@ -152,27 +154,41 @@ func (o *HolderOptions) setDefaults(c client.Client) error {
 	if o.Release == "" {
 		o.Release = ReleaseStop
 	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+}
+
+// setDefaults fills in the defaults of unset fields, as each field's comment
+// states; c is the default Reader. It fails only when Identity is unset and
+// this process has no default instance ID.
+func (o *Options) setDefaults(c client.Client) error {
+	if o.Identity == "" {
+		if _, err := membership.DefaultIdentity(); err != nil {
+			return fmt.Errorf("instance ID: %w", err)
+		}
+	}
+	o.Default()
 	if o.Reader == nil {
 		o.Reader = c
 	}
 	_, o.watching = c.(client.WithWatch)
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
-	}
 	return nil
 }
 
-// validate checks the options once their defaults are filled in, and
-// returns every violation at once; each error names its option. The timing
-// rules are the ones HolderOptions states: whole seconds for the lease
+// Validate checks the options once their defaults are filled in (Default),
+// and returns every violation at once; each error names its option. The timing
+// rules are the ones Options states: whole seconds for the lease
 // duration, and renew period < renew deadline < lease duration.
-func (o *HolderOptions) validate() error {
+func (o *Options) Validate() error {
 	var errs []error
 	if o.Ring == "" || len(validation.IsDNS1123Label(o.Ring)) > 0 {
 		errs = append(errs, fmt.Errorf("ring %q: must be a DNS label", o.Ring))
 	}
 	if o.Namespace == "" {
 		errs = append(errs, errors.New("lease namespace: required"))
+	} else if msgs := validation.IsDNS1123Label(o.Namespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("lease namespace %q: must be a namespace name: %s", o.Namespace, strings.Join(msgs, "; ")))
 	}
 	if err := ValidateIdentity(o.Identity); err != nil {
 		errs = append(errs, err)
@@ -193,8 +209,8 @@ func (o *HolderOptions) validate() error {
 		errs = append(errs, fmt.Errorf("max watch lag %v: must be longer than the renew period %v (the renewals are what the watch proves itself with) and at most %v, or 0 for no promise",
 			o.MaxWatchLag, o.RenewPeriod, membership.MaxLeaseDuration))
 	}
-	if o.MaxStop < 0 || o.MaxStop > membership.MaxLeaseDuration {
-		errs = append(errs, fmt.Errorf("max stop %v: must be at most %v, or 0 for no promise", o.MaxStop, membership.MaxLeaseDuration))
+	if o.StopTimeout < 0 || o.StopTimeout > membership.MaxLeaseDuration {
+		errs = append(errs, fmt.Errorf("stop timeout %v: must be at most %v, or 0 for no promise", o.StopTimeout, membership.MaxLeaseDuration))
 	}
 	if o.ShutdownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("shutdown timeout %v: must not be negative", o.ShutdownTimeout))

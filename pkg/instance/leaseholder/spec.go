@@ -21,14 +21,14 @@ import (
 // watch), its stop promise, its Pod as owner, its lease duration, and the
 // annotations asked for with Annotate so far (extra). Every version of the
 // Lease the holder writes is built from it by the membership package.
-func (o *HolderOptions) holding(extra map[string]string) membership.Holding {
+func (o *Options) holding(extra map[string]string) membership.Holding {
 	h := membership.Holding{
 		Identity:     o.Identity,
 		Namespace:    o.Namespace,
 		Ring:         o.Ring,
 		Duration:     o.LeaseDuration,
 		VirtualNodes: o.VirtualNodes,
-		MaxStop:      o.MaxStop,
+		MaxStop:      o.StopTimeout,
 		Pod:          o.Pod,
 		Annotations:  extra,
 	}

@@ -391,7 +391,7 @@ func TestDeletedLeaseInstanceComesBackWhileItsObjectsMove(t *testing.T) {
 		g.Expect(onB).To(BeNumerically(">", 0))
 		g.Expect(onB).To(BeNumerically("<", initial))
 	}, timeout, 10*time.Millisecond).Should(Succeed())
-	holder, err := leaseholder.NewHolder(env().Client, leaseholder.HolderOptions{
+	holder, err := leaseholder.NewHolder(env().Client, leaseholder.Options{
 		Ring: ns, Namespace: ns, Identity: "b", LeaseDuration: time.Second,
 	})
 	g.Expect(err).NotTo(HaveOccurred())

@@ -112,7 +112,7 @@ func (s *simInstance) start() {
 		},
 	})
 	newHolder := func() *leaseholder.Holder {
-		h, err := leaseholder.NewHolder(c, leaseholder.HolderOptions{
+		h, err := leaseholder.NewHolder(c, leaseholder.Options{
 			Ring: s.ns, Namespace: s.ns, Identity: s.id, LeaseDuration: restartLease, Release: s.release,
 			OnLost: func() { s.closeSpan(currentRevision(s.t)) },
 		})

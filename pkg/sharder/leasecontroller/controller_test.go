@@ -90,7 +90,7 @@ func TestReleasedLeaseIsDeadAtOnce(t *testing.T) {
 	g := NewWithT(t)
 	ring, ns := newRing(t)
 	s := startSharder(t, clock.RealClock{}, ring, ns)
-	holder, err := leaseholder.NewHolder(env().Client, leaseholder.HolderOptions{
+	holder, err := leaseholder.NewHolder(env().Client, leaseholder.Options{
 		Ring: ring, Namespace: ns, Identity: "leaving", LeaseDuration: 2 * time.Second,
 	})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -127,7 +127,7 @@ func TestInstanceReturns(t *testing.T) {
 
 	start := func(t *testing.T, id string) *leaseholder.Holder {
 		g := NewWithT(t)
-		holder, err := leaseholder.NewHolder(env().Client, leaseholder.HolderOptions{
+		holder, err := leaseholder.NewHolder(env().Client, leaseholder.Options{
 			Ring: ring, Namespace: ns, Identity: id, LeaseDuration: time.Second, RenewPeriod: 200 * time.Millisecond,
 			OnLost: func() { t.Errorf("instance %s lost its Lease", id) },
 		})

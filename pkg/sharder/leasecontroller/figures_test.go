@@ -44,7 +44,7 @@ func TestDetectionTimes(t *testing.T) {
 		g := NewWithT(t)
 		ring, ns := newRing(t)
 		s := startSharder(t, clock.RealClock{}, ring, ns)
-		holder, err := leaseholder.NewHolder(env().Client, leaseholder.HolderOptions{Ring: ring, Namespace: ns, Identity: "release", LeaseDuration: d})
+		holder, err := leaseholder.NewHolder(env().Client, leaseholder.Options{Ring: ring, Namespace: ns, Identity: "release", LeaseDuration: d})
 		g.Expect(err).NotTo(HaveOccurred())
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)

@@ -208,16 +208,18 @@ func run(ctx context.Context, o *options) error {
 
 	instOpts := instance.Options{
 		Ring:                o.ring,
-		LeaseNamespace:      o.leaseNamespace,
 		Identity:            o.instance,
-		VirtualNodes:        o.virtualNodes,
-		LeaseDuration:       o.leaseDuration,
-		RenewPeriod:         o.renewPeriod,
-		StopTimeout:         o.stopTimeout,
-		Release:             leaseholder.Release(o.release),
-		Pod:                 ownerPod(os.Getenv),
-		Clock:               skewedClock{offset: o.clockOffset},
 		ShardedListAndWatch: o.shardedListAndWatch,
+		Lease: leaseholder.Options{
+			Namespace:     o.leaseNamespace,
+			VirtualNodes:  o.virtualNodes,
+			LeaseDuration: o.leaseDuration,
+			RenewPeriod:   o.renewPeriod,
+			StopTimeout:   o.stopTimeout,
+			Release:       leaseholder.Release(o.release),
+			Pod:           ownerPod(os.Getenv),
+			Clock:         skewedClock{offset: o.clockOffset},
+		},
 	}
 	// The cache holds only this instance's objects of the ring's resources:
 	// the clusters and everything the clusters control, down to the pods

@@ -23,6 +23,7 @@ import (
 	"github.com/sharder-dev/sharder/internal/testenv"
 	sharderv1alpha1 "github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/instance"
+	"github.com/sharder-dev/sharder/pkg/instance/leaseholder"
 	"github.com/sharder-dev/sharder/pkg/ring"
 	"github.com/sharder-dev/sharder/pkg/sharder/assign"
 	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
@@ -58,15 +59,17 @@ func startSharder(t *testing.T) {
 func startInstance(t *testing.T, ring, ns, id string, endpoints func(*etcdv1alpha1.EtcdCluster, []corev1.Pod) []string) (stop func()) {
 	t.Helper()
 	instOpts := instance.Options{
-		Ring:           ring,
-		LeaseNamespace: ns,
-		Identity:       id,
-		// Long enough that a loaded machine does not cost an instance its
-		// Lease: instances here stop only gracefully, releasing it.
-		LeaseDuration: 15 * time.Second,
-		RenewPeriod:   time.Second,
-		RetryPeriod:   100 * time.Millisecond,
-		OnLost:        func() { t.Errorf("instance %s lost its Lease", id) },
+		Ring:        ring,
+		Identity:    id,
+		RetryPeriod: 100 * time.Millisecond,
+		Lease: leaseholder.Options{
+			Namespace: ns,
+			// Long enough that a loaded machine does not cost an instance
+			// its Lease: instances here stop only gracefully, releasing it.
+			LeaseDuration: 15 * time.Second,
+			RenewPeriod:   time.Second,
+			OnLost:        func() { t.Errorf("instance %s lost its Lease", id) },
+		},
 	}
 	mgrOpts := env().ManagerOptions()
 	mgrOpts.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}
