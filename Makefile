@@ -16,7 +16,7 @@ export GOFLAGS ?= -buildvcs=false
 # ./... names only the root module's packages: the targets name every
 # module's (ALL_PACKAGES). The modules under hack/tools pin the binaries they
 # build and are no part of the workspace: they run with GOWORK=off.
-MODULES := . e2e  examples/etcd-operator hack
+MODULES := . e2e examples/etcd-operator hack
 ALL_PACKAGES := $(foreach m,$(MODULES),$(if $(filter .,$(m)),./...,./$(m)/...))
 
 # Local control plane, built from Go modules (hack/tools/go.mod pins the same versions).
