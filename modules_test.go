@@ -3,6 +3,7 @@ package sharder
 import (
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -213,4 +214,40 @@ func workspaceUse(t *testing.T) []string {
 	}
 	slices.Sort(use)
 	return use
+}
+
+// TestWorkspaceKeepsLibraryVersions checks that the workspace builds the root
+// module's packages and their tests with the module versions the root
+// go.mod alone selects: make test and make images build in the workspace,
+// users and the Dockerfile from the root module alone, and a tooling module
+// that required a newer version of a module the library uses would raise it
+// in the first builds only. Require the newer version in the root go.mod
+// too, then.
+func TestWorkspaceKeepsLibraryVersions(t *testing.T) {
+	list := func(gowork string) []string {
+		t.Helper()
+		cmd := exec.Command("go", "list", "-deps", "-test", "-f", "{{with .Module}}{{if not .Main}}{{.Path}} {{.Version}}{{end}}{{end}}", "./...")
+		cmd.Env = append(os.Environ(), "GOWORK="+gowork)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list (GOWORK=%s): %v", gowork, err)
+		}
+		mods := strings.Fields(strings.ReplaceAll(string(out), " ", "@"))
+		slices.Sort(mods)
+		return slices.Compact(mods)
+	}
+	workspace, alone := list(""), list("off")
+	if len(alone) == 0 {
+		t.Fatal("go list named no modules")
+	}
+	for _, mod := range workspace {
+		if !slices.Contains(alone, mod) {
+			t.Errorf("the workspace selects %s for the root module's packages; the root go.mod alone does not", mod)
+		}
+	}
+	for _, mod := range alone {
+		if !slices.Contains(workspace, mod) {
+			t.Errorf("the root go.mod alone selects %s; the workspace does not", mod)
+		}
+	}
 }
