@@ -9,6 +9,16 @@ BIN := $(ROOT)/bin
 GO ?= go
 export GOFLAGS ?= -buildvcs=false
 
+# The Go modules of the workspace (go.work), the library's first: the library
+# (pkg/, cmd/sharder, internal/) is the root module, whose go.mod requires
+# only what its packages and their tests import; the example operator and the
+# test and bench tooling (e2e/, hack/) are modules of their own. From the root,
+# ./... names only the root module's packages: the targets name every
+# module's (ALL_PACKAGES). The modules under hack/tools pin the binaries they
+# build and are no part of the workspace: they run with GOWORK=off.
+MODULES := . e2e examples/etcd-operator hack
+ALL_PACKAGES := $(foreach m,$(MODULES),$(if $(filter .,$(m)),./...,./$(m)/...))
+
 # Local control plane, built from Go modules (hack/tools/go.mod pins the same versions).
 KUBERNETES_VERSION := v1.36.3
 ETCD_VERSION := v3.6.8
@@ -23,8 +33,9 @@ COMPAT_KUBERNETES_VERSION := v1.30.14
 COMPAT_CONTROL_PLANE := $(BIN)/k8s/$(COMPAT_KUBERNETES_VERSION)-etcd-$(ETCD_VERSION)
 # The packages whose tests start an API server, less the end-to-end suites,
 # the benchmarks and the example etcd operator, whose CRD compares versions
-# with CEL's semver library (Kubernetes 1.33 or later).
-COMPAT_PACKAGES ?= $$($(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/testenv/ {print $$1}' | grep -v -e '/e2e$$' -e '/e2e/' -e '/hack/' -e '/examples/etcd-operator/')
+# with CEL's semver library (Kubernetes 1.33 or later): those of the root
+# module (./... from the root), as the others are modules of their own.
+COMPAT_PACKAGES ?= $$($(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/internal\/testenv/ {print $$1}')
 # The real one-node cluster (make cluster): the node's binaries, from the same
 # tools module plus containerd, and its state folder (kubeconfig, logs).
 CONTAINERD_VERSION := v2.3.7
@@ -145,16 +156,16 @@ images: $(VERSITYGW) ## Build the sharder and example operator images for PLATFO
 	done
 	export GOOS=linux GOARCH=$(HOST_ARCH) CGO_ENABLED=0; \
 	$(GO) build -trimpath -ldflags '-s -w' -o $(HOST_BINARIES)/plaincontroller ./e2e/plaincontroller; \
-	(cd hack/tools && $(GO) build -trimpath -ldflags '-s -w' -o $(HOST_BINARIES)/kubectl k8s.io/kubernetes/cmd/kubectl); \
+	(cd hack/tools && GOWORK=off $(GO) build -trimpath -ldflags '-s -w' -o $(HOST_BINARIES)/kubectl k8s.io/kubernetes/cmd/kubectl); \
 	$(GO) build -trimpath -ldflags '-s -w' -o $(HOST_BINARIES)/pause ./hack/pause; \
-	(cd hack/tools && $(GO) build -trimpath -ldflags '-s -w' -o $(HOST_BINARIES)/etcd ./cmd/etcd); \
-	(cd hack/tools/etcd35 && $(GO) build -trimpath -ldflags '-s -w' -o $(HOST_BINARIES)/etcd-previous .)
+	(cd hack/tools && GOWORK=off $(GO) build -trimpath -ldflags '-s -w' -o $(HOST_BINARIES)/etcd ./cmd/etcd); \
+	(cd hack/tools/etcd35 && GOWORK=off $(GO) build -trimpath -ldflags '-s -w' -o $(HOST_BINARIES)/etcd-previous .)
 	@# versitygw is also a tool of the local tests (bin/); another OS's build
 	@# cannot go in an image, so there the image's is installed for Linux.
 	@if [ "$$($(GO) env GOOS)" = linux ]; then ln -sf $(VERSITYGW) $(HOST_BINARIES)/versitygw; \
 	elif [ ! -x $(HOST_BINARIES)/versitygw-$(VERSITYGW_VERSION) ]; then \
 		tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-		GOPATH=$$tmp GOMODCACHE=$$($(GO) env GOMODCACHE) GOBIN= GOOS=linux GOARCH=$(HOST_ARCH) CGO_ENABLED=0 \
+		GOWORK=off GOPATH=$$tmp GOMODCACHE=$$($(GO) env GOMODCACHE) GOBIN= GOOS=linux GOARCH=$(HOST_ARCH) CGO_ENABLED=0 \
 			$(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); \
 		mv $$tmp/bin/linux_$(HOST_ARCH)/versitygw $(HOST_BINARIES)/versitygw-$(VERSITYGW_VERSION); \
 		ln -sf versitygw-$(VERSITYGW_VERSION) $(HOST_BINARIES)/versitygw; \
@@ -218,9 +229,17 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs and RBAC.
 	hack/generate.sh $(CONTROLLER_GEN)
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) $(ACTIONLINT) chart-lint ## Run golangci-lint, helm lint and actionlint (the GitHub Actions workflows).
-	$(GOLANGCI_LINT) run ./...
+lint: $(GOLANGCI_LINT) $(ACTIONLINT) chart-lint ## Run golangci-lint (every module of the workspace), helm lint and actionlint (the GitHub Actions workflows), and check that every module is tidy (go mod tidy -diff).
+	@# golangci-lint's ./... is one module's packages: it runs in each.
+	for m in $(MODULES); do (cd $$m && $(GOLANGCI_LINT) run ./...); done
 	$(ACTIONLINT)
+	@# Each module's go.mod and go.sum as go mod tidy leaves them, the module
+	@# alone (GOWORK=off), as a build that requires it sees it.
+	for m in $(MODULES); do (cd $$m && GOWORK=off $(GO) mod tidy -diff) || { echo "$$m: run make tidy" >&2; exit 1; }; done
+
+.PHONY: tidy
+tidy: ## Run go mod tidy in every module of the workspace, each alone (GOWORK=off).
+	for m in $(MODULES); do (cd $$m && GOWORK=off $(GO) mod tidy); done
 
 .PHONY: chart-lint
 chart-lint: $(HELM) ## Lint the Helm chart.
@@ -244,7 +263,7 @@ test: control-plane node images $(HELM) $(PROMTOOL) $(PROMETHEUS) $(OCI_REGISTRY
 	@# messages are repeated at the end, where a reader of the tail sees them.
 	@rm -f $(BIN)/test-output.json $(BIN)/test-output-e2e.json; status=0; \
 	$(GOTESTSUM) --format testname --jsonfile $(BIN)/test-output.json -- $(RACE) -count=1 -timeout $(TEST_TIMEOUT) \
-		$$($(GO) list ./... | grep -v '/e2e$$') || status=1; \
+		$$($(GO) list $(ALL_PACKAGES) | grep -v '/e2e$$') || status=1; \
 	$(GOTESTSUM) --format testname --jsonfile $(BIN)/test-output-e2e.json -- $(RACE) -count=1 -timeout $(TEST_TIMEOUT) ./e2e || status=1; \
 	if [ $$status != 0 ]; then $(GO) run ./hack/testfailures $(BIN)/test-output.json $(BIN)/test-output-e2e.json; fi; \
 	exit $$status
@@ -422,15 +441,15 @@ $(HELM):
 	hack/go-install.sh helm helm.sh/helm/v3/cmd/helm $(HELM_VERSION)
 $(PROMTOOL):
 	@# The version named here must be the one the module pins.
-	@pinned=$$(cd hack/tools/promtool && $(GO) list -m -f '{{.Version}}' github.com/prometheus/prometheus); \
+	@pinned=$$(cd hack/tools/promtool && GOWORK=off $(GO) list -m -f '{{.Version}}' github.com/prometheus/prometheus); \
 	if [ "$$pinned" != $(PROMETHEUS_VERSION) ]; then echo "hack/tools/promtool/go.mod pins $$pinned, the Makefile $(PROMETHEUS_VERSION)" >&2; exit 1; fi
-	cd hack/tools/promtool && $(GO) build -tags remove_all_sd -ldflags '-s -w' -o $(PROMTOOL).tmp github.com/prometheus/prometheus/cmd/promtool
+	cd hack/tools/promtool && GOWORK=off $(GO) build -tags remove_all_sd -ldflags '-s -w' -o $(PROMTOOL).tmp github.com/prometheus/prometheus/cmd/promtool
 	mv $(PROMTOOL).tmp $(PROMTOOL)
 	ln -sf $(notdir $(PROMTOOL)) $(BIN)/promtool
 $(PROMETHEUS): $(PROMTOOL)
 	@# The same module and version as promtool (checked there); of the service
 	@# discovery plugins only Kubernetes'.
-	cd hack/tools/promtool && $(GO) build -tags remove_all_sd,enable_kubernetes_sd -ldflags '-s -w' -o $(PROMETHEUS).tmp github.com/prometheus/prometheus/cmd/prometheus
+	cd hack/tools/promtool && GOWORK=off $(GO) build -tags remove_all_sd,enable_kubernetes_sd -ldflags '-s -w' -o $(PROMETHEUS).tmp github.com/prometheus/prometheus/cmd/prometheus
 	mv $(PROMETHEUS).tmp $(PROMETHEUS)
 	ln -sf $(notdir $(PROMETHEUS)) $(BIN)/prometheus
 $(ACTIONLINT):

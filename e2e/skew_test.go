@@ -268,8 +268,14 @@ func buildAtRevision(t *testing.T, root, rev, pkg, outDir string) string {
 		t.Fatal(err)
 	}
 	built := filepath.Join(src+".bin", filepath.Base(pkg))
-	cmd := exec.CommandContext(context.Background(), "go", "build", "-ldflags=-s -w", "-o", built, pkg)
-	cmd.Dir = src
+	dir, rel, err := localrun.ModuleOf(src, pkg)
+	if err != nil {
+		t.Fatalf("%s at %s: %v", pkg, rev, err)
+	}
+	cmd := exec.CommandContext(context.Background(), "go", "build", "-ldflags=-s -w", "-o", built, rel)
+	cmd.Dir = dir
+	// The revision's own modules alone (each sub-module replaces the root
+	// module with its folder), not this tree's workspace.
 	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false", "GOWORK=off")
 	output, err := cmd.CombinedOutput()
 	if err != nil {

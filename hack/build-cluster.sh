@@ -6,6 +6,8 @@
 # CONTAINERD_VERSION. Does nothing when DIR already holds them all (the folder
 # name carries the versions).
 set -euo pipefail
+# hack/tools is a module of its own, no part of the workspace (go.work).
+export GOWORK=off
 dir=$(mkdir -p "$1" && cd "$1" && pwd) containerd_version=$2
 k8s=(kubelet kube-controller-manager kube-scheduler kube-proxy)
 containerd=(containerd containerd-shim-runc-v2 ctr)

@@ -9,6 +9,8 @@
 # (hack/tools/compat) puts an older API server behind the same etcd and
 # kubectl, which are its storage and a client, not what it tests.
 set -euo pipefail
+# hack/tools is a module of its own, no part of the workspace (go.work).
+export GOWORK=off
 dir=$1
 module=${2:-}
 shared=${3:-}

@@ -9,7 +9,7 @@ if [ ! -x "$target" ]; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
   echo "installing $pkg@$version"
-  GOBIN="$tmp" GOFLAGS=-buildvcs=false go install "$pkg@$version"
+  GOWORK=off GOBIN="$tmp" GOFLAGS=-buildvcs=false go install "$pkg@$version"
   mkdir -p "$bin"
   mv "$tmp"/* "$target"
 fi

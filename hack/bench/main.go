@@ -36,6 +36,10 @@
 // Otherwise, simulated instances are processes of this program (`bench
 // instance`): each holds its instance Lease and acknowledges drains at once
 // through the instance library, reconciling nothing else.
+//
+// Each of these benchmarks is a scenario (scenario.go): its mode flag, its
+// defaults, its set-up, its measured steps and its report, run by one
+// runner.
 package main
 
 import (
@@ -100,47 +104,12 @@ func main() {
 	flag.IntVar(&p.existingObjects, "existing-objects", 0, "--slots: objects created before the sharder and the instances start, with the slot label the assigning webhook gives (for sizes whose admissions would take hours); --objects more are then created through the webhook")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this benchmark process (not of the sharder) to the file")
 	flag.Parse()
-	if p.manyObjects {
-		set := map[string]bool{}
-		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		if !set["lease-duration"] {
-			p.leaseDuration = 15 * time.Second // the instance library's default
-		}
-		if !set["instances"] {
-			p.instances = 10
-		}
-		if !set["profile-duration"] {
-			p.profileDuration = 20 * time.Second
-		}
-		if p.watchedObjects < 1 || p.admittedObjects < 1 || p.objects < p.watchedObjects+p.admittedObjects+unassignedAtRestart || p.leaseDuration < 3*time.Second {
-			fmt.Fprintf(os.Stderr, "bench: --many-objects needs --watched-objects and --admitted-objects of at least 1, --objects at least %d above their sum, and a --lease-duration of at least 3s\n", unassignedAtRestart)
-			os.Exit(2)
-		}
-	}
-	if p.slots {
-		set := map[string]bool{}
-		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		if !set["lease-duration"] {
-			p.leaseDuration = 15 * time.Second // the instance library's default
-		}
-		if !set["instances"] {
-			p.instances = 3
-		}
-		if p.instances < 2 || p.objects < 1 || p.slotCount < p.instances+1 || p.leaseDuration < 3*time.Second {
-			fmt.Fprintln(os.Stderr, "bench: --slots needs at least 2 --instances, 1 object, a --slot-count above --instances and a --lease-duration of at least 3s")
-			os.Exit(2)
-		}
-	}
-	if p.scale {
-		leaseSet := false
-		flag.Visit(func(f *flag.Flag) { leaseSet = leaseSet || f.Name == "lease-duration" })
-		if !leaseSet {
-			p.leaseDuration = 15 * time.Second // the instance library's default
-		}
-		if p.instances < 3 || p.leaseDuration < 3*time.Second || p.leaseDuration%time.Second != 0 {
-			fmt.Fprintln(os.Stderr, "bench: --scale needs at least 3 --instances and a --lease-duration of whole seconds, at least 3s")
-			os.Exit(2)
-		}
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	s, err := chooseScenario(&p, func(name string) bool { return set[name] })
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(2)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -154,7 +123,7 @@ func main() {
 	}
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, p)
+	err = runScenario(ctx, s, p)
 	cancel()
 	pprof.StopCPUProfile() // does nothing unless --cpuprofile started one
 	if err != nil {

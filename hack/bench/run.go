@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -123,57 +122,6 @@ type bench struct {
 	// profiles are the `go tool pprof -top` lines of the sharder per step
 	// whose target was missed.
 	profiles []profile
-}
-
-func run(ctx context.Context, p params) error {
-	if p.scale {
-		return runScale(ctx, p)
-	}
-	if p.manyObjects {
-		return runObjects(ctx, p)
-	}
-	if p.slots {
-		return runSlots(ctx, p)
-	}
-	return onCluster(p, "sharder-bench-", func(b *bench) error {
-		start := time.Now()
-		if err := b.setUp(ctx); err != nil {
-			return err
-		}
-		steps := []struct {
-			name string
-			fn   func(context.Context) error
-		}{
-			{"initial assignment", b.initialAssignment},
-			{"floor beside the idle sharder", b.idleFloor},
-			{"assignment latency", b.latency},
-			{"assignment latency in admission mode", b.admissionLatency},
-			{"rebalance", b.rebalance},
-			{"fail-over", b.failover},
-			{"in-process variant", b.inProcess},
-			{"memory", b.memory},
-		}
-		for _, s := range steps {
-			if len(p.steps) > 0 && s.name != "initial assignment" && !slices.Contains(p.steps, s.name) {
-				continue
-			}
-			fmt.Printf("measuring %s ...\n", s.name)
-			if err := s.fn(ctx); err != nil {
-				return fmt.Errorf("%s: %w", s.name, err)
-			}
-		}
-		b.p.loadAfter = loadAverage()
-		fmt.Printf("done in %s\n\n", time.Since(start).Round(time.Second))
-		report := b.report()
-		fmt.Print(report)
-		if p.output != "" {
-			if err := writeReport(b.p, report); err != nil {
-				return err
-			}
-			fmt.Printf("\nwritten to %s\n", p.output)
-		}
-		return nil
-	})
 }
 
 // onCluster starts a local control plane in a new folder (p.dir, or a

@@ -4,16 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
-	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sharder-dev/sharder/internal/localrun"
@@ -46,55 +43,6 @@ type scale struct {
 	steady float64
 	// next is the index of the next instance to add.
 	next int
-}
-
-func runScale(ctx context.Context, p params) error {
-	// The holders log through controller-runtime's logger; the figures are
-	// what this mode reports.
-	ctrl.SetLogger(logr.Discard())
-	// A thousand renewals every 5 s keep the API server busy: with
-	// localrun's short leader election timings (4 s) the sharder may lose
-	// its leadership, and exit, on a loaded machine. These are client-go's
-	// defaults.
-	p.leaderLease = 15 * time.Second
-	p.revision = sourceRevision() // before the build, which reads the working tree
-	return onCluster(p, "sharder-bench-scale-", func(b *bench) error {
-		start := time.Now()
-		s := &scale{bench: b}
-		defer func() {
-			if s.fleet != nil {
-				s.fleet.killAll()
-			}
-		}()
-		steps := []struct {
-			name string
-			fn   func(context.Context) error
-		}{
-			{"set-up", s.setUp},
-			{"initial assignment", s.initialAssignment},
-			{"steady renewals", s.steadyRenewals},
-			{"instance added", s.added},
-			{"instance stopped", s.stopped},
-			{"instance killed", s.killedInstance},
-		}
-		for _, st := range steps {
-			fmt.Printf("%s ...\n", st.name)
-			if err := st.fn(ctx); err != nil {
-				return fmt.Errorf("%s: %w", st.name, err)
-			}
-		}
-		s.p.loadAfter = loadAverage()
-		fmt.Printf("done in %s\n\n", time.Since(start).Round(time.Second))
-		report := s.report()
-		fmt.Print(report)
-		if p.output != "" {
-			if err := writeScaleReport(s.p, report); err != nil {
-				return err
-			}
-			fmt.Printf("\nwritten to %s\n", p.output)
-		}
-		return nil
-	})
 }
 
 // setUp creates the ring and the objects, then starts the fleet's holders,
@@ -497,69 +445,4 @@ func (s *scale) failure() error {
 		return fmt.Errorf("the sharder exited (%w); its log says why", s.sharder.ExitError())
 	}
 	return s.fleet.failure()
-}
-
-// window is the start of a measurement of CPU times.
-type window struct {
-	s                  *scale
-	start              time.Time
-	sharder, self, all time.Duration
-	requests           float64
-}
-
-// windowCPU is what a window measured.
-type windowCPU struct {
-	length, sharder, self, machine time.Duration
-	// requests are the API requests the sharder sent.
-	requests float64
-}
-
-func (w windowCPU) cores() float64        { return w.sharder.Seconds() / w.length.Seconds() }
-func (w windowCPU) selfCores() float64    { return w.self.Seconds() / w.length.Seconds() }
-func (w windowCPU) machineCores() float64 { return w.machine.Seconds() / w.length.Seconds() }
-
-func (s *scale) startWindow(ctx context.Context) (*window, error) {
-	w := &window{s: s}
-	var err error
-	if w.requests, err = sharderMetric(ctx, s.sharder.MetricsAddress, "rest_client_requests_total"); err != nil {
-		return nil, err
-	}
-	if w.self, err = cpuTime(os.Getpid()); err != nil {
-		return nil, err
-	}
-	w.all = machineCPU()
-	w.start = time.Now()
-	w.sharder, err = cpuTime(s.sharder.Pid())
-	return w, err
-}
-
-func (w *window) end(ctx context.Context) (windowCPU, error) {
-	if err := w.s.failure(); err != nil {
-		return windowCPU{}, err
-	}
-	sharder, err := cpuTime(w.s.sharder.Pid())
-	if err != nil {
-		return windowCPU{}, err
-	}
-	d := windowCPU{length: time.Since(w.start), sharder: sharder - w.sharder, machine: machineCPU() - w.all}
-	self, err := cpuTime(os.Getpid())
-	if err != nil {
-		return d, err
-	}
-	d.self = self - w.self
-	requests, err := sharderMetric(ctx, w.s.sharder.MetricsAddress, "rest_client_requests_total")
-	d.requests = requests - w.requests
-	return d, err
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
 }

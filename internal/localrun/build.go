@@ -81,9 +81,15 @@ func BuildPackage(dir, pkg, name string) (string, error) {
 		return "", err
 	}
 	out := filepath.Join(dir, name)
-	args := append(append([]string{"build"}, buildFlags...), "-o", out, pkg)
+	// In the package's own module, where it builds with or without the
+	// workspace (go.work).
+	modDir, rel, err := ModuleOf(root, pkg)
+	if err != nil {
+		return "", err
+	}
+	args := append(append([]string{"build"}, buildFlags...), "-o", out, rel)
 	cmd := exec.CommandContext(context.Background(), "go", args...) //nolint:gosec // builds a package of this repository
-	cmd.Dir = root
+	cmd.Dir = modDir
 	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false", "CGO_ENABLED=0")
 	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
@@ -91,4 +97,30 @@ func BuildPackage(dir, pkg, name string) (string, error) {
 		return "", fmt.Errorf("building %s: %w\n%s", pkg, err, output.String())
 	}
 	return out, nil
+}
+
+// ModuleOf returns the folder of the module that holds pkg (a path relative
+// to the repository root, as ./examples/etcd-operator/cmd/etcd-operator) in
+// the repository at root, and pkg relative to that folder: the nearest
+// folder at or above the package's with a go.mod. The example operator, the
+// end-to-end suites and hack/ are modules of their own (go.work); in
+// revisions before they were, every package is in the root module.
+func ModuleOf(root, pkg string) (dir, rel string, err error) {
+	pkgDir := filepath.Join(root, filepath.FromSlash(pkg))
+	for dir = pkgDir; ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		if dir == filepath.Clean(root) || filepath.Dir(dir) == dir {
+			return "", "", fmt.Errorf("no go.mod at or above %s", pkgDir)
+		}
+	}
+	rel, err = filepath.Rel(dir, pkgDir)
+	if err != nil {
+		return "", "", err
+	}
+	if rel == "." {
+		return dir, ".", nil
+	}
+	return dir, "./" + filepath.ToSlash(rel), nil
 }

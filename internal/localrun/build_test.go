@@ -3,6 +3,8 @@ package localrun
 import (
 	"debug/buildinfo"
 	"debug/elf"
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 )
@@ -47,5 +49,33 @@ func TestBuildPackageAsReleased(t *testing.T) {
 		if f.Section(name) != nil {
 			t.Errorf("the binary has %s", name)
 		}
+	}
+}
+
+// TestModuleOf checks that a package is built in the module that holds it:
+// the root module's in the root, the example operator's in its module.
+func TestModuleOf(t *testing.T) {
+	root := t.TempDir()
+	for _, f := range []string{"go.mod", "cmd/sharder/main.go", "examples/etcd-operator/go.mod", "examples/etcd-operator/cmd/etcd-operator/main.go"} {
+		path := filepath.Join(root, filepath.FromSlash(f))
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ pkg, dir, rel string }{
+		{"./cmd/sharder", root, "./cmd/sharder"},
+		{"./examples/etcd-operator/cmd/etcd-operator", filepath.Join(root, "examples", "etcd-operator"), "./cmd/etcd-operator"},
+		{"./examples/etcd-operator", filepath.Join(root, "examples", "etcd-operator"), "."},
+	} {
+		dir, rel, err := ModuleOf(root, c.pkg)
+		if err != nil || dir != c.dir || rel != c.rel {
+			t.Errorf("ModuleOf(%s) = %s, %s, %v; want %s, %s", c.pkg, dir, rel, err, c.dir, c.rel)
+		}
+	}
+	if _, _, err := ModuleOf(t.TempDir(), "./cmd/sharder"); err == nil {
+		t.Error("ModuleOf found a module where none is")
 	}
 }
