@@ -52,7 +52,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sharder-dev/sharder/pkg/sharder/assign"
+	"github.com/sharder-dev/sharder/pkg/sharder/config"
 )
 
 // defaultLeaseDuration is the simulated instances' lease duration unless
@@ -76,7 +76,7 @@ func main() {
 	flag.IntVar(&p.rate, "rate", 100, "creations per second for the latency figure")
 	flag.IntVar(&p.rateObjects, "rate-objects", 1000, "objects created at --rate")
 	flag.IntVar(&p.floorPatches, "floor-patches", 4000, "label patches per floor measurement (at most --objects)")
-	flag.IntVar(&p.floorWorkers, "floor-workers", assign.DefaultWorkers, "concurrent writers of the floor measurement; set it to the sharder's --assignment-workers")
+	flag.IntVar(&p.floorWorkers, "floor-workers", config.DefaultAssignmentWorkers, "concurrent writers of the floor measurement; set it to the sharder's --assignment-workers")
 	flag.DurationVar(&p.profileDuration, "profile-duration", 10*time.Second, "length of the sharder's CPU profiles")
 	flag.DurationVar(&p.leaseDuration, "lease-duration", defaultLeaseDuration, "lease duration of the simulated instances (--scale: 15s unless set)")
 	flag.BoolVar(&p.scale, "scale", false, "measure one ring of --instances instances instead (make bench-scale); of the other flags only --algorithm, --output, --dir, --keep, --objects, --create-workers, --profile-duration, --lease-duration, --sharder-arg and --sharder-env apply")

@@ -12,7 +12,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
 
-// Timing constants of the protocol (DESIGN §3). All are multiples of the
+// Timing constants of the protocol (docs/design.md §3). All are multiples of the
 // Lease's own leaseDurationSeconds (d).
 const (
 	// DefaultLeaseDuration is the lease duration of the instance holder, and

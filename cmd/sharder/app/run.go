@@ -433,7 +433,7 @@ func setupParts(mgr manager.Manager, cfg *config.Config, namespace string, leade
 	if !cfg.Webhook.Enabled {
 		return nil
 	}
-	opts := cfg.Webhook.Options(namespace)
+	opts := webhook.FromConfig(cfg.Webhook, namespace)
 	opts.LeaderLease = leader.key()
 	opts.Rings = rings
 	if err := webhook.Setup(mgr, opts); err != nil {

@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
-	"github.com/sharder-dev/sharder/pkg/sharder/webhook"
+	"github.com/sharder-dev/sharder/pkg/sharder/config"
 )
 
 // uninstallOptions are the flags of `sharder uninstall`.
@@ -147,7 +147,7 @@ standard error).`,
 		},
 	}
 	o.cluster.addFlags(cmd.Flags())
-	cmd.Flags().StringVar(&o.configurationName, "webhook-configuration-name", webhook.DefaultConfigurationName,
+	cmd.Flags().StringVar(&o.configurationName, "webhook-configuration-name", config.DefaultWebhookConfigurationName,
 		"Name of the ValidatingWebhookConfiguration (and MutatingWebhookConfiguration) the sharder keeps (webhook.configurationName).")
 	cmd.Flags().StringSliceVar(&o.resources, "resource", nil,
 		"A resource of the ring (RESOURCE.GROUP, or RESOURCE for the core group), when neither the ControllerRing nor its webhooks are left to name them. Repeatable.")

@@ -396,8 +396,11 @@ func TestDeletedLeaseInstanceComesBackWhileItsObjectsMove(t *testing.T) {
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	hctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- holder.Start(hctx) }()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = holder.Start(hctx) // the holder ends with the test: its result is not the test's
+	}()
 	t.Cleanup(func() { cancel(); <-done })
 	g.Eventually(holder.Held, 30*time.Second, 5*time.Millisecond).Should(BeTrue())
 

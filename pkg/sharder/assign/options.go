@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/sharder-dev/sharder/pkg/membership"
+	"github.com/sharder-dev/sharder/pkg/sharder/config"
 	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 	"github.com/sharder-dev/sharder/pkg/sharder/ringbuilds"
@@ -16,15 +17,8 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultWorkers         = 16
-	DefaultResyncPeriod    = 5 * time.Minute
 	DefaultStatusInterval  = time.Second
 	DefaultResolveInterval = 30 * time.Second
-	DefaultQPS             = 5000
-	DefaultBurst           = 10000
-	// DefaultNamespacedWatchLimit is the default of
-	// Options.NamespacedWatchLimit.
-	DefaultNamespacedWatchLimit = 8
 )
 
 // Options configures the assignment controller.
@@ -121,14 +115,14 @@ func (o *Options) setDefaults() error {
 		return errors.New("no EventRecorder: set Options.EventRecorder (eventrecorder.New makes one that writes core/v1 Events)")
 	}
 	if o.Workers <= 0 {
-		o.Workers = DefaultWorkers
+		o.Workers = config.DefaultAssignmentWorkers
 	}
 	if o.ResyncPeriod == nil || *o.ResyncPeriod <= 0 {
-		d := DefaultResyncPeriod
+		d := config.DefaultResyncPeriod
 		o.ResyncPeriod = &d
 	}
 	if o.NamespacedWatchLimit == 0 {
-		o.NamespacedWatchLimit = DefaultNamespacedWatchLimit
+		o.NamespacedWatchLimit = config.DefaultNamespacedWatchLimit
 	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = membership.DefaultWriteTimeout
@@ -142,10 +136,10 @@ func (o *Options) setDefaults() error {
 		o.ResolveInterval = &d
 	}
 	if o.QPS == 0 {
-		o.QPS = DefaultQPS
+		o.QPS = config.DefaultQPS
 	}
 	if o.Burst <= 0 {
-		o.Burst = DefaultBurst
+		o.Burst = config.DefaultBurst
 	}
 	if o.Rings == nil {
 		o.Rings = &ringbuilds.Builds{Built: metrics.CountRingRebuild}

@@ -46,6 +46,8 @@ func promiseOf(m membership.Member) time.Duration {
 // from the objects' counts, publishes it as a member and holds it (it
 // creates its Lease) before anything of it moves. An ID that no Lease can
 // have (membership.InvalidID) is gone, with no Lease anybody could hold.
+//
+//nolint:unparam // the time and the hold's end belong to the decision's inputs; no state ends at a time yet
 func (v *ringView) stateOf(id string, _ time.Time) (membership.State, bool, time.Time) {
 	if m, ok := v.states[id]; ok {
 		return m.State, m.Movable, time.Time{}

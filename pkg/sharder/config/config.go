@@ -1,15 +1,10 @@
 package config
 
 import (
-	"math"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
-
-	"github.com/sharder-dev/sharder/pkg/sharder/assign"
-	"github.com/sharder-dev/sharder/pkg/sharder/leasecontroller"
-	"github.com/sharder-dev/sharder/pkg/sharder/webhook"
 )
 
 // APIVersion and Kind identify the configuration file format. Both are
@@ -17,19 +12,6 @@ import (
 const (
 	APIVersion = "config.sharder.dev/v1alpha1"
 	Kind       = "SharderConfiguration"
-)
-
-// Webhook certificate modes (webhook.certMode), the webhook's own.
-const (
-	// CertModeSelfManaged: the sharder creates a CA and a serving
-	// certificate, keeps them in a Secret shared by its replicas, rotates them
-	// before they expire and writes the CA bundle into the webhook
-	// configuration. Nothing else to install.
-	CertModeSelfManaged = webhook.CertModeSelfManaged
-	// CertModeExternal: something else (cert-manager, a mounted Secret)
-	// writes tls.crt and tls.key into webhook.certDir and injects the CA
-	// bundle; the sharder only watches the files.
-	CertModeExternal = webhook.CertModeExternal
 )
 
 // Log formats.
@@ -191,31 +173,6 @@ type Webhook struct {
 	OwnerClusterRole string `json:"ownerClusterRole,omitempty"`
 }
 
-// Options returns the webhook's options for a sharder running in
-// namespace.
-func (w Webhook) Options(namespace string) webhook.Options {
-	return webhook.Options{
-		ConfigurationName: w.ConfigurationName,
-		Namespace:         namespace,
-		ServiceName:       w.ServiceName,
-		ServiceNamespace:  w.ServiceNamespace,
-		ServicePort:       toInt32(w.ServicePort),
-		URL:               w.URL,
-		TimeoutSeconds:    toInt32(w.TimeoutSeconds),
-		CertMode:          w.CertMode,
-		SecretName:        w.SecretName,
-		CertDir:           w.CertDir,
-		CAInjectFrom:      w.CAInjectFrom,
-		OwnerClusterRole:  w.OwnerClusterRole,
-	}
-}
-
-// toInt32 converts n, saturating at the bounds of int32 so that a value out
-// of range stays out of range for validation.
-func toInt32(n int) int32 {
-	return int32(min(max(n, math.MinInt32), math.MaxInt32))
-}
-
 // Metrics configures the Prometheus metrics endpoint.
 type Metrics struct {
 	// BindAddress is host:port; "0" turns the endpoint off. Default: :8443.
@@ -251,9 +208,10 @@ type Logging struct {
 	Level string `json:"level"`
 }
 
-// Default returns the configuration with every default filled in. This is
-// the only place defaults are set; those of a component's options are the
-// component's own Default constants.
+// Default returns the configuration with every default filled in. The
+// values are this package's Default constants, which the components'
+// options default to as well: each default is defined once, here, and the
+// components depend on the configuration, not the other way round.
 func Default() *Config {
 	return &Config{
 		APIVersion: APIVersion,
@@ -265,25 +223,25 @@ func Default() *Config {
 			RenewDeadline: metav1.Duration{Duration: 10 * time.Second},
 			RetryPeriod:   metav1.Duration{Duration: 2 * time.Second},
 		},
-		Client: Client{QPS: assign.DefaultQPS, Burst: assign.DefaultBurst},
+		Client: Client{QPS: DefaultQPS, Burst: DefaultBurst},
 		Controllers: Controllers{
 			Assignment: Assignment{
-				Workers:              assign.DefaultWorkers,
-				ResyncPeriod:         metav1.Duration{Duration: assign.DefaultResyncPeriod},
-				NamespacedWatchLimit: assign.DefaultNamespacedWatchLimit,
+				Workers:              DefaultAssignmentWorkers,
+				ResyncPeriod:         metav1.Duration{Duration: DefaultResyncPeriod},
+				NamespacedWatchLimit: DefaultNamespacedWatchLimit,
 			},
-			Leases: Leases{Workers: leasecontroller.DefaultWorkers},
+			Leases: Leases{Workers: DefaultLeaseWorkers},
 		},
 		Webhook: Webhook{
 			Enabled:           true,
 			Port:              ctrlwebhook.DefaultPort,
 			CertDir:           "/tmp/sharder/webhook-certs",
-			CertMode:          webhook.DefaultCertMode,
-			ServiceName:       webhook.DefaultServiceName,
-			ServicePort:       webhook.DefaultServicePort,
-			ConfigurationName: webhook.DefaultConfigurationName,
-			TimeoutSeconds:    webhook.DefaultTimeoutSeconds,
-			SecretName:        webhook.DefaultSecretName,
+			CertMode:          DefaultCertMode,
+			ServiceName:       DefaultWebhookServiceName,
+			ServicePort:       DefaultWebhookServicePort,
+			ConfigurationName: DefaultWebhookConfigurationName,
+			TimeoutSeconds:    DefaultWebhookTimeoutSeconds,
+			SecretName:        DefaultWebhookSecretName,
 		},
 		Metrics:         Metrics{BindAddress: ":8443", Secure: true},
 		Health:          Health{BindAddress: ":8081"},

@@ -103,7 +103,8 @@ func (a Assignment) validate(p *field.Path) field.ErrorList {
 }
 
 // validate checks what only the configuration file has (the server's port
-// and certificate folder), and the rest with the webhook's own rules.
+// and certificate folder), and the rest with the webhook's rules
+// (ValidateServing).
 func (w Webhook) validate(p *field.Path) field.ErrorList {
 	if !w.Enabled {
 		return nil
@@ -115,8 +116,57 @@ func (w Webhook) validate(p *field.Path) field.ErrorList {
 	if w.CertDir == "" {
 		errs = append(errs, field.Required(p.Child("certDir"), "the folder holding tls.crt and tls.key"))
 	}
-	opts := w.Options("")
-	return append(errs, opts.Validate(p)...)
+	return append(errs, w.ValidateServing(p)...)
+}
+
+// ValidateServing checks how the webhook is served and called: the
+// configuration's name, the Service, the URL, the timeout and the
+// certificate mode. pkg/sharder/webhook checks its options with these same
+// rules, and those the file does not have (the namespaces, the leader's
+// Lease, the certificate timings).
+func (w Webhook) ValidateServing(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Subdomain(w.ConfigurationName) {
+		errs = append(errs, field.Invalid(p.Child("configurationName"), w.ConfigurationName, msg))
+	}
+	if w.ServiceNamespace != "" {
+		for _, msg := range validation.IsDNS1123Label(w.ServiceNamespace) {
+			errs = append(errs, field.Invalid(p.Child("serviceNamespace"), w.ServiceNamespace, msg))
+		}
+	}
+	for _, msg := range validation.IsDNS1035Label(w.ServiceName) {
+		errs = append(errs, field.Invalid(p.Child("serviceName"), w.ServiceName, msg))
+	}
+	if w.ServicePort < 1 || w.ServicePort > 65535 {
+		errs = append(errs, field.Invalid(p.Child("servicePort"), w.ServicePort, "must be a TCP port (1-65535)"))
+	}
+	if w.URL != "" {
+		if _, err := WebhookURLHost(w.URL); err != nil {
+			errs = append(errs, field.Invalid(p.Child("url"), w.URL, err.Error()))
+		}
+	}
+	if w.TimeoutSeconds < MinWebhookTimeoutSeconds || w.TimeoutSeconds > MaxWebhookTimeoutSeconds {
+		errs = append(errs, field.Invalid(p.Child("timeoutSeconds"), w.TimeoutSeconds,
+			fmt.Sprintf("must be between %d and %d", MinWebhookTimeoutSeconds, MaxWebhookTimeoutSeconds)))
+	}
+	switch w.CertMode {
+	case CertModeSelfManaged:
+		for _, msg := range validation.IsDNS1123Subdomain(w.SecretName) {
+			errs = append(errs, field.Invalid(p.Child("secretName"), w.SecretName, msg))
+		}
+		if w.CAInjectFrom != "" {
+			errs = append(errs, field.Forbidden(p.Child("caInjectFrom"), "only for certMode external: self-managed certificates carry their own CA bundle"))
+		}
+	case CertModeExternal:
+		if w.CAInjectFrom != "" {
+			if ns, name, ok := strings.Cut(w.CAInjectFrom, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+				errs = append(errs, field.Invalid(p.Child("caInjectFrom"), w.CAInjectFrom, "must be <namespace>/<name> of a cert-manager Certificate"))
+			}
+		}
+	default:
+		errs = append(errs, field.NotSupported(p.Child("certMode"), w.CertMode, []string{CertModeSelfManaged, CertModeExternal}))
+	}
+	return errs
 }
 
 func (m Metrics) validate(p *field.Path) field.ErrorList {

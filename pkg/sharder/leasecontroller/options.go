@@ -16,11 +16,7 @@ import (
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	"github.com/sharder-dev/sharder/pkg/membership"
-)
-
-// Defaults of Options.
-const (
-	DefaultWorkers = 4
+	"github.com/sharder-dev/sharder/pkg/sharder/config"
 )
 
 // Options configures the sharder's lease controller. NewController
@@ -95,7 +91,7 @@ func (o *Options) setDefaults() error {
 		o.Clock = clock.RealClock{}
 	}
 	if o.Workers <= 0 {
-		o.Workers = DefaultWorkers
+		o.Workers = config.DefaultLeaseWorkers
 	}
 	if o.UnknownHold < 0 {
 		return errors.New("Options.UnknownHold is negative")

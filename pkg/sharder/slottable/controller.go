@@ -176,8 +176,6 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 // ring whose members changed. It runs when the controller starts, which
 // starts the hold of unknown holders.
 func (c *Controller) subscribe(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-	c.mu.Lock()
-	c.mu.Unlock()
 	c.opts.Registry.Subscribe(func(ring string) {
 		q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: ring}})
 	})

@@ -106,7 +106,7 @@ func (c *Controller) guardRevision(ctx context.Context, ring *v1alpha1.Controlle
 		// The cache is behind (the ring changed, or it carries an invalid
 		// table): its event comes; decide then.
 		logf.FromContext(ctx).V(1).Info("The cached slot table is behind the ring's; waiting for the cache", "ring", ring.Name, "cached", table.Revision)
-		return reconcile.Result{RequeueAfter: cacheBehindRetry}, true, nil
+		return reconcile.Result{RequeueAfter: cacheBehindRetry}, true, nil //nolint:nilerr // an invalid live table is the cache's to deliver, not an error here
 	}
 	return c.restore(ctx, live, liveTable, st)
 }

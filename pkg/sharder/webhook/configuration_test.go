@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/sharder/config"
 )
 
 func TestBuildConfiguration(t *testing.T) {
@@ -143,8 +144,8 @@ func TestOptionsDefaults(t *testing.T) {
 	if err := o.setDefaults(); err != nil {
 		t.Fatal(err)
 	}
-	if o.Namespace != "ops" || o.ServiceNamespace != "ops" || o.ConfigurationName != DefaultConfigurationName ||
-		o.SecretName != DefaultSecretName || o.TimeoutSeconds != DefaultTimeoutSeconds || o.CertMode != CertModeSelfManaged || o.Clock == nil {
+	if o.Namespace != "ops" || o.ServiceNamespace != "ops" || o.ConfigurationName != config.DefaultWebhookConfigurationName ||
+		o.SecretName != config.DefaultWebhookSecretName || o.TimeoutSeconds != config.DefaultWebhookTimeoutSeconds || o.CertMode != config.CertModeSelfManaged || o.Clock == nil {
 		t.Fatalf("defaults %+v", o)
 	}
 	if h := o.hosts(); !slices.Contains(h, "sharder-webhook.ops.svc") {

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/sharder/config"
 	"github.com/sharder-dev/sharder/pkg/sharder/webhook/internal/pki"
 )
 
@@ -113,7 +114,7 @@ func (k *configWriter) Reconcile(ctx context.Context, _ reconcile.Request) (reco
 			log.Info("Waiting for the webhook CA bundle")
 			return reconcile.Result{RequeueAfter: 5 * time.Second}, nil
 		}
-		if k.opts.CertMode == CertModeExternal {
+		if k.opts.CertMode == config.CertModeExternal {
 			requeue.RequeueAfter = k.opts.ResyncPeriod // files change without events
 		}
 	}

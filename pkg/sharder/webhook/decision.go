@@ -154,7 +154,7 @@ func (s sharderOf) admit(req labelRequest) verdict {
 	return verdict{allowed: true, reason: reasonSharder}
 }
 
-// admit applies DESIGN §6 to a request whose ring is known. A change to
+// admit applies docs/design.md §6 to a request whose ring is known. A change to
 // either label is allowed only when it comes from the sharder, when it is a
 // drain acknowledgement (an UPDATE of an object that carried the drain label
 // that removes it and either removes the shard label or hands the object

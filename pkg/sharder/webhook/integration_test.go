@@ -29,6 +29,7 @@ import (
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 	sharderdrain "github.com/sharder-dev/sharder/pkg/drain"
 	"github.com/sharder-dev/sharder/pkg/ring"
+	"github.com/sharder-dev/sharder/pkg/sharder/config"
 	"github.com/sharder-dev/sharder/pkg/sharder/webhook"
 	"github.com/sharder-dev/sharder/pkg/sharder/webhook/internal/pki"
 )
@@ -321,7 +322,7 @@ func TestConfigurationFollowsRings(t *testing.T) {
 		g.Expect(w.Rules[0].Resources).To(Equal([]string{"configmaps", "configmaps/status", "secrets", "secrets/status"}))
 		g.Expect(*w.FailurePolicy).To(Equal(admissionregistrationv1.Ignore))
 		g.Expect(*w.SideEffects).To(Equal(admissionregistrationv1.SideEffectClassNone))
-		g.Expect(*w.TimeoutSeconds).To(BeEquivalentTo(webhook.DefaultTimeoutSeconds))
+		g.Expect(*w.TimeoutSeconds).To(BeEquivalentTo(config.DefaultWebhookTimeoutSeconds))
 		g.Expect(w.ClientConfig.CABundle).NotTo(BeEmpty())
 	}
 
@@ -361,7 +362,7 @@ func TestConfigurationFollowsRings(t *testing.T) {
 			return 0
 		}
 		return *c.Webhooks[0].TimeoutSeconds
-	}).Should(BeEquivalentTo(webhook.DefaultTimeoutSeconds))
+	}).Should(BeEquivalentTo(config.DefaultWebhookTimeoutSeconds))
 
 	// The configuration goes with the last ring.
 	g.Expect(env().Client.Delete(ctx, r1)).To(Succeed())
@@ -430,7 +431,7 @@ func TestExternalCertificatesWithInjectedCA(t *testing.T) {
 	}
 
 	r := createRing(t, ns)
-	s := startSharder(t, webhook.Options{CertMode: webhook.CertModeExternal, CAInjectFrom: "sharder-system/sharder-webhook"},
+	s := startSharder(t, webhook.Options{CertMode: config.CertModeExternal, CAInjectFrom: "sharder-system/sharder-webhook"},
 		func(o *ctrlwebhook.Options) { o.CertDir = dir })
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	g.Eventually(func(g Gomega) {
@@ -475,7 +476,7 @@ func TestExternalCertificatesWithCAFile(t *testing.T) {
 		g.Expect(os.WriteFile(filepath.Join(dir, k), v, 0o600)).To(Succeed())
 	}
 	r := createRing(t, ns)
-	startSharder(t, webhook.Options{CertMode: webhook.CertModeExternal}, func(o *ctrlwebhook.Options) { o.CertDir = dir })
+	startSharder(t, webhook.Options{CertMode: config.CertModeExternal}, func(o *ctrlwebhook.Options) { o.CertDir = dir })
 	// The bundle comes from ca.crt in the server's certificate folder.
 	waitProtected(t, r.Name, ns)
 }

@@ -1,10 +1,8 @@
 package webhook
 
 import (
-	"errors"
-	"fmt"
+	"math"
 	"net"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -14,24 +12,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/clock"
 
+	"github.com/sharder-dev/sharder/pkg/sharder/config"
 	"github.com/sharder-dev/sharder/pkg/sharder/metrics"
 	"github.com/sharder-dev/sharder/pkg/sharder/ringbuilds"
 	"github.com/sharder-dev/sharder/pkg/sharder/webhook/internal/pki"
 )
 
-// Certificate modes (Options.CertMode).
-const (
-	// CertModeSelfManaged: the sharder keeps a CA and a serving certificate in
-	// a Secret shared by all replicas, rotates them before they expire, serves
-	// the current certificate without restart and writes the CA bundle into
-	// the webhook configuration.
-	CertModeSelfManaged = "self-managed"
-	// CertModeExternal: something else (cert-manager, a mounted Secret) puts
-	// tls.crt and tls.key into the webhook server's certificate folder; the
-	// server watches the files. The CA bundle comes from cert-manager's CA
-	// injection (Options.CAInjectFrom) or from ca.crt in Options.CertDir.
-	CertModeExternal = "external"
-)
+// Certificate modes (Options.CertMode): config.CertModeSelfManaged and
+// config.CertModeExternal, the configuration file's.
 
 // PathPrefix is the URL path under which the handler is served; the ring's
 // name follows it.
@@ -64,8 +52,8 @@ type Options struct {
 	URL string
 
 	// TimeoutSeconds is how long the API server waits for an answer before
-	// it applies the ring's failure policy. Between MinTimeoutSeconds and
-	// MaxTimeoutSeconds (1 and 30, the API server's bounds). Default: 5.
+	// it applies the ring's failure policy. Between config.MinWebhookTimeoutSeconds and
+	// config.MaxWebhookTimeoutSeconds (1 and 30, the API server's bounds). Default: 5.
 	TimeoutSeconds int32
 
 	// Identity is the user name of the sharder's own requests: they skip
@@ -87,8 +75,8 @@ type Options struct {
 	// replica writes, as with one replica and no leader election).
 	LeaderLease types.NamespacedName
 
-	// CertMode is CertModeSelfManaged or CertModeExternal. Default:
-	// CertModeSelfManaged.
+	// CertMode is config.CertModeSelfManaged or config.CertModeExternal.
+	// Default: config.CertModeSelfManaged.
 	CertMode string
 
 	// SecretName is the Secret holding the self-managed CA and serving
@@ -145,27 +133,16 @@ type Options struct {
 	Clock clock.Clock
 }
 
-// Defaults of Options.
+// Defaults of Options that the configuration file does not have; the others
+// are the file's (config.DefaultWebhookConfigurationName, ...).
 const (
-	DefaultConfigurationName = "sharder"
-	DefaultNamespace         = "sharder-system"
-	DefaultServiceName       = "sharder-webhook"
-	DefaultServicePort       = 443
-	DefaultTimeoutSeconds    = 5
-	DefaultCertMode          = CertModeSelfManaged
-	DefaultSecretName        = "sharder-webhook-tls" //nolint:gosec // a Secret's name, not a credential
-	DefaultCAValidity        = 2 * 365 * 24 * time.Hour
-	DefaultCARenewBefore     = 180 * 24 * time.Hour
-	DefaultCertValidity      = 90 * 24 * time.Hour
-	DefaultCertRenewBefore   = 30 * 24 * time.Hour
-	DefaultCAPropagation     = 10 * time.Minute
-	DefaultResyncPeriod      = time.Minute
-)
-
-// Bounds of Options.TimeoutSeconds, the API server's.
-const (
-	MinTimeoutSeconds = 1
-	MaxTimeoutSeconds = 30
+	DefaultNamespace       = "sharder-system"
+	DefaultCAValidity      = 2 * 365 * 24 * time.Hour
+	DefaultCARenewBefore   = 180 * 24 * time.Hour
+	DefaultCertValidity    = 90 * 24 * time.Hour
+	DefaultCertRenewBefore = 30 * 24 * time.Hour
+	DefaultCAPropagation   = 10 * time.Minute
+	DefaultResyncPeriod    = time.Minute
 )
 
 // serviceAccountNamespaceFile holds the namespace of a pod's service account.
@@ -188,7 +165,7 @@ func PodNamespace() string {
 // result with Validate.
 func (o *Options) setDefaults() error {
 	if o.ConfigurationName == "" {
-		o.ConfigurationName = DefaultConfigurationName
+		o.ConfigurationName = config.DefaultWebhookConfigurationName
 	}
 	if o.Namespace == "" {
 		o.Namespace = PodNamespace()
@@ -197,22 +174,22 @@ func (o *Options) setDefaults() error {
 		o.Namespace = DefaultNamespace
 	}
 	if o.ServiceName == "" {
-		o.ServiceName = DefaultServiceName
+		o.ServiceName = config.DefaultWebhookServiceName
 	}
 	if o.ServiceNamespace == "" {
 		o.ServiceNamespace = o.Namespace
 	}
 	if o.ServicePort == 0 {
-		o.ServicePort = DefaultServicePort
+		o.ServicePort = config.DefaultWebhookServicePort
 	}
 	if o.TimeoutSeconds == 0 {
-		o.TimeoutSeconds = DefaultTimeoutSeconds
+		o.TimeoutSeconds = config.DefaultWebhookTimeoutSeconds
 	}
 	if o.CertMode == "" {
-		o.CertMode = DefaultCertMode
+		o.CertMode = config.DefaultCertMode
 	}
 	if o.SecretName == "" {
-		o.SecretName = DefaultSecretName
+		o.SecretName = config.DefaultWebhookSecretName
 	}
 	o.defaultTimings()
 	defaultDuration(&o.ResyncPeriod, DefaultResyncPeriod)
@@ -232,59 +209,64 @@ func (o *Options) setDefaults() error {
 // stand for their defaults. The configuration file of `sharder run` is
 // checked with these same rules.
 func (o *Options) Validate(path *field.Path) field.ErrorList {
-	var errs field.ErrorList
-	for _, msg := range validation.IsDNS1123Subdomain(o.ConfigurationName) {
-		errs = append(errs, field.Invalid(path.Child("configurationName"), o.ConfigurationName, msg))
-	}
-	for _, ns := range []struct{ field, value string }{{"namespace", o.Namespace}, {"serviceNamespace", o.ServiceNamespace}} {
-		if ns.value == "" {
-			continue
-		}
-		for _, msg := range validation.IsDNS1123Label(ns.value) {
-			errs = append(errs, field.Invalid(path.Child(ns.field), ns.value, msg))
-		}
-	}
-	for _, msg := range validation.IsDNS1035Label(o.ServiceName) {
-		errs = append(errs, field.Invalid(path.Child("serviceName"), o.ServiceName, msg))
-	}
-	if o.ServicePort < 1 || o.ServicePort > 65535 {
-		errs = append(errs, field.Invalid(path.Child("servicePort"), o.ServicePort, "must be a TCP port (1-65535)"))
-	}
-	if o.URL != "" {
-		if _, err := o.urlHost(); err != nil {
-			errs = append(errs, field.Invalid(path.Child("url"), o.URL, err.Error()))
+	errs := o.served().ValidateServing(path)
+	if o.Namespace != "" {
+		for _, msg := range validation.IsDNS1123Label(o.Namespace) {
+			errs = append(errs, field.Invalid(path.Child("namespace"), o.Namespace, msg))
 		}
 	}
 	if (o.LeaderLease.Name == "") != (o.LeaderLease.Namespace == "") {
 		errs = append(errs, field.Invalid(path.Child("leaderLease"), o.LeaderLease.String(), "needs both a namespace and a name, or neither"))
 	}
-	if o.TimeoutSeconds < MinTimeoutSeconds || o.TimeoutSeconds > MaxTimeoutSeconds {
-		errs = append(errs, field.Invalid(path.Child("timeoutSeconds"), o.TimeoutSeconds,
-			fmt.Sprintf("must be between %d and %d", MinTimeoutSeconds, MaxTimeoutSeconds)))
-	}
-	switch o.CertMode {
-	case CertModeSelfManaged:
-		for _, msg := range validation.IsDNS1123Subdomain(o.SecretName) {
-			errs = append(errs, field.Invalid(path.Child("secretName"), o.SecretName, msg))
-		}
-		if o.CAInjectFrom != "" {
-			errs = append(errs, field.Forbidden(path.Child("caInjectFrom"), "only for certMode external: self-managed certificates carry their own CA bundle"))
-		}
+	if o.CertMode == config.CertModeSelfManaged {
 		timings := *o
 		timings.defaultTimings()
 		if err := timings.pkiConfig().Validate(); err != nil {
 			errs = append(errs, field.Invalid(path, "certificate timings", err.Error()))
 		}
-	case CertModeExternal:
-		if o.CAInjectFrom != "" {
-			if ns, name, ok := strings.Cut(o.CAInjectFrom, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-				errs = append(errs, field.Invalid(path.Child("caInjectFrom"), o.CAInjectFrom, "must be <namespace>/<name> of a cert-manager Certificate"))
-			}
-		}
-	default:
-		errs = append(errs, field.NotSupported(path.Child("certMode"), o.CertMode, []string{CertModeSelfManaged, CertModeExternal}))
 	}
 	return errs
+}
+
+// served returns the fields of o the configuration file has too, for the
+// file's rules (config.Webhook.ValidateServing).
+func (o *Options) served() config.Webhook {
+	return config.Webhook{
+		ConfigurationName: o.ConfigurationName,
+		ServiceName:       o.ServiceName,
+		ServiceNamespace:  o.ServiceNamespace,
+		ServicePort:       int(o.ServicePort),
+		URL:               o.URL,
+		TimeoutSeconds:    int(o.TimeoutSeconds),
+		CertMode:          o.CertMode,
+		SecretName:        o.SecretName,
+		CAInjectFrom:      o.CAInjectFrom,
+	}
+}
+
+// FromConfig returns the webhook's options for the configuration file's
+// webhook section, of a sharder running in namespace.
+func FromConfig(w config.Webhook, namespace string) Options {
+	return Options{
+		ConfigurationName: w.ConfigurationName,
+		Namespace:         namespace,
+		ServiceName:       w.ServiceName,
+		ServiceNamespace:  w.ServiceNamespace,
+		ServicePort:       toInt32(w.ServicePort),
+		URL:               w.URL,
+		TimeoutSeconds:    toInt32(w.TimeoutSeconds),
+		CertMode:          w.CertMode,
+		SecretName:        w.SecretName,
+		CertDir:           w.CertDir,
+		CAInjectFrom:      w.CAInjectFrom,
+		OwnerClusterRole:  w.OwnerClusterRole,
+	}
+}
+
+// toInt32 converts n, saturating at the bounds of int32 so that a value out
+// of range stays out of range for validation.
+func toInt32(n int) int32 {
+	return int32(min(max(n, math.MinInt32), math.MaxInt32))
 }
 
 // defaultTimings fills the unset certificate timings with their defaults.
@@ -304,19 +286,7 @@ func defaultDuration(d *time.Duration, def time.Duration) {
 
 // urlHost returns the host of URL without its port. The URL must be
 // https://<host>[:<port>]: the handlers' paths are appended to it.
-func (o Options) urlHost() (string, error) {
-	u, err := url.Parse(o.URL)
-	if err != nil {
-		return "", err
-	}
-	if u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/") {
-		return "", errors.New("must be https://<host>[:<port>], without path or query")
-	}
-	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return "", errors.New("must not carry a query, fragment or user")
-	}
-	return u.Hostname(), nil
-}
+func (o Options) urlHost() (string, error) { return config.WebhookURLHost(o.URL) }
 
 // hosts are the names the serving certificate is issued for: the Service's
 // DNS names, and the URL's host when set.

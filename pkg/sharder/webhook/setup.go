@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
+	"github.com/sharder-dev/sharder/pkg/sharder/config"
 )
 
 // Setup adds the webhook to mgr:
@@ -123,7 +124,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	k := &configWriter{client: mgr.GetClient(), opts: opts, identity: id, owners: direct}
 
 	switch opts.CertMode {
-	case CertModeSelfManaged:
+	case config.CertModeSelfManaged:
 		def, ok := srv.(*ctrlwebhook.DefaultServer)
 		if !ok {
 			return fmt.Errorf("self-managed certificates need controller-runtime's default webhook server, not %T; use external certificates", srv)
@@ -149,7 +150,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			return fmt.Errorf("adding the readiness check: %w", err)
 		}
 		k.caBundle = func() ([]byte, error) { return certs.CABundle(), nil }
-	case CertModeExternal:
+	case config.CertModeExternal:
 		dir := opts.CertDir
 		if def, ok := srv.(*ctrlwebhook.DefaultServer); ok && dir == "" {
 			dir = def.Options.CertDir

@@ -5,7 +5,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Labels and values on the wire (DESIGN §1).
+// Labels and values on the wire (docs/design.md §1).
 const (
 	// LabelRing on an instance Lease names the ring the instance belongs to.
 	LabelRing = "sharder.dev/ring"

@@ -34,7 +34,7 @@ type Options struct {
 	// and informers are served by the groups' caches. Required.
 	Objects []client.Object
 	// Cache are the options of the underlying caches, usually the
-	// manager's (NewCacheFunc passes them). Every underlying cache gets
+	// manager's (instance.NewCache passes them). Every underlying cache gets
 	// them; the group caches add the group's slot selector to the ring's
 	// resources (ANDed with a label selector the options set for them).
 	// Scheme, Mapper and HTTPClient are defaulted as cache.New defaults
@@ -48,7 +48,7 @@ type Options struct {
 	// that they receive an object before the sharder wrote its slot label.
 	// Only for a ring of slot key Namespace, whose slots are ranges of the
 	// namespace's hash; for its main resources, and for its controlled
-	// resources when every main resource is namespaced (instance.SlotCacheWith
+	// resources when every main resource is namespaced (instance.Options.ShardedListAndWatch
 	// chooses them from the ring). The slot of an object of these resources
 	// is its slot label's, or, while it has none, its namespace's
 	// (slots.ForNamespace): SlotOf. The cache checks every object it receives
