@@ -12,19 +12,19 @@ import (
 // watch's lag and the bound on stopping.
 
 // checksWatchLag reports whether the instance keeps its promise on the lag
-// of its watches (Options.MaxWatchLag).
+// of its watches (Options.Lease.MaxWatchLag).
 func (i *Instance) checksWatchLag() bool {
 	return i.opts.Lease.MaxWatchLag > 0 && i.holder.Watching()
 }
 
 // watchCurrent reports whether the instance's watch is proven no further
-// behind than Options.MaxWatchLag (always true when it makes no promise).
+// behind than Options.Lease.MaxWatchLag (always true when it makes no promise).
 func (i *Instance) watchCurrent() bool {
 	return !i.checksWatchLag() || i.opts.Lease.Clock.Since(i.holder.WatchedAt()) <= i.opts.Lease.MaxWatchLag
 }
 
 // checkWatchLag cancels the reconciles in flight whenever the watch falls
-// further behind than Options.MaxWatchLag, until ctx ends. New reconciles
+// further behind than Options.Lease.MaxWatchLag, until ctx ends. New reconciles
 // ask watchCurrent themselves; this catches those that started before. It
 // looks every eighth of the lag (at most every 250ms), which the sharder's
 // force grace covers.
@@ -55,7 +55,7 @@ func (i *Instance) checkWatchLag(ctx context.Context) {
 	}
 }
 
-// bound holds the instance to its bound on stopping (Options.StopTimeout)
+// bound holds the instance to its bound on stopping (Options.Lease.StopTimeout)
 // for the reconciles it just cancelled, with cause, because it may no longer
 // act: when any of them is still running StopTimeout later, it calls
 // Options.OnStopOverdue, whose default ends the process.

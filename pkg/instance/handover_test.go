@@ -60,7 +60,7 @@ func (r *notFoundReader) Get(_ context.Context, key client.ObjectKey, _ client.O
 }
 
 // TestHandOverMemoryFollowsTheClock checks that the reconciler tells the
-// time with Options.Clock: within handOverMemory of a hand-over on that
+// time with Options.Lease.Clock: within handOverMemory of a hand-over on that
 // clock a request for the object is dropped without a read, after it the
 // API server decides.
 func TestHandOverMemoryFollowsTheClock(t *testing.T) {

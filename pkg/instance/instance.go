@@ -43,12 +43,12 @@ var ErrMoved = errors.New("the object was assigned to another instance")
 var ErrLeaseLost = leaseholder.ErrLeaseLost
 
 // ErrStaleWatch is the cause of the contexts of reconciles cancelled because
-// the instance's watch fell further behind than Options.MaxWatchLag.
+// the instance's watch fell further behind than Options.Lease.MaxWatchLag.
 var ErrStaleWatch = errors.New("the instance's watch fell behind the API server")
 
 // ErrShutdownOverdue is the cause of the cancellation of the reconciles still
 // running when the instance's shutdown timeout ended: the Lease is left to
-// expire, and they must return within Options.StopTimeout.
+// expire, and they must return within Options.Lease.StopTimeout.
 var ErrShutdownOverdue = errors.New("the instance's shutdown timeout ended with reconciles in flight")
 
 // moveCheckTimeout bounds the read that tells a moved object from a deleted

@@ -39,7 +39,7 @@ const acknowledgeAttempts = 3
 //     moved away) drops the request.
 //
 // No request is handled while the instance's watch is further behind than
-// Options.MaxWatchLag (it is retried after Options.RetryPeriod), and the
+// Options.Lease.MaxWatchLag (it is retried after Options.RetryPeriod), and the
 // contexts of those in flight are cancelled then, their cause ErrStaleWatch.
 //
 // The context passed to next is cancelled, its cause ErrMoved, as soon as

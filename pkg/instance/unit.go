@@ -41,7 +41,7 @@ type unit interface {
 	run(ctx context.Context) error
 	// lost is told that the Lease was lost.
 	lost()
-	// record returns the record of the slots held; false in object mode.
+	// slotRecord returns the record of the slots held; false in object mode.
 	slotRecord() (slots.Record, bool)
 }
 
