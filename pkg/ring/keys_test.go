@@ -110,3 +110,17 @@ func BenchmarkLookupObject(b *testing.B) {
 		}
 	})
 }
+
+// Every built-in ring looks an object up by its parts without allocating:
+// the sharder does it for every object it decides and every admission.
+func TestLookupObjectAllocatesNothing(t *testing.T) {
+	for _, algorithm := range builtins {
+		r := mustNew(t, algorithm, members("instance", 40, 0))
+		allocs := testing.AllocsPerRun(1000, func() {
+			_, _ = ring.LookupObject(r, "example.dev", "EtcdCluster", "team-alpha", "cluster-production-0001")
+		})
+		if allocs != 0 {
+			t.Errorf("%s: LookupObject allocates %.1f times per object", algorithm, allocs)
+		}
+	}
+}

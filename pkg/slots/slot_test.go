@@ -132,3 +132,23 @@ func TestForMainObject(t *testing.T) {
 	_, err = ParseLabel("1024", 1024)
 	g.Expect(err).To(HaveOccurred())
 }
+
+// TestForMainObjectByParts: the slot hashed from the key's parts is the
+// slot of the key built whole (v1alpha1.ObjectKey), for keys with empty
+// parts (the core group, a cluster-scoped object) and separators inside
+// parts, and computing it allocates nothing.
+func TestForMainObjectByParts(t *testing.T) {
+	g := NewWithT(t)
+	spec := &v1alpha1.ControllerRingSpec{Assignment: &v1alpha1.RingAssignment{Unit: v1alpha1.AssignmentUnitSlots,
+		Slots: &v1alpha1.RingSlots{Count: 4096}}}
+	rng := rand.New(rand.NewPCG(7, 11)) //nolint:gosec // reproducible on purpose
+	parts := []string{"", "apps", "example.dev", "a/b", "ConfigMap", "team-" + strconv.Itoa(rng.IntN(100))}
+	for range 2000 {
+		group, kind := parts[rng.IntN(len(parts))], parts[rng.IntN(len(parts))]
+		namespace, name := parts[rng.IntN(len(parts))], fmt.Sprintf("obj-%d", rng.IntN(1_000_000))
+		g.Expect(ForMainObject(spec, group, kind, namespace, name)).To(
+			Equal(ForObjectKey(v1alpha1.ObjectKey(group, kind, namespace, name), 4096)), "%s/%s/%s/%s", group, kind, namespace, name)
+	}
+	allocs := testing.AllocsPerRun(1000, func() { ForMainObject(spec, "example.dev", "EtcdCluster", "team-alpha", "cluster-production-0001") })
+	g.Expect(allocs).To(BeZero(), "the slot of a main object allocates")
+}

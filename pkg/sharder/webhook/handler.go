@@ -230,7 +230,7 @@ func (h *labelHandler) choose(ctx context.Context, rg *v1alpha1.ControllerRing, 
 // mainInstance returns the instance r maps a new main object to; none,
 // with why, when r has no ready instance.
 func mainInstance(r ring.Ring, gvk metav1.GroupVersionKind, obj *metav1.PartialObjectMetadata) (string, string, error) {
-	instance, err := r.Lookup(ring.ObjectKey(gvk.Group, gvk.Kind, obj.Namespace, obj.Name))
+	instance, err := ring.LookupObject(r, gvk.Group, gvk.Kind, obj.Namespace, obj.Name)
 	if errors.Is(err, ring.ErrNoInstance) {
 		return "", "the ring has no ready instance", nil
 	}
