@@ -1,8 +1,6 @@
 package ring
 
 import (
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/sharder-dev/sharder/pkg/apis/sharder/v1alpha1"
 )
 
@@ -34,22 +32,12 @@ var (
 
 // LookupObject returns what r.Lookup(ObjectKey(group, kind, namespace,
 // name)) returns. For a HashRing it hashes the key's parts one after the
-// other, with the separators of v1alpha1.ObjectKey, instead of building the
-// key: a pass over a million objects then
-// allocates nothing per object.
+// other (v1alpha1.ObjectKeyHash) instead of building the key: a pass over
+// a million objects then allocates nothing per object.
 func LookupObject(r Ring, group, kind, namespace, name string) (string, error) {
 	hr, ok := r.(HashRing)
 	if !ok {
 		return r.Lookup(ObjectKey(group, kind, namespace, name))
 	}
-	var d xxhash.Digest
-	d.Reset()
-	_, _ = d.WriteString(group)
-	_, _ = d.WriteString("/")
-	_, _ = d.WriteString(kind)
-	_, _ = d.WriteString("/")
-	_, _ = d.WriteString(namespace)
-	_, _ = d.WriteString("/")
-	_, _ = d.WriteString(name)
-	return hr.LookupHash(d.Sum64())
+	return hr.LookupHash(v1alpha1.ObjectKeyHash(group, kind, namespace, name))
 }

@@ -99,25 +99,16 @@ func ShardSelector(slots []int, count int) sharding.Selector {
 // ForMainObject returns the slot of a main object of a ring in slot mode,
 // from its hash key or its namespace as spec.assignment.slots.key says,
 // among the ring's slot count. A controlled object takes its controller's
-// slot instead, whatever this says of it. It hashes the key's parts one
-// after the other, with the separators of v1alpha1.ObjectKey, instead of
-// building the key: it allocates nothing (the sharder decides it for every
-// object it labels and every admission).
+// slot instead, whatever this says of it. It hashes the key's parts
+// (v1alpha1.ObjectKeyHash) instead of building the key: it allocates
+// nothing (the sharder decides it for every object it labels and every
+// admission).
 func ForMainObject(spec *v1alpha1.ControllerRingSpec, group, kind, namespace, name string) int {
 	count := spec.EffectiveSlotCount()
 	if spec.EffectiveSlotKey() == v1alpha1.SlotKeyNamespace {
 		return ForNamespace(namespace, count)
 	}
-	var d xxhash.Digest
-	d.Reset()
-	_, _ = d.WriteString(group)
-	_, _ = d.WriteString("/")
-	_, _ = d.WriteString(kind)
-	_, _ = d.WriteString("/")
-	_, _ = d.WriteString(namespace)
-	_, _ = d.WriteString("/")
-	_, _ = d.WriteString(name)
-	return Of(d.Sum64(), count)
+	return Of(v1alpha1.ObjectKeyHash(group, kind, namespace, name), count)
 }
 
 // ParseLabel returns the slot a slot label's value names among count

@@ -141,7 +141,7 @@ func TestForMainObjectByParts(t *testing.T) {
 	g := NewWithT(t)
 	spec := &v1alpha1.ControllerRingSpec{Assignment: &v1alpha1.RingAssignment{Unit: v1alpha1.AssignmentUnitSlots,
 		Slots: &v1alpha1.RingSlots{Count: 4096}}}
-	rng := rand.New(rand.NewPCG(7, 11)) //nolint:gosec // reproducible on purpose
+	rng := rand.New(rand.NewPCG(7, 11))
 	parts := []string{"", "apps", "example.dev", "a/b", "ConfigMap", "team-" + strconv.Itoa(rng.IntN(100))}
 	for range 2000 {
 		group, kind := parts[rng.IntN(len(parts))], parts[rng.IntN(len(parts))]

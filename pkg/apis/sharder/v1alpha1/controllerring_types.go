@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"github.com/cespare/xxhash/v2"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -85,6 +86,23 @@ func ShardLabel(ring string) string { return ShardLabelPrefix + ring }
 // the slot label policy computes the same key in CEL.
 func ObjectKey(group, kind, namespace, name string) string {
 	return group + "/" + kind + "/" + namespace + "/" + name
+}
+
+// ObjectKeyHash returns the 64-bit xxHash of ObjectKey(group, kind,
+// namespace, name), the hash the rings' algorithms and a ring of unit Slots
+// keyed by Object place a main object by. It hashes the parts one after the
+// other instead of building the key, and so allocates nothing.
+func ObjectKeyHash(group, kind, namespace, name string) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	_, _ = d.WriteString(group)
+	_, _ = d.WriteString("/")
+	_, _ = d.WriteString(kind)
+	_, _ = d.WriteString("/")
+	_, _ = d.WriteString(namespace)
+	_, _ = d.WriteString("/")
+	_, _ = d.WriteString(name)
+	return d.Sum64()
 }
 
 // DrainLabel returns the label key asking an instance of ring to drain an object.
